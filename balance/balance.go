@@ -1,0 +1,116 @@
+// Package balance holds the load-balancing policies. Each policy is a small
+// type in its own file that exports const Name and registers a Builder under
+// that name.
+//
+// A Balancer is fed immutable endpoint snapshots through Update and answers
+// Pick from the latest one without taking a lock: Update builds the policy's
+// whole pick state and publishes it behind an atomic pointer, as grpc-go's
+// Picker does. Pick returns the endpoint and a Done callback that the caller
+// must call exactly once with the outcome; it feeds in-flight counts, latency
+// tracking, passive health and the breaker.
+package balance
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// ErrNoEndpoint is returned by Pick when the snapshot has no endpoint that
+// can take traffic.
+var ErrNoEndpoint = errors.New("balance: no endpoint available")
+
+// Info is what a policy may use to choose. Callers reuse one Info per
+// request; policies must not keep it.
+type Info struct {
+	// Key is the request's hash key for hashing policies ("" with HasKey
+	// false when the request carries none).
+	Key    string
+	HasKey bool
+	// Tried lists the endpoints already used for this request (retries). A
+	// policy prefers an endpoint not in Tried whenever another one is ready.
+	Tried []*endpoint.Endpoint
+}
+
+// Result is a pick.
+type Result struct {
+	Endpoint *endpoint.Endpoint
+	// Done must be called exactly once with the outcome of using Endpoint.
+	Done func(endpoint.Outcome)
+}
+
+// Balancer chooses an endpoint for each request.
+type Balancer interface {
+	// Pick chooses an endpoint from the latest snapshot. It is safe for
+	// concurrent use, takes no lock and does not allocate.
+	Pick(info *Info) (Result, error)
+	// Update replaces the snapshot Pick chooses from.
+	Update(set *endpoint.Set)
+}
+
+// Config is a policy's configuration, validated by the policy's Builder.
+type Config struct {
+	// Policy is the registered name of the policy.
+	Policy string
+}
+
+// Builder makes a Balancer from its configuration, or says why it cannot.
+type Builder func(cfg Config) (Balancer, error)
+
+var (
+	regMu    sync.RWMutex
+	registry = map[string]Builder{}
+)
+
+// Register makes a policy available under name. It panics on a duplicate
+// name: registration happens in init and a clash is a programming error.
+func Register(name string, b Builder) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("balance: policy registered twice: " + name)
+	}
+	registry[name] = b
+}
+
+// New builds the balancer named by cfg.Policy.
+func New(cfg Config) (Balancer, error) {
+	regMu.RLock()
+	b := registry[cfg.Policy]
+	regMu.RUnlock()
+	if b == nil {
+		return nil, fmt.Errorf("unknown balance policy %q (known: %v)", cfg.Policy, Policies())
+	}
+	return b(cfg)
+}
+
+// Policies lists the registered policy names, sorted.
+func Policies() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Tried reports whether ep is in tried.
+func Tried(tried []*endpoint.Endpoint, ep *endpoint.Endpoint) bool {
+	for _, t := range tried {
+		if t == ep {
+			return true
+		}
+	}
+	return false
+}
+
+// pick acquires ep and returns it with its prebuilt Done.
+func pick(ep *endpoint.Endpoint) Result {
+	ep.Acquire()
+	return Result{Endpoint: ep, Done: ep.DoneFunc()}
+}

@@ -1,0 +1,165 @@
+package config
+
+import "time"
+
+// Config is a whole switchboard configuration file. The field comments are
+// the user's reference; docs/configuration.md repeats them with examples.
+type Config struct {
+	// Admin is the admin API listener (metrics, health, upstream state).
+	Admin Admin `yaml:"admin"`
+	// Log sets the process log.
+	Log Log `yaml:"log"`
+	// ShutdownTimeout bounds how long a graceful shutdown (SIGTERM/SIGINT)
+	// or the removal of a listener waits for in-flight requests. Default 15s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// Listeners are the proxy's front doors.
+	Listeners []Listener `yaml:"listeners"`
+	// Upstreams are the named pools that routes send traffic to.
+	Upstreams map[string]*Upstream `yaml:"upstreams"`
+
+	// File is the path the configuration was loaded from ("" if parsed from
+	// bytes). Not a YAML key.
+	File string `yaml:"-"`
+}
+
+// Admin configures the admin listener.
+type Admin struct {
+	// Listen is the admin API's host:port. Default 127.0.0.1:9901. An empty
+	// string after an explicit `listen: ""` is not allowed; use
+	// `enabled: false` to turn the admin API off.
+	Listen string `yaml:"listen"`
+	// Enabled turns the admin API on or off. Default true.
+	Enabled *bool `yaml:"enabled"`
+	// Token is the bearer token that write endpoints require. Required when
+	// Listen is not a loopback address.
+	Token string `yaml:"token"`
+}
+
+// Log configures the process log.
+type Log struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `yaml:"level"`
+	// Format is text or json. Default text.
+	Format string `yaml:"format"`
+}
+
+// Listener is one front door of the proxy.
+type Listener struct {
+	// Name identifies the listener in metrics and logs. Required, unique.
+	Name string `yaml:"name"`
+	// Protocol is http (the default) or tcp. tcp comes in a later release
+	// and is refused by validation until then.
+	Protocol string `yaml:"protocol"`
+	// Listen is host:port. Required, unique across listeners.
+	Listen string `yaml:"listen"`
+	// TLS, when set, terminates TLS on this listener and offers HTTP/2.
+	TLS *TLS `yaml:"tls"`
+	// Timeouts for client connections.
+	Timeouts ListenerTimeouts `yaml:"timeouts"`
+	// MaxHeaderBytes caps the request line plus headers. Default 64KiB.
+	MaxHeaderBytes Size `yaml:"max_header_bytes"`
+	// MaxBodyBytes caps a request body; a larger body gets 413. 0, the
+	// default, means no cap: bodies are streamed, never buffered, and the
+	// route's request timeout bounds them in time.
+	MaxBodyBytes Size `yaml:"max_body_bytes"`
+	// AccessLog writes one line per request to the process log. Default off.
+	AccessLog bool `yaml:"access_log"`
+	// Routes are tried in order; the first match wins.
+	Routes []Route `yaml:"routes"`
+}
+
+// TLS names a certificate and key in PEM files.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// ListenerTimeouts bound how long a client may take.
+type ListenerTimeouts struct {
+	// ReadHeader bounds reading a request's headers. Default 10s.
+	ReadHeader Duration `yaml:"read_header"`
+	// Idle bounds how long a keep-alive connection waits for its next
+	// request. Default 60s.
+	Idle Duration `yaml:"idle"`
+}
+
+// Route sends matching requests to an upstream.
+type Route struct {
+	// Name identifies the route in metrics and logs. Default
+	// "<listener>/<index>".
+	Name string `yaml:"name"`
+	// Match selects requests; every field set must match.
+	Match Match `yaml:"match"`
+	// Upstream names the upstream that serves the route. Required.
+	Upstream string `yaml:"upstream"`
+	// Timeout bounds the whole request, from routing to the last byte of
+	// the response. Default 60s; 0 disables it (long-lived streams).
+	Timeout *Duration `yaml:"timeout"`
+}
+
+// Match is a route's request matcher.
+type Match struct {
+	// Host matches the request's host (port ignored, case-insensitive).
+	// A leading "*." matches any subdomain.
+	Host string `yaml:"host"`
+	// PathPrefix matches paths that start with it. Default "/".
+	PathPrefix string `yaml:"path_prefix"`
+	// Methods matches any of the listed methods. Default any.
+	Methods []string `yaml:"methods"`
+	// Headers matches requests carrying each header with exactly the value.
+	Headers map[string]string `yaml:"headers"`
+}
+
+// Upstream is a named pool of endpoints.
+type Upstream struct {
+	// Balance chooses an endpoint per request. Default round_robin.
+	Balance Balance `yaml:"balance"`
+	// Protocol to speak to the endpoints: http1 (default) or h2c
+	// (cleartext HTTP/2, for gRPC).
+	Protocol string `yaml:"protocol"`
+	// Targets are static endpoints.
+	Targets []Target `yaml:"targets"`
+	// Timeouts for upstream connections.
+	Timeouts UpstreamTimeouts `yaml:"timeouts"`
+	// MaxIdlePerEndpoint caps idle keep-alive connections kept per endpoint.
+	// Default 64.
+	MaxIdlePerEndpoint *int `yaml:"max_idle_per_endpoint"`
+	// IdleTimeout closes upstream connections idle for longer. Default 60s;
+	// keep it below the backends' own keep-alive timeout.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+}
+
+// Balance selects and configures a balancing policy.
+type Balance struct {
+	// Policy is the balancing policy's name. Default round_robin.
+	Policy string `yaml:"policy"`
+}
+
+// Target is one static endpoint.
+type Target struct {
+	// Address is host:port. Required.
+	Address string `yaml:"address"`
+	// Weight is the endpoint's relative weight, 1 to 10000. Default 1.
+	Weight int `yaml:"weight"`
+	// Zone is an optional locality label.
+	Zone string `yaml:"zone"`
+}
+
+// UpstreamTimeouts bound how long an upstream may take.
+type UpstreamTimeouts struct {
+	// Connect bounds dialing an endpoint. Default 2s.
+	Connect Duration `yaml:"connect"`
+	// ResponseHeader bounds the wait for the response header after the
+	// request was sent. Default 30s.
+	ResponseHeader Duration `yaml:"response_header"`
+}
+
+// Duration is a time.Duration written as a Go duration string ("250ms").
+type Duration time.Duration
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Size is a byte count written as an integer or with a unit: 512, 64KiB,
+// 1MiB, 1GiB (also KB/MB/GB as powers of 1000).
+type Size int64

@@ -1,0 +1,183 @@
+// Package endpoint holds the one model every part of switchboard shares: an
+// upstream instance (Endpoint) with its live state, and the immutable
+// snapshots (Set) of a named group of them (Pool) that balancers read
+// without locks.
+//
+// Health checks, passive ejection, the circuit breaker and discovery change
+// an endpoint's state through SetStatus and Pool.Update; they never reach
+// into a balancer. A balancer sees the change as a new Set.
+package endpoint
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Outcome is what a caller reports back after using an endpoint once.
+type Outcome struct {
+	// Err is the transport error (connect, reset, timeout); nil when the
+	// endpoint answered, whatever the status.
+	Err error
+	// Status is the HTTP status code, or 0 for L4 or when there was no
+	// response.
+	Status int
+	// Latency is the time from the pick to the response header (or to the
+	// error).
+	Latency time.Duration
+	// Canceled is set when the caller gave up (client went away). Such an
+	// outcome says nothing about the endpoint and must not count against it.
+	Canceled bool
+	// LoadReport is the endpoint's own load report, if it sent one (the raw
+	// X-Switchboard-Load response header: "cpu=0.42, mem=0.31").
+	LoadReport string
+}
+
+// Failed reports whether the outcome counts against the endpoint: a
+// transport error that is not the caller's own cancellation.
+func (o Outcome) Failed() bool { return o.Err != nil && !o.Canceled }
+
+// Observer receives every outcome reported for an endpoint. Passive health,
+// latency tracking and breakers implement it. Observe runs on the request
+// path: it must be cheap and must not block.
+type Observer interface {
+	Observe(ep *Endpoint, o Outcome)
+}
+
+// State is the single answer to "can this endpoint take traffic, and if not,
+// why not".
+type State uint8
+
+// The states an endpoint can be in. Only Healthy, SlowStart and Probation
+// take traffic.
+const (
+	Healthy     State = iota // takes traffic
+	SlowStart                // takes a ramping share of traffic
+	Probation                // back from ejection, must prove itself
+	Unhealthy                // failed active health checks
+	Ejected                  // removed by passive health (outlier detection)
+	Draining                 // finishing in-flight work, takes no new work
+	BreakerOpen              // its circuit breaker is open
+)
+
+var stateNames = [...]string{"healthy", "slow_start", "probation", "unhealthy", "ejected", "draining", "breaker_open"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", s)
+}
+
+// Serving reports whether an endpoint in this state may be picked.
+func (s State) Serving() bool { return s <= Probation }
+
+// Status is an endpoint's state with the reason for it and when it began.
+type Status struct {
+	State  State
+	Reason string
+	Since  time.Time
+}
+
+// Spec describes an endpoint as configuration or discovery states it.
+type Spec struct {
+	Address string // host:port
+	Weight  int    // relative weight, at least 1
+	Zone    string
+	Meta    map[string]string
+}
+
+// Endpoint is one upstream instance: its identity (immutable) and its live
+// state (atomics, safe for concurrent use).
+type Endpoint struct {
+	spec Spec
+
+	inflight atomic.Int64
+	requests atomic.Uint64
+	failures atomic.Uint64
+	status   atomic.Pointer[Status]
+	observer atomic.Pointer[observerBox]
+
+	done func(Outcome) // prebuilt so that picks do not allocate
+}
+
+type observerBox struct{ o Observer }
+
+// New returns a healthy endpoint for spec. A weight below 1 is taken as 1.
+func New(spec Spec) *Endpoint {
+	if spec.Weight < 1 {
+		spec.Weight = 1
+	}
+	e := &Endpoint{spec: spec}
+	e.status.Store(&Status{State: Healthy, Reason: "added", Since: time.Now()})
+	e.done = e.Release
+	return e
+}
+
+// Address is the endpoint's host:port.
+func (e *Endpoint) Address() string { return e.spec.Address }
+
+// Weight is the configured relative weight (at least 1).
+func (e *Endpoint) Weight() int { return e.spec.Weight }
+
+// Zone is the endpoint's zone, if any.
+func (e *Endpoint) Zone() string { return e.spec.Zone }
+
+// Meta is the endpoint's metadata. Callers must not modify it.
+func (e *Endpoint) Meta() map[string]string { return e.spec.Meta }
+
+// Spec returns the description the endpoint was built from.
+func (e *Endpoint) Spec() Spec { return e.spec }
+
+// InFlight is the number of picks not yet released.
+func (e *Endpoint) InFlight() int64 { return e.inflight.Load() }
+
+// Requests and Failures count released picks and those that failed.
+func (e *Endpoint) Requests() uint64 { return e.requests.Load() }
+
+// Failures counts released picks whose outcome Failed.
+func (e *Endpoint) Failures() uint64 { return e.failures.Load() }
+
+// Status returns the endpoint's current state, reason and since-time.
+func (e *Endpoint) Status() Status { return *e.status.Load() }
+
+// State returns the endpoint's current state.
+func (e *Endpoint) State() State { return e.status.Load().State }
+
+// SetStatus changes the endpoint's state. It reports whether the state
+// changed; the caller (the pool's owner) then rebuilds the pool's snapshot.
+func (e *Endpoint) SetStatus(s State, reason string, now time.Time) bool {
+	old := e.status.Load()
+	e.status.Store(&Status{State: s, Reason: reason, Since: now})
+	return old.State != s
+}
+
+// SetObserver installs the observer that receives this endpoint's outcomes
+// (nil removes it).
+func (e *Endpoint) SetObserver(o Observer) {
+	if o == nil {
+		e.observer.Store(nil)
+		return
+	}
+	e.observer.Store(&observerBox{o})
+}
+
+// Acquire marks the start of one use of the endpoint. Balancers call it when
+// they pick; every Acquire is matched by exactly one Release.
+func (e *Endpoint) Acquire() { e.inflight.Add(1) }
+
+// Release ends one use of the endpoint and reports its outcome.
+func (e *Endpoint) Release(o Outcome) {
+	e.inflight.Add(-1)
+	e.requests.Add(1)
+	if o.Failed() {
+		e.failures.Add(1)
+	}
+	if b := e.observer.Load(); b != nil {
+		b.o.Observe(e, o)
+	}
+}
+
+// DoneFunc returns Release as a func value built once per endpoint, so that
+// a pick can hand it out without allocating.
+func (e *Endpoint) DoneFunc() func(Outcome) { return e.done }
