@@ -26,7 +26,8 @@ type Pool struct {
 	mu      sync.Mutex // serialises updates; never taken on the pick path
 	byAddr  map[string]*Endpoint
 	order   []*Endpoint
-	subs    []func(*Set)
+	subs    map[int]func(*Set)
+	nextSub int
 	version uint64
 
 	snap atomic.Pointer[Set]
@@ -46,12 +47,23 @@ func (p *Pool) Name() string { return p.name }
 func (p *Pool) Snapshot() *Set { return p.snap.Load() }
 
 // Subscribe registers fn to receive every new Set, starting with the current
-// one (delivered before Subscribe returns).
-func (p *Pool) Subscribe(fn func(*Set)) {
+// one (delivered before Subscribe returns). Sets are delivered one at a time,
+// in order. The returned func cancels the subscription.
+func (p *Pool) Subscribe(fn func(*Set)) (cancel func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.subs = append(p.subs, fn)
+	if p.subs == nil {
+		p.subs = map[int]func(*Set){}
+	}
+	id := p.nextSub
+	p.nextSub++
+	p.subs[id] = fn
 	fn(p.snap.Load())
+	return func() {
+		p.mu.Lock()
+		delete(p.subs, id)
+		p.mu.Unlock()
+	}
 }
 
 // Update replaces the pool's membership with specs. An endpoint whose spec is
