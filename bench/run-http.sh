@@ -1,0 +1,704 @@
+#!/usr/bin/env bash
+# bench/run-http.sh — L7 (HTTP/1.1) load benchmark: switchboard vs nginx vs
+# HAProxy vs no proxy at all, on loopback, on this machine.
+#
+# Usage (from anywhere; as root on a fresh Debian machine, or as any user
+# when wrk, nginx, haproxy and curl are already installed):
+#
+#   bench/run-http.sh
+#   ROUNDS=1 DURATION=3s bench/run-http.sh                  # quick smoke run
+#   SWITCHBOARD_BIN=/path/to/switchboard bench/run-http.sh  # skip the build
+#   TARGETS="nginx haproxy direct" bench/run-http.sh        # subset
+#   PROFILE=1 bench/run-http.sh                             # + CPU profile
+#
+# Environment (all optional):
+#   ROUNDS=3          measurement rounds; each round measures every target
+#                     once, in an order that rotates by one each round
+#   DURATION=10s      wrk -d for each measured run
+#   CONNS=64          wrk -c
+#   THREADS=2         wrk -t
+#   WARMUP=2s         wrk -d of the one warm-up run per target
+#   TARGETS="switchboard nginx haproxy direct"   what to measure
+#   NGINX_WORKERS=1   worker_processes of nginx-as-proxy (1 measured fastest
+#                     on 2 cores; see bench/README.md)
+#   HAPROXY_THREADS=2 nbthread of HAProxy
+#   SWITCHBOARD_BIN   prebuilt switchboard binary; default: build it with
+#                     `go build -o bench/out/switchboard ./cmd/switchboard`
+#   PROFILE=0         1: after the rounds, one extra wrk run against
+#                     switchboard while a CPU profile is taken from
+#                     http://127.0.0.1:19901/debug/pprof/profile?seconds=10
+#                     (-> bench/out/switchboard.cpu.pprof, bench/out/profile.txt)
+#   PROFILE_SECONDS=10
+#   SKIP_INSTALL=0    1: never call apt-get; fail if a tool is missing
+#
+# What it does: installs wrk, nginx, haproxy (and curl) with apt-get if any is
+# missing; builds switchboard; starts one nginx instance as the two backends
+# (127.0.0.1:19001 and :19002, `return 200 "ok\n"`), then the proxies, each
+# round-robin over both backends with upstream keep-alive:
+#   switchboard 127.0.0.1:18080 (admin 127.0.0.1:19901)
+#   nginx       127.0.0.1:18081
+#   haproxy     127.0.0.1:18082
+#   direct      127.0.0.1:19001 (the backend, no proxy)
+# Every server is a child process of this script with its config in a temp
+# dir; no system service is touched. All of them are stopped on exit, on
+# failure and on Ctrl-C.
+#
+# Output: a markdown table on stdout (median req/s, p50, p99 over rounds,
+# error count, ratio to nginx) plus a machine description. Raw wrk outputs,
+# configs, logs and the table go to bench/out/http-<timestamp>/ (symlinked
+# as bench/out/http-latest).
+#
+# Exit status: 0 all requested targets measured without errors; 1 setup
+# failure (nothing measured); 3 some target could not be measured or had
+# errors (the table is still printed and says which and why).
+
+set -euo pipefail
+
+# ---------------------------------------------------------------- settings
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-2}
+WARMUP=${WARMUP:-2s}
+TARGETS=${TARGETS:-switchboard nginx haproxy direct}
+NGINX_WORKERS=${NGINX_WORKERS:-1}
+HAPROXY_THREADS=${HAPROXY_THREADS:-2}
+PROFILE=${PROFILE:-0}
+PROFILE_SECONDS=${PROFILE_SECONDS:-10}
+SKIP_INSTALL=${SKIP_INSTALL:-0}
+SWITCHBOARD_BIN=${SWITCHBOARD_BIN:-}
+
+BACKEND1_PORT=19001
+BACKEND2_PORT=19002
+SB_PORT=18080
+SB_ADMIN_PORT=19901
+NGINX_PORT=18081
+HAPROXY_PORT=18082
+
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin:/usr/local/go/bin"
+export LC_ALL=C   # "." as the decimal point in wrk output, awk and printf
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
+OUT_DIR="$REPO_ROOT/bench/out"
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf '[bench] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Parse a duration as wrk takes it (10, 10s, 2m, 1h) into whole seconds.
+dur_seconds() {
+	local d=$1
+	case $d in
+	*h) echo $((${d%h} * 3600)) ;;
+	*m) echo $((${d%m} * 60)) ;;
+	*s) echo "${d%s}" ;;
+	*) echo "$d" ;;
+	esac
+}
+
+for v in ROUNDS CONNS THREADS PROFILE_SECONDS NGINX_WORKERS HAPROXY_THREADS; do
+	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
+done
+for v in DURATION WARMUP; do
+	[[ ${!v} =~ ^[1-9][0-9]*[smh]?$ ]] || die "$v must look like 10s, 2m or 10, got '${!v}'"
+done
+for t in $TARGETS; do
+	case $t in switchboard | nginx | haproxy | direct) ;;
+	*) die "unknown target '$t' in TARGETS (known: switchboard nginx haproxy direct)" ;;
+	esac
+done
+
+# ---------------------------------------------------------------- cleanup
+STARTED_PIDS=()   # process-group leaders we started (via setsid)
+BG_PIDS=()        # other background children (the wrk of the profile run)
+WORK=""
+POLICY_RC_CREATED=0
+
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+cleanup() {
+	local rc=$?
+	set +e
+	trap - EXIT INT TERM
+	local pid i
+	for pid in "${BG_PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	done
+	for pid in "${STARTED_PIDS[@]}"; do
+		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+	done
+	for pid in "${STARTED_PIDS[@]}"; do
+		for ((i = 0; i < 50; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			log "pid $pid did not stop on SIGTERM in 5s; sending SIGKILL"
+			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+		fi
+		wait "$pid" 2>/dev/null
+	done
+	if ((POLICY_RC_CREATED)); then rm -f /usr/sbin/policy-rc.d; fi
+	if [[ -n $WORK && -d $WORK ]]; then rm -rf -- "$WORK"; fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT
+trap 'log "terminated"; exit 143' TERM
+
+# ---------------------------------------------------------------- install
+need_tools=(wrk nginx haproxy curl)
+
+missing_tools() {
+	local t
+	for t in "${need_tools[@]}"; do
+		command -v "$t" >/dev/null 2>&1 || printf '%s ' "$t"
+	done
+}
+
+install_tools() {
+	local missing
+	missing=$(missing_tools)
+	if [[ -z $missing ]]; then return 0; fi
+	log "missing: $missing"
+	if ((SKIP_INSTALL)); then
+		die "SKIP_INSTALL=1 and these tools are missing: $missing"
+	fi
+	if [[ $(id -u) -ne 0 ]]; then
+		die "these tools are missing: $missing— run as root (the script installs them with apt-get) or install them yourself"
+	fi
+	command -v apt-get >/dev/null 2>&1 || die "apt-get not found: install $missing by hand (this script knows Debian only)"
+	log "apt-get update"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq >"$OUT_DIR/apt-update.log" 2>&1 ||
+		die "apt-get update failed; see $OUT_DIR/apt-update.log"
+
+	local pkgs=() t cand
+	for t in $missing; do
+		case $t in
+		nginx)
+			# Debian 12 has both nginx (the core server) and nginx-light (nginx
+			# plus the echo module); later releases only nginx. The core is all
+			# we need.
+			local p found=""
+			for p in nginx nginx-light; do
+				cand=$(apt-cache policy "$p" 2>/dev/null | awk '/Candidate:/ {print $2}')
+				if [[ -n $cand && $cand != "(none)" ]]; then found=$p; break; fi
+			done
+			[[ -n $found ]] || die "neither nginx nor nginx-light is installable from the configured apt sources"
+			pkgs+=("$found")
+			;;
+		*) pkgs+=("$t") ;;
+		esac
+	done
+
+	# Keep the packages' maintainer scripts from starting system-wide nginx
+	# or haproxy services (port 80 etc.): policy-rc.d exit 101 = "don't".
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		POLICY_RC_CREATED=1
+	fi
+	log "apt-get install -y ${pkgs[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" \
+		>"$OUT_DIR/apt-install.log" 2>&1 ||
+		die "apt-get install ${pkgs[*]} failed; see $OUT_DIR/apt-install.log"
+	if ((POLICY_RC_CREATED)); then
+		rm -f /usr/sbin/policy-rc.d
+		POLICY_RC_CREATED=0
+	fi
+	missing=$(missing_tools)
+	[[ -z $missing ]] || die "still missing after apt-get install: $missing"
+}
+
+# ---------------------------------------------------------------- helpers
+# port_open PORT: does something accept TCP connections on 127.0.0.1:PORT?
+port_open() {
+	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# wait_port NAME PID PORT SECONDS: wait until PORT accepts, while PID lives.
+wait_port() {
+	local name=$1 pid=$2 port=$3 secs=$4 i
+	for ((i = 0; i < secs * 10; i++)); do
+		port_open "$port" && return 0
+		if ! kill -0 "$pid" 2>/dev/null; then
+			log "$name exited before 127.0.0.1:$port accepted connections"
+			return 1
+		fi
+		sleep 0.1
+	done
+	log "$name: 127.0.0.1:$port did not accept connections within ${secs}s"
+	return 1
+}
+
+# start NAME LOGFILE CMD...: start CMD in its own session/process group
+# (so that cleanup can stop it with all its children); sets START_PID.
+START_PID=""
+start() {
+	local name=$1 logfile=$2
+	shift 2
+	setsid "$@" >"$logfile" 2>&1 </dev/null &
+	START_PID=$!
+	STARTED_PIDS+=("$START_PID")
+	log "started $name (pid $START_PID): $*"
+}
+
+# check_ports_free PORT...: refuse to measure whatever else listens there.
+check_ports_free() {
+	local p
+	for p in "$@"; do
+		if port_open "$p"; then
+			die "127.0.0.1:$p is already in use by another process (a previous run still alive? ss -ltnp 'sport = :$p')"
+		fi
+	done
+}
+
+# smoke NAME URL: one GET must return 200 "ok"; a few more should reach both
+# backends (each backend answers with its own X-Backend header).
+smoke() {
+	local name=$1 url=$2 body seen="" i b
+	body=$(curl -sS --max-time 5 -o - -w '\n%{http_code}' "$url" 2>&1) || {
+		log "$name: GET $url failed: $body"
+		return 1
+	}
+	if [[ $(tail -n1 <<<"$body") != 200 || $(head -n1 <<<"$body") != ok ]]; then
+		log "$name: GET $url: expected 200 \"ok\", got: $(tr '\n' ' ' <<<"$body")"
+		return 1
+	fi
+	for ((i = 0; i < 8; i++)); do
+		b=$(curl -sS --max-time 5 -o /dev/null -D - "$url" 2>/dev/null |
+			tr -d '\r' | awk -F': ' 'tolower($1)=="x-backend" {print $2}') || true
+		if [[ -n $b && $seen != *"$b"* ]]; then seen="$seen $b"; fi
+	done
+	log "$name: smoke test ok; backends seen:${seen:- none}"
+	if [[ $name != direct && $name != backend* && $(wc -w <<<"$seen") -lt 2 ]]; then
+		log "$name: WARNING: 8 requests did not reach both backends — is it balancing?"
+	fi
+	return 0
+}
+
+# to_ms VALUE-WITH-UNIT (wrk: 812.00us, 1.20ms, 1.05s, 1.00m) -> milliseconds
+to_ms() {
+	awk -v v="$1" 'BEGIN {
+		n = v + 0; u = v; sub(/^[0-9.]+/, "", u)
+		if (u == "us") n /= 1000; else if (u == "s") n *= 1000
+		else if (u == "m") n *= 60000; else if (u == "h") n *= 3600000
+		printf "%.3f", n }'
+}
+
+# parse_wrk FILE -> "rps p50ms p99ms non2xx sockerr" or fails
+parse_wrk() {
+	local f=$1 rps p50 p99 non2xx sockerr
+	rps=$(awk '/^Requests\/sec:/ {print $2}' "$f")
+	p50=$(awk '$1 == "50%" {print $2}' "$f")
+	p99=$(awk '$1 == "99%" {print $2}' "$f")
+	[[ -n $rps && -n $p50 && -n $p99 ]] || return 1
+	non2xx=$(awk -F: '/Non-2xx or 3xx responses/ {gsub(/ /, "", $2); print $2}' "$f")
+	# "Socket errors: connect 0, read 0, write 0, timeout 0"
+	sockerr=$(awk '/Socket errors:/ {gsub(/,/, ""); print $4 + $6 + $8 + $10}' "$f")
+	echo "$rps $(to_ms "$p50") $(to_ms "$p99") ${non2xx:-0} ${sockerr:-0}"
+}
+
+# median of numbers on stdin
+median() {
+	sort -g | awk '{a[NR] = $1} END {
+		if (NR == 0) { print ""; exit }
+		if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+target_url() {
+	case $1 in
+	switchboard) echo "http://127.0.0.1:$SB_PORT/" ;;
+	nginx) echo "http://127.0.0.1:$NGINX_PORT/" ;;
+	haproxy) echo "http://127.0.0.1:$HAPROXY_PORT/" ;;
+	direct) echo "http://127.0.0.1:$BACKEND1_PORT/" ;;
+	esac
+}
+
+# run_wrk TARGET DURATION OUTFILE: one bounded wrk run; fails if wrk fails.
+run_wrk() {
+	local target=$1 dur=$2 outfile=$3 limit
+	limit=$(($(dur_seconds "$dur") + 30))
+	{
+		echo "# target=$target url=$(target_url "$target") $(date -Is)"
+		echo "# wrk -t$THREADS -c$CONNS -d$dur --latency $(target_url "$target")"
+	} >"$outfile"
+	timeout --kill-after=5 "$limit" \
+		wrk "-t$THREADS" "-c$CONNS" "-d$dur" --latency "$(target_url "$target")" >>"$outfile" 2>&1
+}
+
+declare -A NOT_MEASURED=()   # target -> reason
+
+# ---------------------------------------------------------------- setup
+mkdir -p "$OUT_DIR"
+install_tools
+
+STAMP=$(date +%Y%m%d-%H%M%S)
+RUN_DIR="$OUT_DIR/http-$STAMP"
+[[ -e $RUN_DIR ]] && { STAMP="$STAMP-$$"; RUN_DIR="$OUT_DIR/http-$STAMP"; }
+mkdir -p "$RUN_DIR"
+ln -sfn "http-$STAMP" "$OUT_DIR/http-latest"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchboard-bench.XXXXXX")
+chmod 755 "$WORK"   # nginx workers run as an unprivileged user when we are root
+log "raw outputs: $RUN_DIR"
+
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+check_ports_free "$BACKEND1_PORT" "$BACKEND2_PORT"
+want() { [[ " $TARGETS " == *" $1 "* ]]; }
+
+# --- switchboard binary (build failures are reported, not fatal)
+SB_BIN=""
+if want switchboard; then
+	if [[ -n $SWITCHBOARD_BIN ]]; then
+		if [[ -x $SWITCHBOARD_BIN ]]; then
+			SB_BIN=$SWITCHBOARD_BIN
+		else
+			NOT_MEASURED[switchboard]="SWITCHBOARD_BIN=$SWITCHBOARD_BIN is not an executable file"
+		fi
+	elif ! command -v go >/dev/null 2>&1; then
+		NOT_MEASURED[switchboard]="go not found in PATH: cannot build ./cmd/switchboard (install Go or set SWITCHBOARD_BIN)"
+	else
+		log "go build -o bench/out/switchboard ./cmd/switchboard"
+		if (cd "$REPO_ROOT" && go build -o "$OUT_DIR/switchboard" ./cmd/switchboard) >"$RUN_DIR/switchboard-build.log" 2>&1; then
+			SB_BIN="$OUT_DIR/switchboard"
+		else
+			NOT_MEASURED[switchboard]="build failed: $(head -n3 "$RUN_DIR/switchboard-build.log" | tr '\n' ' ')(full log: $RUN_DIR/switchboard-build.log)"
+		fi
+	fi
+	if [[ -n ${NOT_MEASURED[switchboard]:-} ]]; then
+		log "switchboard will NOT be measured: ${NOT_MEASURED[switchboard]}"
+	fi
+fi
+
+# --- backends: one nginx, one worker, two server blocks
+mkdir -p "$WORK/backend/logs"
+cat >"$WORK/backend/nginx.conf" <<EOF
+# Backends for the L7 benchmark: two servers, one worker process in all, so
+# that the backends take about one core's share at most.
+worker_processes 1;
+pid $WORK/backend/nginx.pid;
+error_log $RUN_DIR/backend-error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    default_type text/plain;
+    server {
+        listen 127.0.0.1:$BACKEND1_PORT reuseport backlog=4096;
+        add_header X-Backend b1;
+        location / { return 200 "ok\n"; }
+    }
+    server {
+        listen 127.0.0.1:$BACKEND2_PORT reuseport backlog=4096;
+        add_header X-Backend b2;
+        location / { return 200 "ok\n"; }
+    }
+}
+EOF
+cp "$WORK/backend/nginx.conf" "$RUN_DIR/backend-nginx.conf"
+nginx -t -q -p "$WORK/backend" -e "$RUN_DIR/backend-error.log" -c "$WORK/backend/nginx.conf" \
+	>"$RUN_DIR/backend-configtest.log" 2>&1 ||
+	die "backend nginx config test failed: $(cat "$RUN_DIR/backend-configtest.log")"
+start backends "$RUN_DIR/backend.log" \
+	nginx -p "$WORK/backend" -e "$RUN_DIR/backend-error.log" -c "$WORK/backend/nginx.conf" -g 'daemon off;'
+BACKEND_PID=$START_PID
+{ wait_port backends "$BACKEND_PID" "$BACKEND1_PORT" 10 && wait_port backends "$BACKEND_PID" "$BACKEND2_PORT" 10; } ||
+	die "backends did not start; see $RUN_DIR/backend.log and backend-error.log"
+smoke backend-b2 "http://127.0.0.1:$BACKEND2_PORT/" || die "backend 2 does not answer"
+
+# --- nginx as reverse proxy
+if want nginx; then
+	check_ports_free "$NGINX_PORT"
+	mkdir -p "$WORK/nginx/logs"
+	cat >"$WORK/nginx/nginx.conf" <<EOF
+worker_processes $NGINX_WORKERS;
+pid $WORK/nginx/nginx.pid;
+error_log $RUN_DIR/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 120s;
+    upstream backends {
+        server 127.0.0.1:$BACKEND1_PORT;
+        server 127.0.0.1:$BACKEND2_PORT;
+        keepalive 64;
+        keepalive_requests 1000000;
+        keepalive_timeout 120s;
+    }
+    server {
+        listen 127.0.0.1:$NGINX_PORT reuseport backlog=4096;
+        location / {
+            proxy_pass http://backends;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+	cp "$WORK/nginx/nginx.conf" "$RUN_DIR/nginx-proxy.conf"
+	if ! nginx -t -q -p "$WORK/nginx" -e "$RUN_DIR/nginx-error.log" -c "$WORK/nginx/nginx.conf" \
+		>"$RUN_DIR/nginx-configtest.log" 2>&1; then
+		NOT_MEASURED[nginx]="config test failed: $(tr '\n' ' ' <"$RUN_DIR/nginx-configtest.log")"
+	else
+		start nginx "$RUN_DIR/nginx.log" \
+			nginx -p "$WORK/nginx" -e "$RUN_DIR/nginx-error.log" -c "$WORK/nginx/nginx.conf" -g 'daemon off;'
+		{ wait_port nginx "$START_PID" "$NGINX_PORT" 10 && smoke nginx "$(target_url nginx)"; } ||
+			NOT_MEASURED[nginx]="did not start or answer: $(tail -n2 "$RUN_DIR/nginx-error.log" 2>/dev/null | tr '\n' ' ')(logs: $RUN_DIR/nginx.log, nginx-error.log)"
+	fi
+fi
+
+# --- HAProxy
+if want haproxy; then
+	check_ports_free "$HAPROXY_PORT"
+	mkdir -p "$WORK/haproxy"
+	cat >"$WORK/haproxy/haproxy.cfg" <<EOF
+global
+    nbthread $HAPROXY_THREADS
+    maxconn 4096
+    # no 'log' lines: no logging
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout http-keep-alive 60s
+    option http-keep-alive
+    http-reuse always
+
+frontend bench
+    bind 127.0.0.1:$HAPROXY_PORT
+    default_backend backends
+
+backend backends
+    balance roundrobin
+    server b1 127.0.0.1:$BACKEND1_PORT
+    server b2 127.0.0.1:$BACKEND2_PORT
+EOF
+	cp "$WORK/haproxy/haproxy.cfg" "$RUN_DIR/haproxy.cfg"
+	if ! haproxy -c -q -f "$WORK/haproxy/haproxy.cfg" >"$RUN_DIR/haproxy-configtest.log" 2>&1; then
+		NOT_MEASURED[haproxy]="config check failed: $(tr '\n' ' ' <"$RUN_DIR/haproxy-configtest.log")"
+	else
+		# -db: stay in the foreground, so the pid we hold is haproxy itself.
+		start haproxy "$RUN_DIR/haproxy.log" haproxy -db -f "$WORK/haproxy/haproxy.cfg"
+		{ wait_port haproxy "$START_PID" "$HAPROXY_PORT" 10 && smoke haproxy "$(target_url haproxy)"; } ||
+			NOT_MEASURED[haproxy]="did not start or answer: $(tail -n2 "$RUN_DIR/haproxy.log" | tr '\n' ' ')(log: $RUN_DIR/haproxy.log)"
+	fi
+fi
+
+# --- switchboard
+SB_PID=""
+if want switchboard && [[ -n $SB_BIN ]]; then
+	check_ports_free "$SB_PORT" "$SB_ADMIN_PORT"
+	mkdir -p "$WORK/switchboard"
+	cat >"$WORK/switchboard/switchboard.yaml" <<EOF
+admin: {listen: 127.0.0.1:$SB_ADMIN_PORT}
+log: {level: warn}
+listeners:
+  - name: bench
+    listen: 127.0.0.1:$SB_PORT
+    routes:
+      - match: {path_prefix: /}
+        upstream: backends
+upstreams:
+  backends:
+    balance: {policy: round_robin}
+    targets:
+      - {address: 127.0.0.1:$BACKEND1_PORT}
+      - {address: 127.0.0.1:$BACKEND2_PORT}
+EOF
+	cp "$WORK/switchboard/switchboard.yaml" "$RUN_DIR/switchboard.yaml"
+	start switchboard "$RUN_DIR/switchboard.log" "$SB_BIN" serve --config "$WORK/switchboard/switchboard.yaml"
+	SB_PID=$START_PID
+	ready=0
+	for ((i = 0; i < 150; i++)); do # 15 s
+		if curl -fsS --max-time 1 -o /dev/null "http://127.0.0.1:$SB_ADMIN_PORT/readyz" 2>/dev/null; then
+			ready=1
+			break
+		fi
+		kill -0 "$SB_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	if ((!ready)); then
+		if kill -0 "$SB_PID" 2>/dev/null; then
+			NOT_MEASURED[switchboard]="http://127.0.0.1:$SB_ADMIN_PORT/readyz not 2xx within 15s; see $RUN_DIR/switchboard.log"
+		else
+			sb_rc=0
+			wait "$SB_PID" || sb_rc=$?
+			NOT_MEASURED[switchboard]="exited with status $sb_rc during startup; last log lines: $(tail -n3 "$RUN_DIR/switchboard.log" | tr '\n' ' ')(log: $RUN_DIR/switchboard.log)"
+		fi
+	elif ! { wait_port switchboard "$SB_PID" "$SB_PORT" 10 && smoke switchboard "$(target_url switchboard)"; }; then
+		NOT_MEASURED[switchboard]="ready, but 127.0.0.1:$SB_PORT does not answer 200 ok; see $RUN_DIR/switchboard.log"
+	fi
+	if [[ -n ${NOT_MEASURED[switchboard]:-} ]]; then
+		log "switchboard will NOT be measured: ${NOT_MEASURED[switchboard]}"
+	fi
+fi
+
+# --- direct
+if want direct; then
+	smoke direct "$(target_url direct)" || NOT_MEASURED[direct]="backend does not answer"
+fi
+
+# Final list of targets to measure, in the order given.
+ACTIVE=()
+for t in $TARGETS; do
+	if [[ -z ${NOT_MEASURED[$t]:-} ]]; then ACTIVE+=("$t"); fi
+done
+((${#ACTIVE[@]} > 0)) || die "nothing to measure: $(for t in "${!NOT_MEASURED[@]}"; do printf '%s: %s; ' "$t" "${NOT_MEASURED[$t]}"; done)"
+
+# ---------------------------------------------------------------- machine
+{
+	echo "- date: $(date -Is)"
+	echo "- nproc: $(nproc)"
+	echo "- CPU: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+	echo "- kernel: $(uname -srm)"
+	echo "- memory: $(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+	echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //')"
+	echo "- haproxy: $(haproxy -v 2>&1 | head -n1)"
+	echo "- wrk: $(wrk -v 2>&1 | head -n1 | sed 's/ Copyright.*//')"
+	echo "- go: $(go version 2>/dev/null || echo 'not installed')"
+	if [[ -n $SB_BIN ]]; then
+		sb_version=$(timeout 5 "$SB_BIN" version 2>&1 | head -n1 || true)
+		echo "- switchboard: ${sb_version:-"(\`version\` printed nothing)"} ($SB_BIN)"
+	fi
+	echo "- switchboard tree: $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')"
+	echo "- wrk settings: -t$THREADS -c$CONNS -d$DURATION --latency, $ROUNDS round(s), warm-up $WARMUP per target"
+	echo "- backends: 1 nginx, worker_processes 1, 2 server blocks (127.0.0.1:$BACKEND1_PORT, :$BACKEND2_PORT), return 200 \"ok\\n\""
+	echo "- nginx-as-proxy: worker_processes $NGINX_WORKERS, upstream keepalive 64; HAProxy: nbthread $HAPROXY_THREADS, http-reuse always"
+} >"$RUN_DIR/machine.md"
+
+# ---------------------------------------------------------------- measure
+n=${#ACTIVE[@]}
+total_runs=$((ROUNDS * n))
+log "targets: ${ACTIVE[*]}; $ROUNDS round(s) x $n target(s) x $DURATION (+ $WARMUP warm-up each)"
+
+for t in "${ACTIVE[@]}"; do
+	log "warm-up $t ($WARMUP)"
+	run_wrk "$t" "$WARMUP" "$RUN_DIR/warmup-$t.txt" || log "warm-up of $t: wrk failed (see $RUN_DIR/warmup-$t.txt)"
+done
+
+echo "round,target,rps,p50_ms,p99_ms,non2xx,socket_errors,file" >"$RUN_DIR/results.csv"
+declare -A FAILED_RUNS=()
+k=0
+for ((r = 0; r < ROUNDS; r++)); do
+	for ((j = 0; j < n; j++)); do
+		t=${ACTIVE[$(((j + r) % n))]}
+		k=$((k + 1))
+		f="$RUN_DIR/round$((r + 1))-$t.txt"
+		log "run $k/$total_runs: round $((r + 1)) $t"
+		if run_wrk "$t" "$DURATION" "$f" && parsed=$(parse_wrk "$f"); then
+			read -r rps p50 p99 non2xx sockerr <<<"$parsed"
+			echo "$((r + 1)),$t,$rps,$p50,$p99,$non2xx,$sockerr,$(basename "$f")" >>"$RUN_DIR/results.csv"
+			log "  $t: $rps req/s, p50 ${p50}ms, p99 ${p99}ms, non-2xx $non2xx, socket errors $sockerr"
+		else
+			FAILED_RUNS[$t]=$((${FAILED_RUNS[$t]:-0} + 1))
+			log "  $t: wrk run failed or printed no results; see $f"
+		fi
+	done
+done
+
+# ---------------------------------------------------------------- profile
+if ((PROFILE)); then
+	if [[ -z $SB_PID || -n ${NOT_MEASURED[switchboard]:-} ]]; then
+		log "PROFILE=1: switchboard is not running; no profile taken"
+		echo "switchboard was not running; no profile taken" >"$OUT_DIR/profile.txt"
+	else
+		log "PROFILE=1: ${PROFILE_SECONDS}s CPU profile of switchboard under load"
+		prof_url="http://127.0.0.1:$SB_ADMIN_PORT/debug/pprof/profile?seconds=$PROFILE_SECONDS"
+		# A plain background command (no function/subshell), so that $! is
+		# timeout itself, which passes a SIGTERM from cleanup on to wrk.
+		timeout --kill-after=5 "$((PROFILE_SECONDS + 33))" \
+			wrk "-t$THREADS" "-c$CONNS" "-d$((PROFILE_SECONDS + 3))s" --latency "$(target_url switchboard)" \
+			>"$RUN_DIR/profile-wrk.txt" 2>&1 </dev/null &
+		wrk_pid=$!
+		BG_PIDS+=("$wrk_pid")
+		sleep 1
+		# In the background too, so that a signal reaches our trap at once and
+		# cleanup can stop curl.
+		curl -sS --max-time "$((PROFILE_SECONDS + 20))" -o "$OUT_DIR/switchboard.cpu.pprof" \
+			-w '%{http_code}' "$prof_url" >"$RUN_DIR/profile-curl.code" 2>"$RUN_DIR/profile-curl.log" </dev/null &
+		curl_pid=$!
+		BG_PIDS+=("$curl_pid")
+		if wait "$curl_pid"; then
+			code=$(cat "$RUN_DIR/profile-curl.code")
+		else
+			code="curl failed: $(cat "$RUN_DIR/profile-curl.log")"
+		fi
+		wait "$wrk_pid" || log "profile wrk run failed; see $RUN_DIR/profile-wrk.txt"
+		if [[ $code == 200 ]]; then
+			cp "$OUT_DIR/switchboard.cpu.pprof" "$RUN_DIR/"
+			if go tool pprof -top -nodecount=30 "$SB_BIN" "$OUT_DIR/switchboard.cpu.pprof" \
+				>"$OUT_DIR/profile.txt" 2>&1; then
+				cp "$OUT_DIR/profile.txt" "$RUN_DIR/"
+				log "profile: $OUT_DIR/switchboard.cpu.pprof, top 30 in $OUT_DIR/profile.txt"
+			else
+				log "go tool pprof failed; see $OUT_DIR/profile.txt"
+			fi
+		else
+			rm -f "$OUT_DIR/switchboard.cpu.pprof"
+			if [[ $code == 404 ]]; then
+				msg="the admin listener does not serve /debug/pprof/profile (404); no profile taken"
+			else
+				msg="GET $prof_url: $code; no profile taken"
+			fi
+			log "PROFILE=1: $msg"
+			echo "$msg" >"$OUT_DIR/profile.txt"
+		fi
+	fi
+fi
+
+# ---------------------------------------------------------------- report
+csv_col() { # TARGET COLUMN -> values of that column for that target
+	awk -F, -v t="$1" -v c="$2" 'NR > 1 && $2 == t {print $c}' "$RUN_DIR/results.csv"
+}
+nginx_rps=$(csv_col nginx 3 | median)
+status=0
+{
+	echo "### HTTP proxy (L7) — $(date +%Y-%m-%d), wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s)"
+	echo
+	echo "| target | req/s (median) | p50 ms | p99 ms | errors | vs nginx | req/s per round |"
+	echo "|---|---:|---:|---:|---:|---:|---|"
+	for t in $TARGETS; do
+		if [[ -n ${NOT_MEASURED[$t]:-} ]]; then
+			echo "| $t | — | — | — | — | — | not measured (see below) |"
+			continue
+		fi
+		rps=$(csv_col "$t" 3 | median)
+		if [[ -z $rps ]]; then
+			echo "| $t | — | — | — | — | — | every run failed |"
+			continue
+		fi
+		p50=$(csv_col "$t" 4 | median)
+		p99=$(csv_col "$t" 5 | median)
+		errs=$(awk -F, -v t="$t" 'NR > 1 && $2 == t {s += $6 + $7} END {print s + 0}' "$RUN_DIR/results.csv")
+		per_round=$(csv_col "$t" 3 | awk '{printf "%s%.0f", (NR > 1 ? ", " : ""), $1}')
+		ratio="n/a"
+		if [[ -n $nginx_rps ]]; then
+			ratio=$(awk -v a="$rps" -v b="$nginx_rps" 'BEGIN {printf "%.2fx", a / b}')
+		fi
+		printf '| %s | %.0f | %.2f | %.2f | %s | %s | %s |\n' "$t" "$rps" "$p50" "$p99" "$errs" "$ratio" "$per_round"
+		((errs == 0)) || status=3
+	done
+	echo
+	echo "Medians over rounds; errors = non-2xx responses + socket errors, summed over rounds;"
+	echo "vs nginx = median req/s / nginx-as-proxy median req/s. \"direct\" is wrk against one backend, no proxy."
+	if ((${#NOT_MEASURED[@]} > 0 || ${#FAILED_RUNS[@]} > 0)); then
+		echo
+		for t in "${!NOT_MEASURED[@]}"; do echo "- **$t not measured**: ${NOT_MEASURED[$t]}"; done
+		for t in "${!FAILED_RUNS[@]}"; do echo "- **$t**: ${FAILED_RUNS[$t]} of $ROUNDS runs failed (see raw outputs)"; done
+		status=3
+	fi
+	echo
+	echo "Machine:"
+	echo
+	cat "$RUN_DIR/machine.md"
+	echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "- raw outputs: bench/out/$(basename "$RUN_DIR")/"
+} >"$RUN_DIR/results.md"
+
+cat "$RUN_DIR/results.md"
+exit "$status"
