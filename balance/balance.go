@@ -1,6 +1,7 @@
 // Package balance holds the load-balancing policies. Each policy is a small
-// type in its own file that exports const Name and registers a Builder under
-// that name.
+// type in its own file that exports a ...Name const and registers a Builder
+// under that name; New builds one from a Config, and Config.Validate checks a
+// configuration without keeping the result.
 //
 // A Balancer is fed immutable endpoint snapshots through Update and answers
 // Pick from the latest one without taking a lock: Update builds the policy's
@@ -11,6 +12,7 @@
 package balance
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -51,13 +53,17 @@ type Balancer interface {
 	Update(set *endpoint.Set)
 }
 
-// Config is a policy's configuration, validated by the policy's Builder.
-type Config struct {
-	// Policy is the registered name of the policy.
-	Policy string
+// Runner is implemented by balancers that do background work: dynamic_weight
+// polls its endpoints' load and refreshes its weights. The balancer's owner
+// runs Run in a goroutine of its own and cancels ctx to stop it; Run returns
+// once its work has stopped. Balancers that are not Runners need no goroutine.
+type Runner interface {
+	Run(ctx context.Context) error
 }
 
-// Builder makes a Balancer from its configuration, or says why it cannot.
+// Builder makes a Balancer from its configuration, or says why it cannot. A
+// Builder starts no goroutine and holds no resource, so that Config.Validate
+// can build and drop a balancer freely.
 type Builder func(cfg Config) (Balancer, error)
 
 var (
@@ -87,6 +93,13 @@ func New(cfg Config) (Balancer, error) {
 	return b(cfg)
 }
 
+// Validate reports whether cfg names a registered policy with a valid
+// configuration for it. The error is the one New would return.
+func (c Config) Validate() error {
+	_, err := New(c)
+	return err
+}
+
 // Policies lists the registered policy names, sorted.
 func Policies() []string {
 	regMu.RLock()
@@ -110,7 +123,17 @@ func Tried(tried []*endpoint.Endpoint, ep *endpoint.Endpoint) bool {
 }
 
 // pick acquires ep and returns it with its prebuilt Done.
+//
+// Every policy ends its Pick here or in pickWith: the endpoint's in-flight
+// count is what least_conn, p2c and bounded loads read.
 func pick(ep *endpoint.Endpoint) Result {
 	ep.Acquire()
 	return Result{Endpoint: ep, Done: ep.DoneFunc()}
+}
+
+// pickWith acquires ep and returns it with done, a func prebuilt at Update
+// time that ends in ep.Release.
+func pickWith(ep *endpoint.Endpoint, done func(endpoint.Outcome)) Result {
+	ep.Acquire()
+	return Result{Endpoint: ep, Done: done}
 }

@@ -41,7 +41,7 @@ func (rr *RoundRobin) Pick(info *Info) (Result, error) {
 	}
 	i := rr.next.Add(1) - 1
 	ep := eps[i%n]
-	if len(info.Tried) > 0 {
+	if info != nil && len(info.Tried) > 0 {
 		for k := uint64(1); k < n && Tried(info.Tried, ep); k++ {
 			ep = eps[(i+k)%n]
 		}

@@ -1,0 +1,194 @@
+package balance
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Defaults for the Config fields that policies read. A zero field means the
+// default.
+const (
+	DefaultVirtualNodes = 160                  // consistent_hash ring points per unit of weight
+	DefaultTableSize    = 65537                // maglev lookup table size (prime)
+	DefaultFallback     = RoundRobinName       // policy for requests without a hash key
+	DefaultDecayWindow  = 10 * time.Second     // p2c_ewma and dynamic_weight EWMA time constant
+	DefaultErrorPenalty = time.Second          // latency an error counts as in p2c_ewma
+	DefaultLoadHeader   = "X-Switchboard-Load" // response header carrying a load report
+	DefaultRefresh      = time.Second          // dynamic_weight weight-table refresh period
+	DefaultPollInterval = 5 * time.Second      // dynamic_weight poll period when PollPath is set
+	DefaultLatencyCap   = time.Second          // dynamic_weight: latency that scores 0
+	DefaultErrorCap     = 0.5                  // dynamic_weight: error rate that scores 0
+	DefaultMinWeight    = 0.1                  // dynamic_weight: floor of an endpoint's score
+)
+
+// Config is a policy's configuration, validated by the policy's Builder.
+// The yaml tags are the keys of an upstream's `balance:` block. A field a
+// policy does not read must be left zero: setting it is an error, so that a
+// misplaced key is caught at load time instead of silently ignored.
+type Config struct {
+	// Policy is the registered name of the policy. Required.
+	Policy string `yaml:"policy"`
+
+	// HashKey says where consistent_hash and maglev find a request's key:
+	// header:NAME, cookie:NAME, client_ip, path or query:NAME (see
+	// ParseHashKey). Required by those two policies.
+	HashKey string `yaml:"hash_key"`
+	// BoundedLoad, when set, caps any endpoint of consistent_hash or maglev
+	// at BoundedLoad times its weighted share of the in-flight requests
+	// ("consistent hashing with bounded loads"); a key whose endpoint is
+	// full goes to the next one along the ring or table. Must be > 1;
+	// 1.25 is a good start. Default 0: off.
+	BoundedLoad float64 `yaml:"bounded_load"`
+	// Fallback is the policy for requests without a hash key
+	// (consistent_hash, maglev). Default round_robin. It may not be a
+	// hashing policy or dynamic_weight.
+	Fallback string `yaml:"fallback"`
+	// TableSize is maglev's lookup table size; it must be prime and should
+	// be at least 100 times the number of endpoints. Default 65537.
+	TableSize int `yaml:"table_size"`
+	// VirtualNodes is the number of consistent_hash ring points per unit of
+	// weight. Default 160. The ring is capped at 2^20 points in total.
+	VirtualNodes int `yaml:"virtual_nodes"`
+
+	// SlowStart ramps a new or recovered endpoint from 10% to its full
+	// weight over this long. Default 0: off. Read by weighted_round_robin,
+	// weighted_random, least_conn, p2c, p2c_ewma, dynamic_weight and
+	// consistent_hash.
+	SlowStart time.Duration `yaml:"slow_start"`
+
+	// DecayWindow is the time constant of the latency and error-rate EWMAs
+	// of p2c_ewma and dynamic_weight: an observation's influence falls to
+	// 1/e after this long. Default 10s.
+	DecayWindow time.Duration `yaml:"decay_window"`
+	// ErrorPenalty is the latency that a failed request counts as in
+	// p2c_ewma (when its real latency was lower). Default 1s.
+	ErrorPenalty time.Duration `yaml:"error_penalty"`
+
+	// DynamicWeight configures dynamic_weight.
+	DynamicWeight DynamicWeightConfig `yaml:"dynamic_weight"`
+}
+
+// DynamicWeightConfig configures dynamic_weight. An endpoint's score is
+//
+//	CPU*(1-cpu) + Mem*(1-mem) + Latency*(1-min(lat,LatencyCap)/LatencyCap)
+//	  + Errors*(1-min(errs,ErrorCap)/ErrorCap)
+//
+// divided by the sum of the coefficients and floored at MinWeight; its
+// weight is the configured weight times that score.
+type DynamicWeightConfig struct {
+	// CPU, Mem, Latency and Errors are the coefficients of the score's
+	// terms, relative to each other (they need not sum to 1). When all four
+	// are zero the defaults 0.4, 0.3, 0.2 and 0.1 apply; when any is set
+	// they are taken as given.
+	CPU     float64 `yaml:"cpu"`
+	Mem     float64 `yaml:"mem"`
+	Latency float64 `yaml:"latency"`
+	Errors  float64 `yaml:"errors"`
+	// LatencyCap is the latency EWMA at which the latency term reaches 0.
+	// Default 1s.
+	LatencyCap time.Duration `yaml:"latency_cap"`
+	// ErrorCap is the error rate (0..1, decayed over DecayWindow) at which
+	// the errors term reaches 0. Default 0.5.
+	ErrorCap float64 `yaml:"error_cap"`
+	// MinWeight is the floor of the score (0..1], so that a loaded endpoint
+	// still gets a trickle of traffic and can show it recovered. Default 0.1.
+	MinWeight float64 `yaml:"min_weight"`
+	// Header is the response header the proxy reads a load report from
+	// ("cpu=0.42, mem=0.31") and hands over in Outcome.LoadReport; the
+	// poller reads it too. Default X-Switchboard-Load.
+	Header string `yaml:"header"`
+	// PollPath, when set, makes Run poll http://ADDRESS+PollPath on every
+	// ready endpoint; the report is the Header response header or, without
+	// it, the body. Default "": no polling.
+	PollPath string `yaml:"poll_path"`
+	// PollInterval is the time between polls. Default 5s.
+	PollInterval time.Duration `yaml:"poll_interval"`
+	// Refresh is how often the weight table is rebuilt from the latest
+	// reports and observations. Default 1s.
+	Refresh time.Duration `yaml:"refresh"`
+}
+
+// field names a Config field by its yaml key and reports whether it is set.
+type field struct {
+	key string
+	set bool
+}
+
+func (c Config) fields() []field {
+	dw := c.DynamicWeight
+	return []field{
+		{"hash_key", c.HashKey != ""},
+		{"bounded_load", c.BoundedLoad != 0},
+		{"fallback", c.Fallback != ""},
+		{"table_size", c.TableSize != 0},
+		{"virtual_nodes", c.VirtualNodes != 0},
+		{"slow_start", c.SlowStart != 0},
+		{"decay_window", c.DecayWindow != 0},
+		{"error_penalty", c.ErrorPenalty != 0},
+		{"dynamic_weight", dw != DynamicWeightConfig{}},
+	}
+}
+
+// only returns an error naming the first field that is set although the
+// policy does not read it.
+func (c Config) only(keys ...string) error {
+	for _, f := range c.fields() {
+		if !f.set {
+			continue
+		}
+		used := false
+		for _, k := range keys {
+			if k == f.key {
+				used = true
+				break
+			}
+		}
+		if !used {
+			return fmt.Errorf("%s does not use %s", c.Policy, f.key)
+		}
+	}
+	return nil
+}
+
+// checkCommon validates the fields shared by several policies.
+func (c Config) checkCommon() error {
+	if c.SlowStart < 0 {
+		return fmt.Errorf("%s: slow_start must not be negative, got %v", c.Policy, c.SlowStart)
+	}
+	if c.DecayWindow < 0 {
+		return fmt.Errorf("%s: decay_window must not be negative, got %v", c.Policy, c.DecayWindow)
+	}
+	if c.ErrorPenalty < 0 {
+		return fmt.Errorf("%s: error_penalty must not be negative, got %v", c.Policy, c.ErrorPenalty)
+	}
+	return nil
+}
+
+// orDuration returns d, or def when d is zero.
+func orDuration(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// isPrime reports whether n is prime (trial division; n is a table size).
+func isPrime(n int) bool {
+	if n < 2 {
+		return false
+	}
+	if n%2 == 0 {
+		return n == 2
+	}
+	for d := 3; d <= int(math.Sqrt(float64(n))); d += 2 {
+		if n%d == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// policyList formats names for an error message.
+func policyList(names []string) string { return strings.Join(names, ", ") }

@@ -1,0 +1,71 @@
+package balance
+
+import (
+	"math/bits"
+	"math/rand/v2"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// epoch anchors the monotonic clock that EWMAs read.
+var epoch = time.Now()
+
+// monoNow is the thin wrapper around the clock for the hot-path functions
+// that take time as a parameter: monotonic nanoseconds since the package was
+// loaded, never 0 (0 means "never" in EWMA stamps). time.Since reads only
+// the monotonic clock, which is cheaper than time.Now.
+func monoNow() int64 { return int64(time.Since(epoch)) + 1 }
+
+// rng is a policy's source of randomness: the runtime's per-thread
+// generator behind math/rand/v2 (no lock, safe for concurrent use), unless a
+// test installed a seeded one through setRand.
+type rng struct{ fn func() uint64 }
+
+func (r *rng) next() uint64 {
+	if r.fn != nil {
+		return r.fn()
+	}
+	return rand.Uint64()
+}
+
+// setRand installs fn as the source of randomness; nil restores the
+// runtime's. It is a test seam: call it before any concurrent use.
+func (r *rng) setRand(fn func() uint64) { r.fn = fn }
+
+// randSetter is implemented by every policy that draws random numbers, so
+// that tests can make them deterministic.
+type randSetter interface{ setRand(fn func() uint64) }
+
+// bounded maps a uniform 64-bit r to [0, n) without division (Lemire).
+func bounded(r, n uint64) uint64 {
+	hi, _ := bits.Mul64(r, n)
+	return hi
+}
+
+// uniformN draws from [0, n) with r.
+func uniformN(r *rng, n int) int { return int(bounded(r.next(), uint64(n))) }
+
+// avoidTried returns ready[untried(ready, i, info)].
+func avoidTried(ready []*endpoint.Endpoint, i int, info *Info) *endpoint.Endpoint {
+	return ready[untried(ready, i, info)]
+}
+
+// untried returns i unless the request already tried ready[i]; then the
+// index of the next ready endpoint after i that it has not tried, or i when
+// it tried them all.
+func untried(ready []*endpoint.Endpoint, i int, info *Info) int {
+	if info == nil || len(info.Tried) == 0 || !Tried(info.Tried, ready[i]) {
+		return i
+	}
+	n := len(ready)
+	for k := 1; k < n; k++ {
+		if j := (i + k) % n; !Tried(info.Tried, ready[j]) {
+			return j
+		}
+	}
+	return i
+}
+
+// hasTried reports whether info lists any tried endpoint.
+func hasTried(info *Info) bool { return info != nil && len(info.Tried) > 0 }
