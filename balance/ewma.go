@@ -1,0 +1,191 @@
+package balance
+
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// P2CEWMAName is the name of the power-of-two-choices policy on peak-EWMA
+// latency.
+const P2CEWMAName = "p2c_ewma"
+
+func init() {
+	Register(P2CEWMAName, func(cfg Config) (Balancer, error) {
+		if err := cfg.only("slow_start", "decay_window", "error_penalty"); err != nil {
+			return nil, err
+		}
+		if err := cfg.checkCommon(); err != nil {
+			return nil, err
+		}
+		return NewP2CEWMA(cfg), nil
+	})
+}
+
+// P2CEWMA draws two ready endpoints at random by weight and hands the
+// request to the one with the lower peak-EWMA latency times (in-flight + 1),
+// as Finagle's and Linkerd's balancers do.
+//
+// The latency estimate of each endpoint jumps up to any latency above it
+// (peak) and otherwise decays towards new observations with time constant
+// DecayWindow; when read it also decays towards 0 for the time since its
+// last observation, so that an endpoint that was slow once is retried
+// eventually. A failed request (transport error or 5xx) counts as at least
+// ErrorPenalty; a request the client canceled counts as nothing. An
+// endpoint never observed costs 0 while idle (so it gets tried) and
+// ErrorPenalty per in-flight request otherwise (so it is not flooded before
+// its first answer). Costs within 1% of each other are equal and the first
+// drawn wins, so idle endpoints share traffic in proportion to weight.
+//
+// The estimates live in a side struct per endpoint, carried across Updates
+// for the same *endpoint.Endpoint, and are updated lock-free from Done.
+type P2CEWMA struct {
+	rng
+	p     *ewmaParams
+	rb    *rebuilder
+	snap  atomic.Pointer[ewmaSnap]
+	sides map[*endpoint.Endpoint]*ewmaSide // guarded by rb.mu
+}
+
+type ewmaParams struct {
+	tau     float64      // DecayWindow in ns
+	penalty float64      // ErrorPenalty in ns
+	clock   func() int64 // monoNow; a test seam
+}
+
+type ewmaSnap struct {
+	lcSnap
+	sides []*ewmaSide
+}
+
+// ewmaSide is one endpoint's latency estimate and its prebuilt Done.
+type ewmaSide struct {
+	ep    *endpoint.Endpoint
+	p     *ewmaParams
+	cost  atomic.Uint64 // float64 bits: peak-EWMA latency in ns
+	stamp atomic.Int64  // clock at the last observation; 0: never observed
+	done  func(endpoint.Outcome)
+}
+
+// NewP2CEWMA returns an empty p2c_ewma balancer. It reads cfg.SlowStart,
+// cfg.DecayWindow and cfg.ErrorPenalty.
+func NewP2CEWMA(cfg Config) *P2CEWMA {
+	b := &P2CEWMA{
+		p: &ewmaParams{
+			tau:     float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
+			penalty: float64(orDuration(cfg.ErrorPenalty, DefaultErrorPenalty)),
+			clock:   monoNow,
+		},
+		sides: map[*endpoint.Endpoint]*ewmaSide{},
+	}
+	b.snap.Store(&ewmaSnap{})
+	b.rb = newRebuilder(cfg.SlowStart, b.build)
+	return b
+}
+
+// Update implements Balancer.
+func (b *P2CEWMA) Update(set *endpoint.Set) { b.rb.update(set) }
+
+func (b *P2CEWMA) build(set *endpoint.Set, factors []float64) {
+	next := make(map[*endpoint.Endpoint]*ewmaSide, len(set.All))
+	// Keep the estimates of every endpoint in the pool, ready or not, so
+	// that one that comes back is judged by what it last showed.
+	for _, ep := range set.All {
+		s := b.sides[ep]
+		if s == nil {
+			s = &ewmaSide{ep: ep, p: b.p}
+			s.done = s.release
+		}
+		next[ep] = s
+	}
+	b.sides = next
+	sides := make([]*ewmaSide, len(set.Ready))
+	for i, ep := range set.Ready {
+		sides[i] = next[ep]
+		if sides[i] == nil { // a Set whose Ready is not a subset of All
+			sides[i] = &ewmaSide{ep: ep, p: b.p}
+			sides[i].done = sides[i].release
+			next[ep] = sides[i]
+		}
+	}
+	ew := effWeights(set.Ready, factors)
+	b.snap.Store(&ewmaSnap{lcSnap: lcSnap{eps: set.Ready, s: newSampler(ew)}, sides: sides})
+}
+
+// Pick implements Balancer.
+func (b *P2CEWMA) Pick(info *Info) (Result, error) {
+	s := b.snap.Load()
+	if len(s.eps) == 0 {
+		return Result{}, ErrNoEndpoint
+	}
+	return s.pickAt(&b.rng, b.p.clock(), info), nil
+}
+
+// pickAt is Pick as of now.
+func (s *ewmaSnap) pickAt(r *rng, now int64, info *Info) Result {
+	a, c := s.two(r, info)
+	sa, sc := s.sides[a], s.sides[c]
+	if la, lc := sa.load(now), sc.load(now); lc*1.01 < la {
+		sa = sc
+	}
+	return pickWith(sa.ep, sa.done)
+}
+
+// load is the endpoint's cost as of now: the estimate decayed for the time
+// since it was last updated, times (in-flight + 1).
+func (s *ewmaSide) load(now int64) float64 {
+	in := float64(s.ep.InFlight())
+	last := s.stamp.Load()
+	if last == 0 {
+		return s.p.penalty * in
+	}
+	c := math.Float64frombits(s.cost.Load())
+	if el := now - last; el > 0 {
+		c *= math.Exp(-float64(el) / s.p.tau)
+	}
+	return c * (in + 1)
+}
+
+// release is the endpoint's Done: observe, then release the endpoint.
+func (s *ewmaSide) release(o endpoint.Outcome) {
+	s.observe(s.p.clock(), o)
+	s.ep.Release(o)
+}
+
+// observe folds one outcome at now into the estimate. Concurrent observers
+// may both decay over the same interval; that only shifts a little weight
+// to the newer sample.
+func (s *ewmaSide) observe(now int64, o endpoint.Outcome) {
+	if o.Canceled {
+		return
+	}
+	rtt := max(float64(o.Latency), 0)
+	if failed(o) {
+		rtt = max(rtt, s.p.penalty)
+	}
+	for {
+		last := s.stamp.Load()
+		oldBits := s.cost.Load()
+		old := math.Float64frombits(oldBits)
+		next := rtt
+		if last != 0 && rtt < old {
+			w := math.Exp(-float64(max(now-last, 0)) / s.p.tau)
+			next = old*w + rtt*(1-w)
+		}
+		if s.cost.CompareAndSwap(oldBits, math.Float64bits(next)) {
+			break
+		}
+	}
+	for {
+		last := s.stamp.Load()
+		if last >= now || s.stamp.CompareAndSwap(last, now) {
+			return
+		}
+	}
+}
+
+// failed reports whether an outcome counts as an error for latency-aware
+// policies: a transport error, or a 5xx answer (a fast-failing endpoint
+// must not look fast).
+func failed(o endpoint.Outcome) bool { return o.Failed() || (o.Status >= 500 && !o.Canceled) }
