@@ -1,0 +1,158 @@
+package balance
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sync/atomic"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// What consistent_hash and maglev share: the hash key, the fallback for
+// requests without one, and bounded loads.
+
+// hashCommon validates and applies the configuration both hashing policies
+// read.
+type hashCommon struct {
+	key      HashKey
+	fallback Balancer
+	bounded  float64      // BoundedLoad; 0: off
+	total    atomic.Int64 // picks in flight through this balancer (bounded mode)
+	sides    map[*endpoint.Endpoint]*hashSide
+}
+
+// hashSide counts one endpoint's picks in flight through this balancer and
+// holds its prebuilt Done, in bounded mode.
+type hashSide struct {
+	ep    *endpoint.Endpoint
+	in    atomic.Int64
+	total *atomic.Int64
+	done  func(endpoint.Outcome)
+}
+
+func (s *hashSide) release(o endpoint.Outcome) {
+	s.in.Add(-1)
+	s.total.Add(-1)
+	s.ep.Release(o)
+}
+
+// hashFallbacks are the policies a hashing policy may fall back to.
+var hashFallbacks = []string{RoundRobinName, WeightedRoundRobinName, RandomName, WeightedRandomName, LeastConnName, P2CName, P2CEWMAName}
+
+func newHashCommon(cfg Config) (*hashCommon, error) {
+	if err := cfg.checkCommon(); err != nil {
+		return nil, err
+	}
+	if cfg.HashKey == "" {
+		return nil, fmt.Errorf("%s needs hash_key (header:NAME, cookie:NAME, client_ip, path or query:NAME)", cfg.Policy)
+	}
+	key, err := ParseHashKey(cfg.HashKey)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Policy, err)
+	}
+	if b := cfg.BoundedLoad; b != 0 && (!(b > 1) || math.IsInf(b, 1)) {
+		return nil, fmt.Errorf("%s: bounded_load must be > 1 (1.25 is a good start), got %v", cfg.Policy, cfg.BoundedLoad)
+	}
+	fb := cfg.Fallback
+	if fb == "" {
+		fb = DefaultFallback
+	}
+	if !slices.Contains(hashFallbacks, fb) {
+		return nil, fmt.Errorf("%s: fallback %q is not one of %s", cfg.Policy, fb, policyList(hashFallbacks))
+	}
+	fbCfg := Config{Policy: fb}
+	if fb != RoundRobinName && fb != RandomName {
+		fbCfg.SlowStart = cfg.SlowStart
+	}
+	fallback, err := New(fbCfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: fallback: %w", cfg.Policy, err)
+	}
+	return &hashCommon{key: key, fallback: fallback, bounded: cfg.BoundedLoad, sides: map[*endpoint.Endpoint]*hashSide{}}, nil
+}
+
+// setRand forwards the test seam to the fallback.
+func (h *hashCommon) setRand(fn func() uint64) {
+	if r, ok := h.fallback.(randSetter); ok {
+		r.setRand(fn)
+	}
+}
+
+// hashSnap is the part of a hashing policy's pick state that choose reads.
+type hashSnap struct {
+	eps   []*endpoint.Endpoint
+	share []float64   // bounded mode: BoundedLoad * weight / total weight
+	sides []*hashSide // bounded mode
+}
+
+// boundedState fills the bounded-load part of s for weights w; called with
+// the owning rebuilder's lock held.
+func (h *hashCommon) boundedState(s *hashSnap, all []*endpoint.Endpoint, w []float64) {
+	if h.bounded == 0 {
+		return
+	}
+	next := make(map[*endpoint.Endpoint]*hashSide, len(all))
+	for _, ep := range all {
+		if sd := h.sides[ep]; sd != nil {
+			next[ep] = sd
+		}
+	}
+	var sum float64
+	for _, x := range w {
+		sum += x
+	}
+	s.share = make([]float64, len(s.eps))
+	s.sides = make([]*hashSide, len(s.eps))
+	for i, ep := range s.eps {
+		s.share[i] = h.bounded * w[i] / sum
+		sd := next[ep]
+		if sd == nil {
+			sd = &hashSide{ep: ep, total: &h.total}
+			sd.done = sd.release
+			next[ep] = sd
+		}
+		s.sides[i] = sd
+	}
+	h.sides = next
+}
+
+// choose walks owners (ring points or table slots) from start and returns
+// the first endpoint the request has not tried and, in bounded mode, whose
+// in-flight count is below its capacity ceil(share * (in-flight total + 1)).
+// If every endpoint is tried or full it returns the one at start.
+func (h *hashCommon) choose(s *hashSnap, owners []uint32, start int, info *Info) Result {
+	tried := hasTried(info)
+	if h.bounded == 0 && !tried {
+		return pick(s.eps[owners[start]])
+	}
+	n := len(owners)
+	total := float64(h.total.Load() + 1)
+	j := start
+	for k := 0; k < n; k++ {
+		i := owners[j]
+		if !tried || !Tried(info.Tried, s.eps[i]) {
+			if h.bounded == 0 {
+				return pick(s.eps[i])
+			}
+			sd := s.sides[i]
+			if float64(sd.in.Load()) < math.Ceil(s.share[i]*total) {
+				return h.pickBounded(sd)
+			}
+		}
+		if j++; j == n {
+			j = 0
+		}
+	}
+	i := owners[start]
+	if h.bounded == 0 {
+		return pick(s.eps[i])
+	}
+	return h.pickBounded(s.sides[i])
+}
+
+func (h *hashCommon) pickBounded(sd *hashSide) Result {
+	sd.in.Add(1)
+	h.total.Add(1)
+	return pickWith(sd.ep, sd.done)
+}

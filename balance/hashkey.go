@@ -1,0 +1,87 @@
+package balance
+
+import (
+	"fmt"
+	"net/textproto"
+	"strings"
+)
+
+// The sources a hash key can come from.
+const (
+	HashKeyHeader   = "header"    // header:NAME, the value of request header NAME
+	HashKeyCookie   = "cookie"    // cookie:NAME, the value of cookie NAME
+	HashKeyClientIP = "client_ip" // the client's IP address (without port)
+	HashKeyPath     = "path"      // the request path (without query)
+	HashKeyQuery    = "query"     // query:NAME, the first value of query parameter NAME
+)
+
+// HashKey says where the proxy finds a request's key for consistent_hash
+// and maglev. It is written as header:NAME, cookie:NAME, client_ip, path or
+// query:NAME. The proxy extracts the key and sets Info.Key; a request
+// without one (no such header, cookie or parameter) gets Info.HasKey false
+// and goes to the policy's Fallback. An empty header, cookie or parameter
+// value is a key like any other.
+type HashKey struct {
+	// Source is HashKeyHeader, HashKeyCookie, HashKeyClientIP, HashKeyPath
+	// or HashKeyQuery.
+	Source string
+	// Name is the header name (in canonical form, X-User-Id), the cookie
+	// name or the query parameter name; empty for client_ip and path.
+	Name string
+}
+
+// ParseHashKey parses "header:X-User-Id", "cookie:sid", "client_ip",
+// "path" or "query:q".
+func ParseHashKey(s string) (HashKey, error) {
+	src, name, hasName := strings.Cut(s, ":")
+	switch src {
+	case HashKeyClientIP, HashKeyPath:
+		if hasName {
+			return HashKey{}, fmt.Errorf("hash_key %q: %s takes no name", s, src)
+		}
+		return HashKey{Source: src}, nil
+	case HashKeyHeader, HashKeyCookie, HashKeyQuery:
+		if name == "" {
+			return HashKey{}, fmt.Errorf("hash_key %q: %s needs a name, as in %s:NAME", s, src, src)
+		}
+		if src == HashKeyQuery {
+			if strings.ContainsAny(name, " \t\r\n&=#?") {
+				return HashKey{}, fmt.Errorf("hash_key %q: %q is not a query parameter name", s, name)
+			}
+			return HashKey{Source: src, Name: name}, nil
+		}
+		if !isToken(name) {
+			return HashKey{}, fmt.Errorf("hash_key %q: %q is not a valid %s name", s, name, src)
+		}
+		if src == HashKeyHeader {
+			name = textproto.CanonicalMIMEHeaderKey(name)
+		}
+		return HashKey{Source: src, Name: name}, nil
+	}
+	return HashKey{}, fmt.Errorf("hash_key %q: want header:NAME, cookie:NAME, client_ip, path or query:NAME", s)
+}
+
+// String returns the key in the form ParseHashKey reads.
+func (k HashKey) String() string {
+	if k.Name == "" {
+		return k.Source
+	}
+	return k.Source + ":" + k.Name
+}
+
+// isToken reports whether s is an RFC 9110 token (header and cookie names).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
