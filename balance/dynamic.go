@@ -1,0 +1,478 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// DynamicWeightName is the name of the load-report-driven weighted policy.
+const DynamicWeightName = "dynamic_weight"
+
+func init() {
+	Register(DynamicWeightName, func(cfg Config) (Balancer, error) {
+		if err := cfg.only("slow_start", "decay_window", "dynamic_weight"); err != nil {
+			return nil, err
+		}
+		return NewDynamicWeight(cfg)
+	})
+}
+
+// Default coefficients of dynamic_weight's score.
+const (
+	DefaultCPUCoefficient     = 0.4
+	DefaultMemCoefficient     = 0.3
+	DefaultLatencyCoefficient = 0.2
+	DefaultErrorsCoefficient  = 0.1
+)
+
+const (
+	pollWorkers    = 8               // concurrent polls in one round
+	maxPollTimeout = 2 * time.Second // bound on one poll request
+	maxReportBytes = 512             // bound on a polled body
+)
+
+// DynamicWeight draws endpoints at random in proportion to their configured
+// weight times a score computed from their reported load and the balancer's
+// own observations (see DynamicWeightConfig).
+//
+// cpu and mem come from load reports: the proxy passes the response header
+// (DynamicWeightConfig.Header) in Outcome.LoadReport, or Run polls
+// PollPath on every ready endpoint. A report reads "cpu=0.42, mem=0.31";
+// values are fractions in [0, 1], unknown keys are ignored, and a malformed
+// or out-of-range report is ignored whole and logged once per endpoint. An
+// endpoint that never reported counts as idle on that term. Latency (an
+// EWMA of successful requests) and the error rate (transport errors and
+// 5xx, decayed) are observed from Done; DecayWindow is their time
+// constant.
+//
+// Pick draws from an immutable alias table. The table is rebuilt off the
+// pick path: at most once per Refresh from a Done that finds it due, on
+// every Update and slow-start step, and by Run's ticker. Run is needed only
+// for polling, or to refresh weights while no traffic flows.
+type DynamicWeight struct {
+	rng
+	p     *dwParams
+	rb    *rebuilder
+	snap  atomic.Pointer[dwSnap]
+	sides map[*endpoint.Endpoint]*dwSide // guarded by rb.mu
+	due   atomic.Int64                   // clock when a Done should next refresh the table
+
+	client    *http.Client
+	afterPoll func() // a test hook, called after each poll round
+}
+
+type dwParams struct {
+	cpu, mem, lat, errs float64 // coefficients, summing to 1
+	latCap              float64 // ns
+	errCap              float64
+	minW                float64
+	tau                 float64 // ns
+	refresh             time.Duration
+	header              string
+	pollPath            string
+	pollInterval        time.Duration
+	clock               func() int64 // monoNow; a test seam
+	log                 *slog.Logger // nil: slog.Default(); a test seam
+}
+
+type dwSnap struct {
+	weightedSnap
+	sides []*dwSide
+	w     []float64 // the weights drawn from, for tests and introspection
+}
+
+// dwSide is one endpoint's reports and observations and its prebuilt Done.
+type dwSide struct {
+	ep     *endpoint.Endpoint
+	d      *DynamicWeight
+	cpu    atomic.Uint64 // float64 bits
+	mem    atomic.Uint64 // float64 bits
+	lat    ewma          // ns
+	errs   ewma          // fraction of failed requests
+	warned atomic.Bool   // a bad report was logged
+	done   func(endpoint.Outcome)
+}
+
+// NewDynamicWeight returns an empty dynamic_weight balancer, or why cfg is
+// not valid for it.
+func NewDynamicWeight(cfg Config) (*DynamicWeight, error) {
+	if err := cfg.checkCommon(); err != nil {
+		return nil, err
+	}
+	c := cfg.DynamicWeight
+	p := &dwParams{
+		cpu: c.CPU, mem: c.Mem, lat: c.Latency, errs: c.Errors,
+		latCap:       float64(orDuration(c.LatencyCap, DefaultLatencyCap)),
+		errCap:       c.ErrorCap,
+		minW:         c.MinWeight,
+		tau:          float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
+		refresh:      orDuration(c.Refresh, DefaultRefresh),
+		header:       c.Header,
+		pollPath:     c.PollPath,
+		pollInterval: orDuration(c.PollInterval, DefaultPollInterval),
+		clock:        monoNow,
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("dynamic_weight: "+format, a...)
+	}
+	for _, k := range []struct {
+		name string
+		v    float64
+	}{{"cpu", p.cpu}, {"mem", p.mem}, {"latency", p.lat}, {"errors", p.errs}} {
+		if !(k.v >= 0) || math.IsInf(k.v, 1) {
+			return nil, bad("coefficient %s must be >= 0, got %v", k.name, k.v)
+		}
+	}
+	if sum := p.cpu + p.mem + p.lat + p.errs; sum == 0 {
+		p.cpu, p.mem, p.lat, p.errs = DefaultCPUCoefficient, DefaultMemCoefficient, DefaultLatencyCoefficient, DefaultErrorsCoefficient
+	} else {
+		p.cpu, p.mem, p.lat, p.errs = p.cpu/sum, p.mem/sum, p.lat/sum, p.errs/sum
+	}
+	switch {
+	case c.LatencyCap < 0:
+		return nil, bad("latency_cap must be positive, got %v", c.LatencyCap)
+	case c.ErrorCap == 0:
+		p.errCap = DefaultErrorCap
+	case !(c.ErrorCap > 0 && c.ErrorCap <= 1):
+		return nil, bad("error_cap must be in (0, 1], got %v", c.ErrorCap)
+	}
+	switch {
+	case c.MinWeight == 0:
+		p.minW = DefaultMinWeight
+	case !(c.MinWeight > 0 && c.MinWeight <= 1):
+		return nil, bad("min_weight must be in (0, 1], got %v", c.MinWeight)
+	}
+	if p.header == "" {
+		p.header = DefaultLoadHeader
+	} else if !isToken(p.header) {
+		return nil, bad("header %q is not a valid header name", p.header)
+	}
+	if p.pollPath != "" && !strings.HasPrefix(p.pollPath, "/") {
+		return nil, bad("poll_path must start with /, got %q", p.pollPath)
+	}
+	if c.PollInterval < 0 {
+		return nil, bad("poll_interval must be positive, got %v", c.PollInterval)
+	}
+	if c.PollInterval != 0 && p.pollPath == "" {
+		return nil, bad("poll_interval needs poll_path")
+	}
+	if c.Refresh < 0 {
+		return nil, bad("refresh must be positive, got %v", c.Refresh)
+	}
+	d := &DynamicWeight{
+		p:      p,
+		sides:  map[*endpoint.Endpoint]*dwSide{},
+		client: &http.Client{Timeout: min(p.pollInterval, maxPollTimeout)},
+	}
+	d.snap.Store(&dwSnap{})
+	d.rb = newRebuilder(cfg.SlowStart, d.build)
+	return d, nil
+}
+
+// Update implements Balancer.
+func (d *DynamicWeight) Update(set *endpoint.Set) { d.rb.update(set) }
+
+func (d *DynamicWeight) build(set *endpoint.Set, factors []float64) {
+	now := d.p.clock()
+	next := make(map[*endpoint.Endpoint]*dwSide, len(set.All))
+	side := func(ep *endpoint.Endpoint) *dwSide {
+		s := d.sides[ep]
+		if s == nil {
+			s = next[ep]
+		}
+		if s == nil {
+			s = &dwSide{ep: ep, d: d}
+			s.errs.stamp.Store(now) // the error rate starts at 0, not at the first outcome
+			s.done = s.release
+		}
+		next[ep] = s
+		return s
+	}
+	for _, ep := range set.All {
+		side(ep)
+	}
+	s := &dwSnap{weightedSnap: weightedSnap{eps: set.Ready}, sides: make([]*dwSide, len(set.Ready))}
+	s.w = effWeights(set.Ready, factors)
+	for i, ep := range set.Ready {
+		s.sides[i] = side(ep)
+		s.w[i] *= s.sides[i].score()
+	}
+	d.sides = next
+	s.s = newSampler(s.w)
+	d.snap.Store(s)
+	d.due.Store(now + int64(d.p.refresh))
+}
+
+// score is the endpoint's share of its configured weight, in [minW, 1].
+func (s *dwSide) score() float64 {
+	p := s.d.p
+	cpu := math.Float64frombits(s.cpu.Load())
+	mem := math.Float64frombits(s.mem.Load())
+	lat := min(s.lat.value(), p.latCap)
+	errs := min(s.errs.value(), p.errCap)
+	v := p.cpu*(1-cpu) + p.mem*(1-mem) + p.lat*(1-lat/p.latCap) + p.errs*(1-errs/p.errCap)
+	return max(v, p.minW)
+}
+
+// Pick implements Balancer.
+func (d *DynamicWeight) Pick(info *Info) (Result, error) {
+	s := d.snap.Load()
+	if len(s.eps) == 0 {
+		return Result{}, ErrNoEndpoint
+	}
+	i := s.index(&d.rng, info)
+	return pickWith(s.eps[i], s.sides[i].done), nil
+}
+
+// release is the endpoint's Done.
+func (s *dwSide) release(o endpoint.Outcome) {
+	now := s.d.p.clock()
+	s.observe(now, o)
+	s.ep.Release(o)
+	s.d.maybeRefresh(now)
+}
+
+// observe folds one outcome at now into the endpoint's state.
+func (s *dwSide) observe(now int64, o endpoint.Outcome) {
+	if o.LoadReport != "" {
+		s.report(o.LoadReport)
+	}
+	if o.Canceled {
+		return
+	}
+	tau := s.d.p.tau
+	if failed(o) {
+		s.errs.observe(now, 1, tau)
+		return
+	}
+	s.errs.observe(now, 0, tau)
+	s.lat.observe(now, float64(max(o.Latency, 0)), tau)
+}
+
+// report applies a load report, or logs (once) why it is ignored.
+func (s *dwSide) report(raw string) {
+	cpu, mem, err := parseLoadReport(raw)
+	if err != nil {
+		if s.warned.CompareAndSwap(false, true) {
+			log := s.d.p.log
+			if log == nil {
+				log = slog.Default()
+			}
+			log.Warn("balance: ignoring load report", "policy", DynamicWeightName,
+				"endpoint", s.ep.Address(), "report", raw, "reason", err.Error(),
+				"note", "logged once per endpoint")
+		}
+		return
+	}
+	if cpu >= 0 {
+		s.cpu.Store(math.Float64bits(cpu))
+	}
+	if mem >= 0 {
+		s.mem.Store(math.Float64bits(mem))
+	}
+}
+
+// maybeRefresh rebuilds the table if it is due, in the one Done that wins
+// the race for it.
+func (d *DynamicWeight) maybeRefresh(now int64) {
+	due := d.due.Load()
+	if now < due || !d.due.CompareAndSwap(due, now+int64(d.p.refresh)) {
+		return
+	}
+	d.rb.tryRebuildAt(d.rb.clock())
+}
+
+// Errors of parseLoadReport; static so that a backend sending garbage on
+// every response costs no allocation.
+var (
+	errReportSyntax = errors.New(`want "cpu=F, mem=F" with F in [0, 1]`)
+	errReportRange  = errors.New("value out of [0, 1]")
+	errReportEmpty  = errors.New("no cpu or mem value")
+)
+
+// parseLoadReport reads "cpu=0.42, mem=0.31". A value absent from the
+// report is returned as -1. Keys other than cpu and mem are ignored.
+func parseLoadReport(s string) (cpu, mem float64, err error) {
+	cpu, mem = -1, -1
+	for len(s) > 0 {
+		var item string
+		item, s, _ = strings.Cut(s, ",")
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, "=")
+		if !ok {
+			return -1, -1, errReportSyntax
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if k != "cpu" && k != "mem" {
+			continue
+		}
+		if !isDecimal(v) {
+			return -1, -1, errReportSyntax
+		}
+		x, perr := strconv.ParseFloat(v, 64)
+		if perr != nil {
+			return -1, -1, errReportSyntax
+		}
+		if x > 1 {
+			return -1, -1, errReportRange
+		}
+		if k == "cpu" {
+			cpu = x
+		} else {
+			mem = x
+		}
+	}
+	if cpu < 0 && mem < 0 {
+		return -1, -1, errReportEmpty
+	}
+	return cpu, mem, nil
+}
+
+// isDecimal reports whether s is digits with at most one '.', and at least
+// one digit: what ParseFloat accepts without allocating an error.
+func isDecimal(s string) bool {
+	digits, dots := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case '0' <= c && c <= '9':
+			digits++
+		case c == '.':
+			dots++
+		default:
+			return false
+		}
+	}
+	return digits > 0 && dots <= 1 && len(s) <= 32
+}
+
+// Run refreshes the weight table every Refresh and, when PollPath is set,
+// polls every ready endpoint every PollInterval, until ctx ends. It
+// returns nil when stopped by ctx. Call it at most once, in a goroutine the
+// balancer's owner stops by canceling ctx.
+func (d *DynamicWeight) Run(ctx context.Context) error {
+	refresh := time.NewTicker(d.p.refresh)
+	defer refresh.Stop()
+	var poll <-chan time.Time
+	if d.p.pollPath != "" {
+		t := time.NewTicker(d.p.pollInterval)
+		defer t.Stop()
+		poll = t.C
+		d.pollRound(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-refresh.C:
+			d.rb.rebuildAt(d.rb.clock())
+		case <-poll:
+			d.pollRound(ctx)
+		}
+	}
+}
+
+// pollRound polls every ready endpoint once, pollWorkers at a time, then
+// rebuilds the table.
+func (d *DynamicWeight) pollRound(ctx context.Context) {
+	s := d.snap.Load()
+	work := make(chan *dwSide)
+	var wg sync.WaitGroup
+	for range min(pollWorkers, len(s.sides)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for side := range work {
+				d.poll(ctx, side)
+			}
+		}()
+	}
+feed:
+	for _, side := range s.sides {
+		select {
+		case work <- side:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	if ctx.Err() == nil {
+		d.rb.rebuildAt(d.rb.clock())
+	}
+	if d.afterPoll != nil {
+		d.afterPoll()
+	}
+}
+
+// poll fetches one endpoint's load report. A failed request is left to
+// health checking; only a bad report is logged.
+func (d *DynamicWeight) poll(ctx context.Context, s *dwSide) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.ep.Address()+d.p.pollPath, nil)
+	if err != nil {
+		return
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		slog.Debug("balance: load poll failed", "policy", DynamicWeightName, "endpoint", s.ep.Address(), "err", err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReportBytes))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		slog.Debug("balance: load poll failed", "policy", DynamicWeightName, "endpoint", s.ep.Address(), "status", resp.StatusCode, "err", err)
+		return
+	}
+	report := resp.Header.Get(d.p.header)
+	if report == "" {
+		report = strings.TrimSpace(string(body))
+	}
+	s.report(report)
+}
+
+// ewma is a time-decayed average: an observation x at now moves the value
+// towards x by 1-exp(-(now-last)/tau), so the average covers roughly the
+// last tau whatever the request rate. Lock-free; two concurrent observers
+// may both decay over the same interval, which only shifts a little weight
+// to the newer sample.
+type ewma struct {
+	v     atomic.Uint64 // float64 bits
+	stamp atomic.Int64  // clock at the last observation; 0: never observed
+}
+
+func (e *ewma) value() float64 { return math.Float64frombits(e.v.Load()) }
+
+func (e *ewma) observe(now int64, x, tau float64) {
+	for {
+		last := e.stamp.Load()
+		oldBits := e.v.Load()
+		next := x
+		if last != 0 {
+			w := math.Exp(-float64(max(now-last, 0)) / tau)
+			next = math.Float64frombits(oldBits)*w + x*(1-w)
+		}
+		if e.v.CompareAndSwap(oldBits, math.Float64bits(next)) {
+			break
+		}
+	}
+	for {
+		last := e.stamp.Load()
+		if last >= now || e.stamp.CompareAndSwap(last, now) {
+			return
+		}
+	}
+}
