@@ -66,16 +66,19 @@ func (p *P2C) Pick(info *Info) (Result, error) {
 	return pick(ea), nil
 }
 
-// two draws two candidates by weight, distinct when it can: a second draw
-// equal to the first is drawn again once (which leaves the first draw, and
-// so the share among equals, exactly proportional to weight). Candidates the
-// request already tried are redrawn a few times, then replaced by the next
-// untried endpoint.
+// two draws two distinct candidates by weight (when there are two): a
+// second draw equal to the first is drawn again once, then replaced by a
+// uniform draw among the others. The first draw stays exactly proportional
+// to weight, and with it the share among equally loaded endpoints.
+// Candidates the request already tried are redrawn a few times, then
+// replaced by the next untried endpoint.
 func (s *lcSnap) two(r *rng, info *Info) (int, int) {
 	a := s.s.draw(r.next())
 	b := s.s.draw(r.next())
-	if b == a {
-		b = s.s.draw(r.next())
+	if b == a && s.s.n > 1 {
+		if b = s.s.draw(r.next()); b == a {
+			b = (a + 1 + uniformN(r, int(s.s.n)-1)) % int(s.s.n)
+		}
 	}
 	if hasTried(info) {
 		a = s.untried(r, a, info)

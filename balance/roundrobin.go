@@ -10,7 +10,12 @@ import (
 const RoundRobinName = "round_robin"
 
 func init() {
-	Register(RoundRobinName, func(Config) (Balancer, error) { return NewRoundRobin(), nil })
+	Register(RoundRobinName, func(cfg Config) (Balancer, error) {
+		if err := cfg.only(); err != nil {
+			return nil, err
+		}
+		return NewRoundRobin(), nil
+	})
 }
 
 // RoundRobin hands requests to the ready endpoints in turn, ignoring weight.
