@@ -17,8 +17,8 @@ type Config struct {
 	// Upstreams are the named pools that routes send traffic to.
 	Upstreams map[string]*Upstream `yaml:"upstreams"`
 
-	// File is the path the configuration was loaded from ("" if parsed from
-	// bytes). Not a YAML key.
+	// File is the path the configuration was loaded from, or the name
+	// given to Parse ("" if none). Not a YAML key.
 	File string `yaml:"-"`
 }
 
@@ -50,7 +50,8 @@ type Listener struct {
 	// Protocol is http (the default) or tcp. tcp comes in a later release
 	// and is refused by validation until then.
 	Protocol string `yaml:"protocol"`
-	// Listen is host:port. Required, unique across listeners.
+	// Listen is host:port. Required, unique across listeners. An empty
+	// host means all interfaces; port 0 asks for any free port (tests).
 	Listen string `yaml:"listen"`
 	// TLS, when set, terminates TLS on this listener and offers HTTP/2.
 	TLS *TLS `yaml:"tls"`
@@ -68,10 +69,13 @@ type Listener struct {
 	Routes []Route `yaml:"routes"`
 }
 
-// TLS names a certificate and key in PEM files.
+// TLS names a certificate and key in PEM files. Relative paths are
+// relative to switchboard's working directory, not to the config file.
 type TLS struct {
+	// CertFile holds the certificate chain, leaf first. Required.
 	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	// KeyFile holds the certificate's private key. Required.
+	KeyFile string `yaml:"key_file"`
 }
 
 // ListenerTimeouts bound how long a client may take.

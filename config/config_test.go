@@ -1,0 +1,626 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/balance"
+)
+
+// testEnv is the environment the tests' configurations see.
+var testEnv = map[string]string{"PORT": "9001", "EMPTY": "", "TOKEN": "s3cret", "WEIGHT": "7", "TIMEOUT": "5s"}
+
+func testHost() sys {
+	return sys{
+		lookupEnv: func(name string) (string, bool) { v, ok := testEnv[name]; return v, ok },
+		readFile:  readSmallFile,
+	}
+}
+
+// problemLines parses src and returns its problems, one string each,
+// failing the test if the result breaks the Parse contract.
+func problemLines(t *testing.T, file, src string) []string {
+	t.Helper()
+	cfg, err := parse(file, []byte(src), testHost())
+	if err == nil {
+		t.Fatalf("parse succeeded, want problems; config: %s", dump(cfg))
+	}
+	if cfg != nil {
+		t.Errorf("parse returned a config together with an error")
+	}
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error is %T, want Errors: %v", err, err)
+	}
+	lines := make([]string, len(errs))
+	for i, p := range errs {
+		lines[i] = p.String()
+	}
+	if got := strings.Join(lines, "\n"); got != err.Error() {
+		t.Errorf("Error() = %q, want the problems one per line: %q", err.Error(), got)
+	}
+	return lines
+}
+
+func mustParse(t *testing.T, src string) *Config {
+	t.Helper()
+	cfg, err := parse("lb.yaml", []byte(src), testHost())
+	if err != nil {
+		t.Fatalf("parse: unexpected problems:\n%v", err)
+	}
+	return cfg
+}
+
+func dump(v any) string {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}
+
+func checkLines(t *testing.T, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Errorf("problems:\n  got:\n\t%s\n  want:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+}
+
+func TestBadFilesReportExactProblems(t *testing.T) {
+	policies := strings.Join(balance.Policies(), ", ")
+	tests := []struct {
+		file string
+		want []string
+	}{
+		{"unknown_key.yaml", []string{
+			// The typo leaves listen unset, which is reported too.
+			`2:5: listener listen address is required`,
+			`3:5: unknown key "listn" in listener (known: name, protocol, listen, tls, timeouts, max_header_bytes, max_body_bytes, access_log, routes)`,
+		}},
+		{"bad_duration.yaml", []string{`6:18: expected a duration like "250ms", got "fast"`}},
+		{"bad_size.yaml", []string{`4:23: expected a size like "64KiB", "1MB" or 65536, got "64 kilobytes"`}},
+		{"bad_address.yaml", []string{`3:13: listen address "127.0.0.1:80800" has port 80800, above 65535`}},
+		{"duplicate_listen.yaml", []string{`7:13: listen address "0.0.0.0:8080" clashes with listener "web" (":8080" at line 3)`}},
+		{"duplicate_listener_name.yaml", []string{`6:11: duplicate listener name "web" (first at line 2)`}},
+		{"undefined_upstream.yaml", []string{`5:19: route upstream "ordrs" is not defined (defined: orders, users)`}},
+		{"unknown_policy.yaml", []string{`8:23: unknown balance policy "fastest" (known: ` + policies + `)`}},
+		{"bad_weight.yaml", []string{`10:17: target weight 20000 is out of range (1 to 10000)`}},
+		{"duplicate_key.yaml", []string{`9:5: duplicate key "targets" (first at line 8)`}},
+		{"undefined_env.yaml", []string{`3:23: environment variable SWITCHBOARD_TEST_UNDEFINED is not set (write ${SWITCHBOARD_TEST_UNDEFINED:-default} to give a default)`}},
+		{"tls_missing.yaml", []string{
+			`5:18: tls.cert_file "testdata/no-such-cert.pem": no such file or directory`,
+			`6:17: tls.key_file "testdata/no-such-key.pem": no such file or directory`,
+		}},
+		{"three_mistakes.yaml", []string{
+			`2:10: unknown log level "verbose" (known: debug, info, warn, error)`,
+			`6:22: expected a duration like "250ms", got "5 minutes"`,
+			`13:9: unknown key "wieght" in target (known: address, weight, zone)`,
+		}},
+		{"empty.yaml", []string{`1:1: empty configuration`}},
+		{"not_mapping.yaml", []string{`1:1: the top level must be a mapping (keys: admin, log, shutdown_timeout, listeners, upstreams), got a list`}},
+	}
+	covered := map[string]bool{}
+	for _, tt := range tests {
+		covered[tt.file] = true
+		t.Run(tt.file, func(t *testing.T) {
+			path := filepath.Join("testdata", "bad", tt.file)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]string, len(tt.want))
+			for i, w := range tt.want {
+				want[i] = path + ":" + w
+			}
+			checkLines(t, problemLines(t, path, string(data)), want)
+		})
+	}
+	files, _ := filepath.Glob(filepath.Join("testdata", "bad", "*.yaml"))
+	for _, f := range files {
+		if !covered[filepath.Base(f)] {
+			t.Errorf("%s has no expected problems in this table", f)
+		}
+	}
+}
+
+func TestLoadReportsEveryProblemOfAFile(t *testing.T) {
+	cfg, err := Load("testdata/bad/three_mistakes.yaml")
+	if cfg != nil {
+		t.Error("Load returned a config together with an error")
+	}
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 3 {
+		t.Fatalf("Load: got %v, want Errors with the file's 3 problems", err)
+	}
+	for _, p := range errs {
+		if p.File != "testdata/bad/three_mistakes.yaml" {
+			t.Errorf("problem %v names file %q, want the loaded path", p, p.File)
+		}
+	}
+}
+
+func TestLoadOfMissingFileIsNotExist(t *testing.T) {
+	cfg, err := Load("testdata/no-such-file.yaml")
+	if cfg != nil || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load = %v, %v; want nil and an error matching fs.ErrNotExist", cfg, err)
+	}
+}
+
+func TestCanonicalConfigGetsItsDefaults(t *testing.T) {
+	cfg, err := Load("testdata/canonical.yaml")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	s := func(d time.Duration) Duration { return Duration(d) }
+	want := &Config{
+		Admin:           Admin{Listen: "127.0.0.1:9901", Enabled: ptr(true)},
+		Log:             Log{Level: "info", Format: "text"},
+		ShutdownTimeout: s(15 * time.Second),
+		Listeners: []Listener{{
+			Name:           "web",
+			Protocol:       "http",
+			Listen:         "127.0.0.1:8080",
+			Timeouts:       ListenerTimeouts{ReadHeader: s(10 * time.Second), Idle: s(60 * time.Second)},
+			MaxHeaderBytes: 64 << 10,
+			Routes: []Route{{
+				Name: "web/0",
+				Match: Match{
+					Host:       "api.example.com",
+					PathPrefix: "/orders",
+					Methods:    []string{"GET"},
+					Headers:    map[string]string{"X-Env": "canary"},
+				},
+				Upstream: "orders",
+				Timeout:  ptr(s(60 * time.Second)),
+			}},
+		}},
+		Upstreams: map[string]*Upstream{"orders": {
+			Balance:  Balance{Policy: "round_robin"},
+			Protocol: "http1",
+			Targets: []Target{
+				{Address: "127.0.0.1:9001", Weight: 3},
+				{Address: "127.0.0.1:9002", Weight: 1},
+			},
+			Timeouts:           UpstreamTimeouts{Connect: s(2 * time.Second), ResponseHeader: s(30 * time.Second)},
+			MaxIdlePerEndpoint: ptr(64),
+			IdleTimeout:        s(60 * time.Second),
+		}},
+		File: "testdata/canonical.yaml",
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("canonical config:\n got %s\nwant %s", dump(cfg), dump(want))
+	}
+}
+
+func TestDefaultsKeepExplicitZeroWherePointersAllowIt(t *testing.T) {
+	cfg := mustParse(t, `
+listeners:
+  - name: web
+    listen: :8080
+    routes:
+      - {upstream: u, timeout: 0s}
+      - {upstream: u, name: streams}
+upstreams:
+  u:
+    max_idle_per_endpoint: 0
+    targets: [{address: "a:1", weight: 0}]
+`)
+	routes := cfg.Listeners[0].Routes
+	if got := *routes[0].Timeout; got != 0 {
+		t.Errorf("route timeout: 0s became %v, want it kept (0 disables the timeout)", got)
+	}
+	if got := *routes[1].Timeout; got != DefaultRouteTimeout {
+		t.Errorf("absent route timeout = %v, want %v", got, DefaultRouteTimeout)
+	}
+	if routes[1].Name != "streams" || routes[0].Name != "web/0" {
+		t.Errorf("route names = %q, %q; want web/0 (default) and streams", routes[0].Name, routes[1].Name)
+	}
+	u := cfg.Upstreams["u"]
+	if *u.MaxIdlePerEndpoint != 0 {
+		t.Errorf("max_idle_per_endpoint: 0 became %d, want 0 kept", *u.MaxIdlePerEndpoint)
+	}
+	if u.Targets[0].Weight != 1 {
+		t.Errorf("weight 0 = %d after defaults, want 1", u.Targets[0].Weight)
+	}
+}
+
+func TestInlineProblems(t *testing.T) {
+	const upstreams = "\nupstreams:\n  u: {targets: [{address: 'a:1'}]}\n"
+	const listener = "listeners:\n  - name: web\n    listen: :8080\n    routes: [{upstream: u}]\n"
+	tests := []struct {
+		name string
+		src  string
+		want []string
+	}{
+		{"wrong kind for a list", "listeners: {name: web}\n",
+			[]string{`1:12: expected a list, got a mapping`}},
+		{"wrong kind for a mapping", "admin: 127.0.0.1:9901\n",
+			[]string{`1:8: expected a mapping, got "127.0.0.1:9901"`}},
+		{"wrong kind for a string", "admin: {listen: [a]}\n",
+			[]string{`1:17: expected a string, got a list`}},
+		{"bool", "admin: {enabled: yes}\n",
+			[]string{`1:18: expected true or false, got "yes"`}},
+		{"integer", listener + "upstreams:\n  u: {targets: [{address: 'a:1', weight: heavy}]}\n",
+			[]string{`6:42: expected an integer, got "heavy"`}},
+		{"integer out of range", listener + "upstreams:\n  u: {targets: [{address: 'a:1'}], max_idle_per_endpoint: 99999999999999999999}\n",
+			[]string{`6:59: integer 99999999999999999999 is out of range`}},
+		{"negative duration", "shutdown_timeout: -5s\n",
+			[]string{`1:19: duration must not be negative, got "-5s"`}},
+		{"duration without unit", "shutdown_timeout: 30\n",
+			[]string{`1:19: expected a duration like "250ms", got "30" (add a unit: 30s)`}},
+		{"negative size", "listeners:\n  - {name: web, listen: ':80', max_body_bytes: -1, routes: [{upstream: u}]}" + upstreams,
+			[]string{`2:48: size must not be negative, got "-1"`}},
+		{"unknown top-level key", "registry: {}\n",
+			[]string{`1:1: unknown key "registry" at the top level (known: admin, log, shutdown_timeout, listeners, upstreams)`}},
+		{"duplicate key in a map", listener + "upstreams:\n  u: {targets: [{address: 'a:1'}]}\n  u: {targets: [{address: 'a:2'}]}\n",
+			[]string{`7:3: duplicate key "u" (first at line 6)`}},
+		{"a bad value is not echoed as missing", "listeners:\n  - {name: web, listen: [x], routes: [{upstream: u}]}" + upstreams,
+			[]string{`2:25: expected a string, got a list`}},
+		{"admin not loopback", "admin: {listen: '0.0.0.0:9901'}\n",
+			[]string{`1:17: admin.listen is not loopback; set admin.token so that writes require it`}},
+		{"admin empty listen", "admin: {listen: ''}\n",
+			[]string{`1:17: admin.listen must not be empty; to turn the admin API off, set admin.enabled: false`}},
+		{"admin bad listen", "admin: {listen: '9901'}\n",
+			[]string{`1:17: admin.listen "9901" is not host:port (missing port in address)`}},
+		{"log format", "log: {format: xml}\n",
+			[]string{`1:15: unknown log format "xml" (known: text, json)`}},
+		{"listener without name", "listeners:\n  - {listen: ':80', routes: [{upstream: u}]}" + upstreams,
+			[]string{`2:5: listener name is required`}},
+		{"tcp not yet", "listeners:\n  - {name: db, protocol: tcp, listen: ':5432'}\n",
+			[]string{`2:26: protocol tcp is not supported yet`}},
+		{"unknown protocol", "listeners:\n  - {name: db, protocol: udp, listen: ':53'}\n",
+			[]string{`2:26: unknown protocol "udp" (supported: http)`}},
+		{"no routes", "listeners:\n  - {name: web, listen: ':80'}\n",
+			[]string{`2:5: listener "web" has no routes`}},
+		{"non-numeric port", "listeners:\n  - {name: web, listen: 'localhost:http', routes: [{upstream: u}]}" + upstreams,
+			[]string{`2:25: listen address "localhost:http" has a non-numeric port "http"`}},
+		{"bad listen host", "listeners:\n  - {name: web, listen: 'a b:80', routes: [{upstream: u}]}" + upstreams,
+			[]string{`2:25: listen address "a b:80" has an invalid host "a b"`}},
+		{"clash with admin default", "listeners:\n  - {name: web, listen: ':9901', routes: [{upstream: u}]}" + upstreams,
+			[]string{`2:25: listen address ":9901" clashes with the admin API's default address 127.0.0.1:9901 (set admin.listen to move it)`}},
+		{"route without upstream", "listeners:\n  - {name: web, listen: ':80', routes: [{name: r}]}\n",
+			[]string{`2:41: route upstream is required`}},
+		{"no upstreams defined", "listeners:\n  - {name: web, listen: ':80', routes: [{upstream: u}]}\n",
+			[]string{`2:52: route upstream "u" is not defined (no upstreams are defined)`}},
+		{"duplicate route name", "listeners:\n  - {name: web, listen: ':80', routes: [{upstream: u, name: r}]}\n  - {name: api, listen: ':81', routes: [{upstream: u, name: r}]}" + upstreams,
+			[]string{`3:61: duplicate route name "r" (first at line 2)`}},
+		{"explicit name takes a default one", "listeners:\n  - {name: web, listen: ':80', routes: [{upstream: u, name: web/1}, {upstream: u}]}" + upstreams,
+			[]string{`2:69: route 1 of listener "web" gets the default name "web/1", which the route at line 2 already has; rename one of them`}},
+		{"match", "listeners:\n  - name: web\n    listen: ':80'\n    routes:\n      - upstream: u\n        match:\n          path_prefix: api\n          methods: [get, 'PO ST']\n          headers: {x-env: a, X-Env: b, 'bad name': c}\n          host: 'a.*.com'\n" + upstreams,
+			[]string{
+				`7:24: match.path_prefix "api" must start with "/"`,
+				`8:26: match.methods: "PO ST" is not a valid HTTP method`,
+				`9:31: match.headers: "x-env" and "X-Env" are the same header (names ignore case)`,
+				`9:41: match.headers: "bad name" is not a valid header name`,
+				`10:17: match.host "a.*.com": "*" may only start a host, as in "*.example.com"`,
+			}},
+		{"match host with port", "listeners:\n  - {name: web, listen: ':80', routes: [{upstream: u, match: {host: 'a.com:80'}}]}" + upstreams,
+			[]string{`2:69: match.host "a.com:80" is not a host name (leave out any port)`}},
+		{"upstream checks", listener + "upstreams:\n  u:\n    protocol: http2\n    max_idle_per_endpoint: -1\n    targets:\n      - {address: '9001'}\n      - {address: ':9001'}\n      - {address: 'b:0'}\n      - {address: 'a:1', weight: -2}\n      - {address: 'A:1'}\n  'bad name': {targets: [{address: 'a:1'}]}\n  empty:\n",
+			[]string{
+				`7:15: unknown upstream protocol "http2" (known: http1, h2c)`,
+				`8:28: max_idle_per_endpoint must not be negative, got -1`,
+				`10:19: target address "9001" is not host:port (missing port in address)`,
+				`11:19: target address ":9001" needs a host`,
+				`12:19: target address "b:0" has port 0, outside 1-65535`,
+				`13:34: target weight -2 is out of range (1 to 10000)`,
+				`14:19: duplicate target address "A:1" in upstream "u" (first at line 13)`,
+				`15:3: upstream name "bad name" may contain only letters, digits, "_", "." and "-"`,
+				`16:3: upstream "empty" has no targets`,
+			}},
+		{"second document", listener + upstreams + "---\nlisteners: []\n",
+			[]string{`8:1: a second YAML document; a configuration file holds one`}},
+		{"syntax error", "listeners:\n  - name: web\n   listen: ':80'\n",
+			[]string{`2:3: invalid YAML: did not find expected '-' indicator`}},
+		{"scanner error", "listeners:\n  - name: web\n    listen: a: b\n",
+			[]string{`3:5: invalid YAML: mapping values are not allowed in this context`}},
+		{"unknown anchor", "admin: *base\n",
+			[]string{`1:8: invalid YAML: unknown anchor 'base' referenced`}},
+		{"null top level", "~\n", []string{`1:1: empty configuration`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := make([]string, len(tt.want))
+			for i, w := range tt.want {
+				want[i] = "lb.yaml:" + w
+			}
+			checkLines(t, problemLines(t, "lb.yaml", tt.src), want)
+		})
+	}
+}
+
+func TestListenAddressClashes(t *testing.T) {
+	tests := []struct {
+		a, b  string
+		clash bool
+	}{
+		{":8080", "0.0.0.0:8080", true},
+		{":8080", "127.0.0.1:8080", true},
+		{"[::]:8080", "10.0.0.1:8080", true},
+		{"localhost:8080", "127.0.0.1:8080", true},
+		{"127.0.0.1:8080", "127.0.0.1:8081", false},
+		{"127.0.0.1:8080", "127.0.0.2:8080", false},
+		{"[::1]:8080", "127.0.0.1:8080", false},
+		{"Example.com:80", "example.com:80", true},
+		{"127.0.0.1:0", "127.0.0.1:0", false}, // each gets a free port
+		{":0", "127.0.0.1:0", false},
+	}
+	for _, tt := range tests {
+		src := "listeners:\n  - {name: a, listen: '" + tt.a + "', routes: [{upstream: u}]}\n  - {name: b, listen: '" + tt.b + "', routes: [{upstream: u}]}\nupstreams: {u: {targets: [{address: 'x:1'}]}}\n"
+		_, err := parse("lb.yaml", []byte(src), testHost())
+		if got := err != nil && strings.Contains(err.Error(), "clashes"); got != tt.clash {
+			t.Errorf("%s and %s: clash = %v, want %v (error: %v)", tt.a, tt.b, got, tt.clash, err)
+		}
+	}
+}
+
+func TestAdminTokenRequiredOffLoopback(t *testing.T) {
+	tests := []struct {
+		admin string
+		ok    bool
+	}{
+		{"{listen: '127.0.0.1:9901'}", true},
+		{"{listen: '127.1.2.3:9901'}", true},
+		{"{listen: '[::1]:9901'}", true},
+		{"{listen: 'localhost:9901'}", true},
+		{"{listen: ':9901'}", false},
+		{"{listen: '10.0.0.1:9901'}", false},
+		{"{listen: 'admin.internal:9901'}", false},
+		{"{listen: ':9901', token: s3cret}", true},
+		{"{listen: ':9901', enabled: false}", true},
+	}
+	for _, tt := range tests {
+		_, err := parse("lb.yaml", []byte("admin: "+tt.admin+"\n"), testHost())
+		if (err == nil) != tt.ok {
+			t.Errorf("admin: %s: error = %v, want ok = %v", tt.admin, err, tt.ok)
+		}
+	}
+}
+
+func TestMatchIsNormalized(t *testing.T) {
+	cfg := mustParse(t, `
+listeners:
+  - name: web
+    listen: :8080
+    routes:
+      - upstream: u
+        match: {methods: [get, Post], headers: {x-request-id: abc, content-TYPE: json}}
+upstreams:
+  u: {targets: [{address: "a:1"}]}
+`)
+	m := cfg.Listeners[0].Routes[0].Match
+	if want := []string{"GET", "POST"}; !slices.Equal(m.Methods, want) {
+		t.Errorf("methods = %q, want %q", m.Methods, want)
+	}
+	if want := map[string]string{"X-Request-Id": "abc", "Content-Type": "json"}; !reflect.DeepEqual(m.Headers, want) {
+		t.Errorf("headers = %v, want canonical names %v", m.Headers, want)
+	}
+	if m.PathPrefix != "/" {
+		t.Errorf("path_prefix = %q, want the default /", m.PathPrefix)
+	}
+}
+
+func TestEnvExpansionInValues(t *testing.T) {
+	t.Setenv("SB_TEST_PORT", "9001")
+	t.Setenv("SB_TEST_WEIGHT", "5")
+	t.Setenv("SB_TEST_TIMEOUT", "3s")
+	cfg, err := Parse("lb.yaml", []byte(`
+admin: {token: "$${literal}", listen: "${SB_TEST_ADMIN:-127.0.0.1:9902}"}
+listeners:
+  - name: web
+    listen: 127.0.0.1:8080
+    routes: [{upstream: u, timeout: "${SB_TEST_TIMEOUT}"}]
+upstreams:
+  u: {targets: [{address: "127.0.0.1:${SB_TEST_PORT}", weight: "${SB_TEST_WEIGHT}"}]}
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if got := cfg.Admin.Token; got != "${literal}" {
+		t.Errorf("token = %q, want $$ to escape a dollar", got)
+	}
+	if got := cfg.Admin.Listen; got != "127.0.0.1:9902" {
+		t.Errorf("admin listen = %q, want the default from ${...:-...}", got)
+	}
+	tg := cfg.Upstreams["u"].Targets[0]
+	if tg.Address != "127.0.0.1:9001" || tg.Weight != 5 {
+		t.Errorf("target = %+v, want address and weight from the environment", tg)
+	}
+	if got := *cfg.Listeners[0].Routes[0].Timeout; got != Duration(3*time.Second) {
+		t.Errorf("timeout = %v, want 3s from the environment", got)
+	}
+}
+
+func TestEnvProblemsPointAtTheReference(t *testing.T) {
+	src := "admin:\n  token: |\n    x ${NOPE}\n    ${ALSO_NOPE} ${TOKEN} ${}\n  listen: \"é ${X\"\n"
+	checkLines(t, problemLines(t, "lb.yaml", src), []string{
+		`lb.yaml:3:7: environment variable NOPE is not set (write ${NOPE:-default} to give a default)`,
+		`lb.yaml:4:5: environment variable ALSO_NOPE is not set (write ${ALSO_NOPE:-default} to give a default)`,
+		`lb.yaml:4:27: invalid environment variable name "" in "${}"`,
+		`lb.yaml:5:14: "${" without a closing "}"`,
+	})
+}
+
+func TestExpand(t *testing.T) {
+	lookup := func(name string) (string, bool) { v, ok := testEnv[name]; return v, ok }
+	tests := []struct {
+		in, want string
+		errRefs  []int
+	}{
+		{"plain", "plain", nil},
+		{"${PORT}", "9001", nil},
+		{"a:${PORT}/x", "a:9001/x", nil},
+		{"$$", "$", nil},
+		{"$${PORT}", "${PORT}", nil},
+		{"$$$${PORT}", "$${PORT}", nil},
+		{"$PORT and a$ and $", "$PORT and a$ and $", nil},
+		{"${UNSET:-dflt}", "dflt", nil},
+		{"${EMPTY:-dflt}", "dflt", nil},
+		{"${EMPTY}", "", nil},
+		{"${PORT:-dflt}", "9001", nil},
+		{"${UNSET:-}", "", nil},
+		{"${UNSET:-a:-b}", "a:-b", nil},
+		{"${PORT}${UNSET}${UNSET2}", "9001", []int{1, 2}},
+		{"${1X}", "", []int{0}},
+		{"${PORT", "${PORT", []int{0}},
+	}
+	for _, tt := range tests {
+		got, errs := expand(tt.in, lookup)
+		var refs []int
+		for _, e := range errs {
+			refs = append(refs, e.ref)
+		}
+		if got != tt.want || !slices.Equal(refs, tt.errRefs) {
+			t.Errorf("expand(%q) = %q with problems at refs %v; want %q, %v", tt.in, got, refs, tt.want, tt.errRefs)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Size
+		err  string
+	}{
+		{"0", 0, ""},
+		{"512", 512, ""},
+		{"64KiB", 64 << 10, ""},
+		{"1MiB", 1 << 20, ""},
+		{"1GiB", 1 << 30, ""},
+		{"10KB", 10000, ""},
+		{"1MB", 1000000, ""},
+		{"1GB", 1000000000, ""},
+		{"64 KiB", 64 << 10, ""},
+		{"64kib", 64 << 10, ""},
+		{"100B", 100, ""},
+		{"lots", 0, `expected a size like "64KiB", "1MB" or 65536, got "lots"`},
+		{"1.5MiB", 0, `expected a size like "64KiB", "1MB" or 65536, got "1.5MiB"`},
+		{"10XB", 0, `expected a size like "64KiB", "1MB" or 65536, got "10XB"`},
+		{"KiB", 0, `expected a size like "64KiB", "1MB" or 65536, got "KiB"`},
+		{"-1", 0, `size must not be negative, got "-1"`},
+		{"-1KiB", 0, `size must not be negative, got "-1KiB"`},
+		{"9999999999999GiB", 0, `size "9999999999999GiB" is too large`},
+	}
+	for _, tt := range tests {
+		got, err := parseSize(tt.in)
+		gotErr := ""
+		if err != nil {
+			gotErr = err.Error()
+		}
+		if got != tt.want || gotErr != tt.err {
+			t.Errorf("parseSize(%q) = %d, %q; want %d, %q", tt.in, got, gotErr, tt.want, tt.err)
+		}
+	}
+}
+
+func TestSizeString(t *testing.T) {
+	for s, want := range map[Size]string{0: "0", 100: "100", 64 << 10: "64KiB", 3 << 20: "3MiB", 1 << 30: "1GiB", 1000: "1000"} {
+		if got := s.String(); got != want {
+			t.Errorf("Size(%d).String() = %q, want %q", int64(s), got, want)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Duration
+		err  string
+	}{
+		{"250ms", Duration(250 * time.Millisecond), ""},
+		{"1m30s", Duration(90 * time.Second), ""},
+		{"0", 0, ""},
+		{"fast", 0, `expected a duration like "250ms", got "fast"`},
+		{"-1s", 0, `duration must not be negative, got "-1s"`},
+	}
+	for _, tt := range tests {
+		got, err := parseDuration(tt.in)
+		gotErr := ""
+		if err != nil {
+			gotErr = err.Error()
+		}
+		if got != tt.want || gotErr != tt.err {
+			t.Errorf("parseDuration(%q) = %v, %q; want %v, %q", tt.in, got, gotErr, tt.want, tt.err)
+		}
+	}
+}
+
+func TestMergeKeysAndAliases(t *testing.T) {
+	cfg := mustParse(t, `
+listeners:
+  - name: web
+    listen: :8080
+    routes: [{upstream: a}, {upstream: b}]
+upstreams:
+  a: &common
+    protocol: h2c
+    idle_timeout: 10s
+    targets: [{address: "a:1"}]
+  b:
+    <<: *common
+    idle_timeout: 20s
+    targets: [{address: "b:1"}]
+`)
+	b := cfg.Upstreams["b"]
+	if b.Protocol != "h2c" || b.IdleTimeout != Duration(20*time.Second) || b.Targets[0].Address != "b:1" {
+		t.Errorf("merged upstream = %s; want protocol from the merge and its own idle_timeout and targets", dump(b))
+	}
+}
+
+func TestAliasExpansionIsBounded(t *testing.T) {
+	repeat := func(s string, n int) string {
+		return strings.TrimSuffix(strings.Repeat(s+", ", n), ", ")
+	}
+	// Each is a few KiB that would expand to a billion values.
+	var merges strings.Builder
+	merges.WriteString("upstreams: {u: {targets: [{address: 'a:1'}]}}\nanchors:\n  - &m0 {upstream: u}\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&merges, "  - &m%d {<<: [%s]}\n", i, repeat(fmt.Sprintf("*m%d", i-1), 10))
+	}
+	merges.WriteString("listeners: [{name: web, listen: ':80', routes: [*m9]}]\n")
+	lists := "upstreams: {u: {targets: [{address: 'a:1'}]}}\n" +
+		"anchors:\n" +
+		"  - &methods [" + repeat("GET", 1000) + "]\n" +
+		"  - &route {upstream: u, match: {methods: *methods}}\n" +
+		"  - &routes [" + repeat("*route", 1000) + "]\n" +
+		"  - &listener {name: web, listen: ':80', routes: *routes}\n" +
+		"listeners: [" + repeat("*listener", 1000) + "]\n"
+
+	for name, src := range map[string]string{"merges": merges.String(), "lists": lists} {
+		t.Run(name, func(t *testing.T) {
+			lines := problemLines(t, "lb.yaml", src)
+			found := false
+			for _, l := range lines {
+				found = found || strings.Contains(l, "too many values")
+			}
+			if !found {
+				t.Errorf("problems do not mention the limit on values:\n%s", strings.Join(lines, "\n"))
+			}
+		})
+	}
+}
+
+func TestProblemsAreSortedByPosition(t *testing.T) {
+	ps := &problems{file: "f"}
+	ps.at(3, 1, "c")
+	ps.at(1, 9, "b")
+	ps.at(1, 2, "a")
+	ps.at(1, 2, "a") // reported twice, kept once
+	got := ps.errors().Error()
+	if want := "f:1:2: a\nf:1:9: b\nf:3:1: c"; got != want {
+		t.Errorf("Errors = %q, want %q", got, want)
+	}
+}
+
+func TestUnexportedAndIgnoredFieldsAreNotKeys(t *testing.T) {
+	lines := problemLines(t, "lb.yaml", "file: x.yaml\n")
+	if !strings.Contains(lines[0], `unknown key "file"`) {
+		t.Errorf("File (yaml:\"-\") accepted as a key: %v", lines)
+	}
+}

@@ -1,0 +1,90 @@
+package config
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/balance"
+)
+
+// The defaults that Parse fills in, as documented on the fields in
+// types.go and in docs/configuration.md. They live here only.
+const (
+	DefaultAdminListen     = "127.0.0.1:9901"
+	DefaultLogLevel        = "info"
+	DefaultLogFormat       = "text"
+	DefaultShutdownTimeout = Duration(15 * time.Second)
+
+	DefaultListenerProtocol  = "http"
+	DefaultReadHeaderTimeout = Duration(10 * time.Second)
+	DefaultClientIdleTimeout = Duration(60 * time.Second)
+	DefaultMaxHeaderBytes    = 64 * KiB
+
+	DefaultRouteTimeout = Duration(60 * time.Second)
+	DefaultPathPrefix   = "/"
+
+	DefaultBalancePolicy         = balance.RoundRobinName
+	DefaultUpstreamProtocol      = "http1"
+	DefaultMaxIdlePerEndpoint    = 64
+	DefaultUpstreamIdleTimeout   = Duration(60 * time.Second)
+	DefaultConnectTimeout        = Duration(2 * time.Second)
+	DefaultResponseHeaderTimeout = Duration(30 * time.Second)
+	DefaultWeight                = 1
+)
+
+// MaxWeight is the largest target weight.
+const MaxWeight = 10000
+
+// applyDefaults fills in every setting left unset in a valid cfg. A zero
+// Duration or Size counts as unset; pointer fields are unset only when
+// nil, which is how an explicit 0 (a route timeout, max idle connections)
+// survives.
+func applyDefaults(cfg *Config) {
+	a := &cfg.Admin
+	setDefault(&a.Listen, DefaultAdminListen)
+	if a.Enabled == nil {
+		a.Enabled = ptr(true)
+	}
+	setDefault(&cfg.Log.Level, DefaultLogLevel)
+	setDefault(&cfg.Log.Format, DefaultLogFormat)
+	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
+
+	for i := range cfg.Listeners {
+		l := &cfg.Listeners[i]
+		setDefault(&l.Protocol, DefaultListenerProtocol)
+		setDefault(&l.Timeouts.ReadHeader, DefaultReadHeaderTimeout)
+		setDefault(&l.Timeouts.Idle, DefaultClientIdleTimeout)
+		setDefault(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
+		for j := range l.Routes {
+			r := &l.Routes[j]
+			setDefault(&r.Name, l.Name+"/"+strconv.Itoa(j))
+			if r.Timeout == nil {
+				r.Timeout = ptr(DefaultRouteTimeout)
+			}
+			setDefault(&r.Match.PathPrefix, DefaultPathPrefix)
+		}
+	}
+
+	for _, u := range cfg.Upstreams {
+		setDefault(&u.Balance.Policy, DefaultBalancePolicy)
+		setDefault(&u.Protocol, DefaultUpstreamProtocol)
+		if u.MaxIdlePerEndpoint == nil {
+			u.MaxIdlePerEndpoint = ptr(DefaultMaxIdlePerEndpoint)
+		}
+		setDefault(&u.IdleTimeout, DefaultUpstreamIdleTimeout)
+		setDefault(&u.Timeouts.Connect, DefaultConnectTimeout)
+		setDefault(&u.Timeouts.ResponseHeader, DefaultResponseHeaderTimeout)
+		for i := range u.Targets {
+			setDefault(&u.Targets[i].Weight, DefaultWeight)
+		}
+	}
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,518 @@
+package config
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/textproto"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/switchboard-dev/switchboard/balance"
+)
+
+// validator runs the semantic checks on a decoded Config.
+//
+// A check reports a problem at the node a value came from by passing a
+// pointer into the decoded Config: a struct (&l, or the *Upstream held in
+// the Upstreams map), a field (&l.Listen), a list element (&l.Routes[i]),
+// or entry(m, key) for an entry of a map of plain values:
+//
+//	v.errorf(&l.Listen, "listen address %q ...", l.Listen) // at the value
+//	v.keyErrorf(u, "upstream name %q ...", name)           // at the key naming it
+//	v.errorf(entry(m.Headers, name), "...")                // at a map entry
+//
+// A field that is missing from the file reports at the mapping that lacks
+// it. A value that failed to decode is skipped: its problem is already
+// reported and its zero value would only cause echoes.
+type validator struct {
+	cfg      *Config
+	pos      *positions
+	probs    *problems
+	readFile func(path string) ([]byte, error)
+}
+
+// checks run in order on every decoded Config, even one with decoding
+// problems, so that one run reports everything. A new check is a method on
+// *validator listed here.
+var checks = []func(*validator){
+	(*validator).checkAdmin,
+	(*validator).checkLog,
+	(*validator).checkListeners,
+	(*validator).checkUpstreams,
+}
+
+// errorf reports a problem at the value at points to.
+func (v *validator) errorf(at any, format string, args ...any) {
+	if s := v.pos.of(at); !s.bad {
+		v.probs.node(s.node(), format, args...)
+	}
+}
+
+// keyErrorf reports a problem at the key that names the value at points
+// to (a map key, or a struct field's key).
+func (v *validator) keyErrorf(at any, format string, args ...any) {
+	if s := v.pos.of(at); !s.bad {
+		v.probs.node(s.keyNode(), format, args...)
+	}
+}
+
+// line is the line of the value at points to, for "first at line N".
+func (v *validator) line(at any) int { return v.pos.of(at).node().Line }
+
+// present reports whether the value at points to was written in the file
+// (and not as null).
+func (v *validator) present(at any) bool {
+	s := v.pos.of(at)
+	return s.value != nil && !isNull(resolve(s.value))
+}
+
+// bad reports whether the value at points to failed to decode.
+func (v *validator) bad(at any) bool { return v.pos.of(at).bad }
+
+func (v *validator) checkAdmin() {
+	a := &v.cfg.Admin
+	if a.Listen == "" {
+		if v.present(&a.Listen) {
+			v.errorf(&a.Listen, "admin.listen must not be empty; to turn the admin API off, set admin.enabled: false")
+		}
+		return
+	}
+	h, _, err := splitAddr(a.Listen, listenPort)
+	if err != nil {
+		v.errorf(&a.Listen, "admin.listen %q %v", a.Listen, err)
+		return
+	}
+	if adminEnabled(a) && a.Token == "" && !isLoopback(h) {
+		v.errorf(&a.Listen, "admin.listen is not loopback; set admin.token so that writes require it")
+	}
+}
+
+func adminEnabled(a *Admin) bool { return a.Enabled == nil || *a.Enabled }
+
+func (v *validator) checkLog() {
+	l := &v.cfg.Log
+	switch l.Level {
+	case "", "debug", "info", "warn", "error":
+	default:
+		v.errorf(&l.Level, "unknown log level %q (known: debug, info, warn, error)", l.Level)
+	}
+	switch l.Format {
+	case "", "text", "json":
+	default:
+		v.errorf(&l.Format, "unknown log format %q (known: text, json)", l.Format)
+	}
+}
+
+// binding is an address something listens on, for clash detection.
+type binding struct {
+	addr listenAddr
+	desc string // what listens there, for the clash message
+}
+
+func (v *validator) checkListeners() {
+	cfg := v.cfg
+	var bound []binding
+	if a := &cfg.Admin; adminEnabled(a) {
+		raw := a.Listen
+		desc := fmt.Sprintf("admin.listen (%q at line %d)", raw, v.line(&a.Listen))
+		if raw == "" {
+			raw = DefaultAdminListen
+			desc = "the admin API's default address " + raw + " (set admin.listen to move it)"
+		}
+		if h, p, err := splitAddr(raw, listenPort); err == nil {
+			bound = append(bound, binding{addr: normalizeListen(h, p), desc: desc})
+		}
+	}
+	names := map[string]*string{}
+	routeNames := map[string]any{}
+	for i := range cfg.Listeners {
+		l := &cfg.Listeners[i]
+		// routeBase names the listener's unnamed routes; it stays empty
+		// when the name is missing or taken, to avoid echoing that problem
+		// as clashing route names.
+		routeBase := ""
+		switch first := names[l.Name]; {
+		case l.Name == "":
+			v.errorf(&l.Name, "listener name is required")
+		case first != nil:
+			v.errorf(&l.Name, "duplicate listener name %q (first at line %d)", l.Name, v.line(first))
+		default:
+			names[l.Name] = &l.Name
+			routeBase = l.Name
+		}
+
+		isHTTP := true
+		switch l.Protocol {
+		case "", "http":
+		case "tcp":
+			v.errorf(&l.Protocol, "protocol tcp is not supported yet")
+			isHTTP = false
+		default:
+			v.errorf(&l.Protocol, "unknown protocol %q (supported: http)", l.Protocol)
+			isHTTP = false
+		}
+
+		switch h, p, err := splitAddr(l.Listen, listenPort); {
+		case l.Listen == "":
+			v.errorf(&l.Listen, "listener listen address is required")
+		case err != nil:
+			v.errorf(&l.Listen, "listen address %q %v", l.Listen, err)
+		case h != "" && !validHost(h):
+			v.errorf(&l.Listen, "listen address %q has an invalid host %q", l.Listen, h)
+		default:
+			b := binding{
+				addr: normalizeListen(h, p),
+				desc: fmt.Sprintf("listener %q (%q at line %d)", l.Name, l.Listen, v.line(&l.Listen)),
+			}
+			for _, o := range bound {
+				if o.addr.clashes(b.addr) {
+					v.errorf(&l.Listen, "listen address %q clashes with %s", l.Listen, o.desc)
+					break
+				}
+			}
+			bound = append(bound, b)
+		}
+
+		if l.TLS != nil {
+			v.checkTLS(l.TLS)
+		}
+		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) {
+			if l.Name != "" {
+				v.errorf(&l.Routes, "listener %q has no routes", l.Name)
+			} else {
+				v.errorf(&l.Routes, "listener has no routes")
+			}
+		}
+		for j := range l.Routes {
+			v.checkRoute(routeBase, &l.Routes[j], j, routeNames)
+		}
+	}
+}
+
+func (v *validator) checkTLS(t *TLS) {
+	if t.CertFile == "" {
+		v.errorf(&t.CertFile, "tls.cert_file is required")
+	}
+	if t.KeyFile == "" {
+		v.errorf(&t.KeyFile, "tls.key_file is required")
+	}
+	if t.CertFile == "" || t.KeyFile == "" || v.bad(&t.CertFile) || v.bad(&t.KeyFile) {
+		return
+	}
+	cert, cerr := v.readFile(t.CertFile)
+	if cerr != nil {
+		v.errorf(&t.CertFile, "tls.cert_file %q: %v", t.CertFile, cerr)
+	}
+	key, kerr := v.readFile(t.KeyFile)
+	if kerr != nil {
+		v.errorf(&t.KeyFile, "tls.key_file %q: %v", t.KeyFile, kerr)
+	}
+	if cerr != nil || kerr != nil {
+		return
+	}
+	if _, err := tls.X509KeyPair(cert, key); err != nil {
+		v.errorf(&t.CertFile, "tls.cert_file %q and tls.key_file %q are not a usable key pair: %v", t.CertFile, t.KeyFile, err)
+	}
+}
+
+// checkRoute checks r, route j of the listener named base ("" when the
+// listener's name is missing or taken). routeNames holds the route names
+// seen so far in the whole configuration, defaulted ones included, since
+// the name is the route's identity in metrics.
+func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[string]any) {
+	name, at := r.Name, any(&r.Name)
+	if name == "" && base != "" {
+		name, at = fmt.Sprintf("%s/%d", base, j), r
+	}
+	if name != "" {
+		if first, dup := routeNames[name]; dup {
+			if r.Name == "" {
+				v.errorf(r, "route %d of listener %q gets the default name %q, which the route at line %d already has; rename one of them", j, base, name, v.line(first))
+			} else {
+				v.errorf(&r.Name, "duplicate route name %q (first at line %d)", name, v.line(first))
+			}
+		} else {
+			routeNames[name] = at
+		}
+	}
+
+	switch {
+	case r.Upstream == "":
+		v.errorf(&r.Upstream, "route upstream is required")
+	case v.cfg.Upstreams[r.Upstream] == nil && !v.bad(&v.cfg.Upstreams):
+		defined := "no upstreams are defined"
+		if len(v.cfg.Upstreams) > 0 {
+			defined = "defined: " + strings.Join(sortedKeys(v.cfg.Upstreams), ", ")
+		}
+		v.errorf(&r.Upstream, "route upstream %q is not defined (%s)", r.Upstream, defined)
+	}
+	v.checkMatch(&r.Match)
+}
+
+// checkMatch checks a route's matcher and normalizes it: methods are
+// upper-cased and header names canonicalized, as net/http stores them.
+func (v *validator) checkMatch(m *Match) {
+	if h := m.Host; h != "" {
+		rest := strings.TrimPrefix(h, "*.")
+		switch {
+		case strings.Contains(rest, "*"):
+			v.errorf(&m.Host, `match.host %q: "*" may only start a host, as in "*.example.com"`, h)
+		case !validHost(strings.TrimSuffix(strings.TrimPrefix(rest, "["), "]")):
+			v.errorf(&m.Host, "match.host %q is not a host name (leave out any port)", h)
+		}
+	}
+	if p := m.PathPrefix; p != "" && !strings.HasPrefix(p, "/") {
+		v.errorf(&m.PathPrefix, `match.path_prefix %q must start with "/"`, p)
+	}
+	for k, method := range m.Methods {
+		if !isToken(method) {
+			v.errorf(&m.Methods[k], "match.methods: %q is not a valid HTTP method", method)
+			continue
+		}
+		m.Methods[k] = strings.ToUpper(method)
+	}
+	if len(m.Headers) == 0 {
+		return
+	}
+	// Walk the headers in file order so that a clash names the first one.
+	names := sortedKeys(m.Headers)
+	sort.SliceStable(names, func(i, j int) bool {
+		a, b := v.pos.of(entry(m.Headers, names[i])).keyNode(), v.pos.of(entry(m.Headers, names[j])).keyNode()
+		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+	})
+	canon := make(map[string]string, len(m.Headers))
+	from := map[string]string{}
+	for _, name := range names {
+		val, at := m.Headers[name], entry(m.Headers, name)
+		if !isToken(name) {
+			v.keyErrorf(at, "match.headers: %q is not a valid header name", name)
+			continue
+		}
+		if !validHeaderValue(val) {
+			v.errorf(at, "match.headers: the value for %s contains a control character", name)
+		}
+		c := textproto.CanonicalMIMEHeaderKey(name)
+		if first, dup := from[c]; dup {
+			v.keyErrorf(at, "match.headers: %q and %q are the same header (names ignore case)", first, name)
+			continue
+		}
+		from[c] = name
+		canon[c] = val
+		v.pos.set(entry(canon, c), v.pos.of(at))
+	}
+	m.Headers = canon
+}
+
+func (v *validator) checkUpstreams() {
+	policies := balance.Policies()
+	for _, name := range sortedKeys(v.cfg.Upstreams) {
+		u := v.cfg.Upstreams[name]
+		switch {
+		case name == "":
+			v.keyErrorf(u, "upstream name must not be empty")
+		case !validUpstreamName(name):
+			v.keyErrorf(u, `upstream name %q may contain only letters, digits, "_", "." and "-"`, name)
+		}
+		if p := u.Balance.Policy; p != "" && !slices.Contains(policies, p) {
+			v.errorf(&u.Balance.Policy, "unknown balance policy %q (known: %s)", p, strings.Join(policies, ", "))
+		}
+		switch u.Protocol {
+		case "", "http1", "h2c":
+		default:
+			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c)", u.Protocol)
+		}
+		if len(u.Targets) == 0 && !v.bad(&u.Targets) {
+			v.errorf(&u.Targets, "upstream %q has no targets", name)
+		}
+		seen := map[string]*string{}
+		for i := range u.Targets {
+			v.checkTarget(name, &u.Targets[i], seen)
+		}
+		if n := u.MaxIdlePerEndpoint; n != nil && *n < 0 {
+			v.errorf(&u.MaxIdlePerEndpoint, "max_idle_per_endpoint must not be negative, got %d", *n)
+		}
+	}
+}
+
+// checkTarget checks one target of upstream; seen maps the normalized
+// addresses of its earlier targets to their Address fields.
+func (v *validator) checkTarget(upstream string, t *Target, seen map[string]*string) {
+	switch h, p, err := splitAddr(t.Address, dialPort); {
+	case t.Address == "":
+		v.errorf(&t.Address, "target address is required")
+	case err != nil:
+		v.errorf(&t.Address, "target address %q %v", t.Address, err)
+	case h == "":
+		v.errorf(&t.Address, "target address %q needs a host", t.Address)
+	case !validHost(h):
+		v.errorf(&t.Address, "target address %q has an invalid host %q", t.Address, h)
+	default:
+		key := net.JoinHostPort(strings.ToLower(h), strconv.Itoa(p))
+		if first := seen[key]; first != nil {
+			v.errorf(&t.Address, "duplicate target address %q in upstream %q (first at line %d)", t.Address, upstream, v.line(first))
+		} else {
+			seen[key] = &t.Address
+		}
+	}
+	if t.Weight != 0 && (t.Weight < 1 || t.Weight > MaxWeight) {
+		v.errorf(&t.Weight, "target weight %d is out of range (1 to %d)", t.Weight, MaxWeight)
+	}
+}
+
+// Whether an address may have port 0.
+const (
+	listenPort = true  // a listener or the admin API: 0 asks for any free port
+	dialPort   = false // a target: 1 to 65535
+)
+
+// splitAddr splits host:port and checks that the port is a number from 1
+// to 65535, or 0 when zeroOK. Its errors read as the end of a sentence
+// that starts with the quoted address.
+func splitAddr(addr string, zeroOK bool) (host string, port int, err error) {
+	host, ps, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			return "", 0, fmt.Errorf("is not host:port (%s)", ae.Err)
+		}
+		return "", 0, fmt.Errorf("is not host:port (%v)", err)
+	}
+	for _, c := range []byte(ps) {
+		if c < '0' || c > '9' {
+			return "", 0, fmt.Errorf("has a non-numeric port %q", ps)
+		}
+	}
+	port, err = strconv.Atoi(ps)
+	switch {
+	case err != nil || port > 65535:
+		return "", 0, fmt.Errorf("has port %s, above 65535", ps)
+	case port == 0 && !zeroOK:
+		return "", 0, fmt.Errorf("has port %s, outside 1-65535", ps)
+	}
+	return host, port, nil
+}
+
+// listenAddr is a listen address reduced to what decides a clash.
+type listenAddr struct {
+	wildcard bool   // all interfaces
+	host     string // normalized: an IP's canonical form, or a lower-cased name
+	port     int
+}
+
+// normalizeListen reduces host and port to a listenAddr. Go listens on a
+// dual-stack socket for "", 0.0.0.0 and ::, so all three are the wildcard;
+// localhost is taken as 127.0.0.1, which Go listens on for it.
+func normalizeListen(host string, port int) listenAddr {
+	a := listenAddr{port: port}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.IsUnspecified() {
+			a.wildcard = true
+		}
+		a.host = ip.Unmap().String()
+		return a
+	}
+	switch {
+	case host == "":
+		a.wildcard = true
+	case strings.EqualFold(host, "localhost"):
+		a.host = "127.0.0.1"
+	default:
+		a.host = strings.ToLower(host)
+	}
+	return a
+}
+
+// clashes reports whether two listeners could not both bind: the same port
+// on the same host, or on any host when either is the wildcard. Port 0
+// never clashes: each such listener gets a free port of its own.
+func (a listenAddr) clashes(b listenAddr) bool {
+	return a.port != 0 && a.port == b.port && (a.wildcard || b.wildcard || a.host == b.host)
+}
+
+// isLoopback reports whether host is a loopback address or "localhost".
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// validHost reports whether h is an IP address or a plausible DNS name
+// (labels of letters, digits, "-" and "_").
+func validHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for _, c := range []byte(label) {
+			if !isAlnum(c) && c != '-' && c != '_' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// validUpstreamName reports whether name matches [A-Za-z0-9_.-]+.
+func validUpstreamName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// isToken reports whether s is an HTTP token (RFC 9110, section 5.6.2),
+// which methods and header names must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !isAlnum(c) && !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue reports whether s may be sent as a header value: no
+// control characters other than tab.
+func validHeaderValue(s string) bool {
+	for _, c := range []byte(s) {
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
