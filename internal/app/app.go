@@ -1,0 +1,286 @@
+// Package app runs `switchboard serve`: it loads the configuration, starts
+// the data plane and the admin API, reloads on SIGHUP or a file change, and
+// drains on SIGTERM/SIGINT.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/switchboard-dev/switchboard/admin"
+	"github.com/switchboard-dev/switchboard/config"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+)
+
+// App is one running switchboard.
+type App struct {
+	path  string
+	log   *slog.Logger
+	level *slog.LevelVar
+
+	reg     *prometheus.Registry
+	proxy   *httpproxy.Server
+	admin   *admin.Server
+	adminLn net.Listener
+	adminHS *http.Server
+
+	reloadMu       sync.Mutex
+	cfg            *config.Config
+	reloads        *prometheus.CounterVec
+	reloadFailures prometheus.Counter
+	reloadOK       prometheus.Gauge
+
+	// Reloaded, if set, is called after every reload attempt with its
+	// result (tests wait on it instead of sleeping).
+	Reloaded func(error)
+}
+
+// Options tune New.
+type Options struct {
+	// Stderr receives the process log. Default os.Stderr.
+	Stderr io.Writer
+}
+
+// New loads the configuration at path and starts everything it describes.
+// A configuration with problems returns config.Errors and starts nothing.
+func New(path string, opt Options) (*App, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Stderr == nil {
+		opt.Stderr = os.Stderr
+	}
+	a := &App{path: path, level: new(slog.LevelVar), cfg: cfg}
+	a.level.Set(parseLevel(cfg.Log.Level))
+	ho := &slog.HandlerOptions{Level: a.level}
+	if cfg.Log.Format == "json" {
+		a.log = slog.New(slog.NewJSONHandler(opt.Stderr, ho))
+	} else {
+		a.log = slog.New(slog.NewTextHandler(opt.Stderr, ho))
+	}
+
+	a.reg = prometheus.NewRegistry()
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	a.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_config_reloads_total",
+		Help: "Configuration reload attempts, by result.",
+	}, []string{"result"})
+	a.reloadFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "switchboard_config_reload_failures_total",
+		Help: "Configuration reloads that were refused; the previous configuration kept running.",
+	})
+	a.reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "switchboard_config_last_reload_successful",
+		Help: "1 if the last reload attempt succeeded (or none was made), else 0.",
+	})
+	a.reloadOK.Set(1)
+	a.reg.MustRegister(a.reloads, a.reloadFailures, a.reloadOK)
+
+	a.proxy = httpproxy.NewServer(a.log, httpproxy.NewMetrics(a.reg))
+	ups := func() []admin.Upstream {
+		list := a.proxy.Upstreams()
+		out := make([]admin.Upstream, len(list))
+		for i, u := range list {
+			out[i] = u
+		}
+		return out
+	}
+	a.reg.MustRegister(admin.NewEndpointCollector(ups))
+	a.admin = admin.New(admin.Source{Upstreams: ups, Reload: a.Reload}, a.reg, a.log)
+	a.admin.SetToken(cfg.Admin.Token)
+
+	if err := a.proxy.Apply(cfg); err != nil {
+		a.proxy.Shutdown()
+		return nil, err
+	}
+	if cfg.Admin.Enabled == nil || *cfg.Admin.Enabled {
+		ln, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			a.proxy.Shutdown()
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+		a.adminLn = ln
+		a.adminHS = a.admin.NewHTTPServer()
+		go func() {
+			if err := a.adminHS.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("admin listener stopped", "error", err)
+			}
+		}()
+	}
+	a.log.Info("switchboard started", "config", path, "listeners", len(cfg.Listeners), "upstreams", len(cfg.Upstreams), "admin", a.AdminAddr())
+	return a, nil
+}
+
+// Log returns the process logger.
+func (a *App) Log() *slog.Logger { return a.log }
+
+// Proxy returns the HTTP data plane.
+func (a *App) Proxy() *httpproxy.Server { return a.proxy }
+
+// AdminAddr is the admin listener's bound address, or "".
+func (a *App) AdminAddr() string {
+	if a.adminLn == nil {
+		return ""
+	}
+	return a.adminLn.Addr().String()
+}
+
+// Reload re-reads the configuration file and applies it. A file with
+// problems, or one that cannot be applied (a port already in use), leaves
+// the running configuration as it was; the error says why.
+func (a *App) Reload() error {
+	a.reloadMu.Lock()
+	err := a.reload()
+	a.reloadMu.Unlock()
+	if a.Reloaded != nil {
+		a.Reloaded(err)
+	}
+	return err
+}
+
+func (a *App) reload() error {
+	cfg, err := config.Load(a.path)
+	if err == nil {
+		err = a.proxy.Apply(cfg)
+	}
+	if err != nil {
+		a.reloads.WithLabelValues("failure").Inc()
+		a.reloadFailures.Inc()
+		a.reloadOK.Set(0)
+		a.log.Error("config reload failed; the previous configuration keeps running", "config", a.path, "error", err.Error())
+		return err
+	}
+	a.reloads.WithLabelValues("success").Inc()
+	a.reloadOK.Set(1)
+	a.level.Set(parseLevel(cfg.Log.Level))
+	a.admin.SetToken(cfg.Admin.Token)
+	if cfg.Admin.Listen != a.cfg.Admin.Listen || cfg.Log.Format != a.cfg.Log.Format {
+		a.log.Warn("admin.listen and log.format take effect on restart only", "config", a.path)
+	}
+	a.cfg = cfg
+	a.log.Info("config reloaded", "config", a.path, "listeners", len(cfg.Listeners), "upstreams", len(cfg.Upstreams))
+	return nil
+}
+
+// Run serves until ctx ends or SIGTERM/SIGINT arrives, reloading on SIGHUP
+// and whenever the configuration file changes. Then it drains and returns.
+func (a *App) Run(ctx context.Context) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	changes, closeWatch := a.watch()
+	defer closeWatch()
+	// Ready only now: signals are handled, so a SIGTERM or SIGHUP sent by
+	// whoever waited for readiness is never lost.
+	a.admin.SetReady(true)
+	for {
+		select {
+		case <-ctx.Done():
+			return a.Shutdown()
+		case <-hup:
+			a.log.Info("SIGHUP: reloading", "config", a.path)
+			a.Reload()
+		case <-changes:
+			a.log.Info("config file changed: reloading", "config", a.path)
+			a.Reload()
+		}
+	}
+}
+
+// Shutdown stops accepting, lets in-flight requests finish up to
+// shutdown_timeout, and stops the admin API last.
+func (a *App) Shutdown() error {
+	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout.Std())
+	a.admin.SetReady(false)
+	a.proxy.Shutdown()
+	if a.adminHS != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		a.adminHS.Shutdown(ctx)
+	}
+	a.log.Info("stopped")
+	return nil
+}
+
+// watch reports changes to the config file. It watches the directory, not
+// the file, so that editors that replace the file (write and rename) and
+// Kubernetes' symlink swaps are seen too. Bursts of events are coalesced
+// into one reload.
+func (a *App) watch() (<-chan struct{}, func()) {
+	out := make(chan struct{}, 1)
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		a.log.Warn("cannot watch the config file; reload with SIGHUP", "error", err)
+		return out, func() {}
+	}
+	dir := filepath.Dir(a.path)
+	if err := w.Add(dir); err != nil {
+		a.log.Warn("cannot watch the config file; reload with SIGHUP", "dir", dir, "error", err)
+		w.Close()
+		return out, func() {}
+	}
+	base := filepath.Base(a.path)
+	done := make(chan struct{})
+	go func() {
+		const settle = 100 * time.Millisecond
+		timer := time.NewTimer(time.Hour)
+		timer.Stop()
+		for {
+			select {
+			case <-done:
+				timer.Stop()
+				return
+			case ev, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				name := filepath.Base(ev.Name)
+				if name == base || name == "..data" {
+					timer.Reset(settle)
+				}
+			case err, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				a.log.Warn("config watch error", "error", err)
+			case <-timer.C:
+				select {
+				case out <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return out, func() { close(done); w.Close() }
+}
+
+func parseLevel(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}

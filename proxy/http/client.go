@@ -1,0 +1,530 @@
+package httpproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// h1Client speaks HTTP/1.1 to upstream endpoints over pooled keep-alive
+// connections. Unlike net/http.Transport it runs the whole exchange on the
+// caller's goroutine (no per-connection read and write loops, no channel
+// hand-offs), which is what makes the proxy's hot path cheap; see
+// docs/BENCHMARKS.md for the measurement that chose it.
+type h1Client struct {
+	connectTimeout    time.Duration
+	respHeaderTimeout time.Duration
+	idleTimeout       time.Duration
+	maxIdle           int
+
+	mu    sync.Mutex
+	pools map[string]*connPool
+	// poolsRO is an immutable copy of pools read without the lock.
+	poolsRO atomic.Pointer[map[string]*connPool]
+	closed  bool
+}
+
+func newH1Client(connect, respHeader, idle time.Duration, maxIdle int) *h1Client {
+	c := &h1Client{
+		connectTimeout:    connect,
+		respHeaderTimeout: respHeader,
+		idleTimeout:       idle,
+		maxIdle:           maxIdle,
+		pools:             map[string]*connPool{},
+	}
+	c.poolsRO.Store(&map[string]*connPool{})
+	return c
+}
+
+// connectError marks a failure to establish a connection: nothing was sent,
+// so retrying elsewhere is always safe.
+type connectError struct{ err error }
+
+func (e *connectError) Error() string { return "connect: " + e.err.Error() }
+func (e *connectError) Unwrap() error { return e.err }
+
+// errHeaderTimeout is returned when the upstream sent no response header in
+// time; errRequestTimeout when the route's whole-request timeout ran out.
+var (
+	errHeaderTimeout  = timeoutError("upstream response header timeout")
+	errRequestTimeout = timeoutError("request timeout")
+)
+
+type timeoutError string
+
+func (e timeoutError) Error() string   { return string(e) }
+func (e timeoutError) Timeout() bool   { return true }
+func (e timeoutError) Temporary() bool { return true }
+
+// connPool holds one endpoint's idle connections, most recently used first.
+type connPool struct {
+	addr string
+	mu   sync.Mutex
+	idle []*pconn
+	// open counts connections that exist (idle or in use); idleN mirrors
+	// len(idle) for lock-free metrics reads.
+	open   atomic.Int64
+	idleN  atomic.Int64
+	dials  atomic.Uint64
+	closed bool
+}
+
+type pconn struct {
+	pool   *connPool
+	conn   net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	idleAt time.Time
+	reused bool
+}
+
+func (c *h1Client) pool(addr string) *connPool {
+	if p := (*c.poolsRO.Load())[addr]; p != nil {
+		return p
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pools[addr]
+	if p == nil {
+		p = &connPool{addr: addr}
+		if c.closed {
+			p.closed = true
+		}
+		c.pools[addr] = p
+		ro := make(map[string]*connPool, len(c.pools))
+		for k, v := range c.pools {
+			ro[k] = v
+		}
+		c.poolsRO.Store(&ro)
+	}
+	return p
+}
+
+// forget closes the idle connections of endpoints that left the pool.
+func (c *h1Client) forget(addrs []string) {
+	c.mu.Lock()
+	var gone []*connPool
+	for _, a := range addrs {
+		if p := c.pools[a]; p != nil {
+			gone = append(gone, p)
+			delete(c.pools, a)
+		}
+	}
+	ro := make(map[string]*connPool, len(c.pools))
+	for k, v := range c.pools {
+		ro[k] = v
+	}
+	c.poolsRO.Store(&ro)
+	c.mu.Unlock()
+	for _, p := range gone {
+		p.close()
+	}
+}
+
+// close closes every idle connection; connections in use are closed when
+// their exchange ends.
+func (c *h1Client) close() {
+	c.mu.Lock()
+	c.closed = true
+	pools := c.pools
+	c.mu.Unlock()
+	for _, p := range pools {
+		p.close()
+	}
+}
+
+// stats returns the open and idle connection counts per endpoint address.
+func (c *h1Client) stats() map[string][2]int64 {
+	m := map[string][2]int64{}
+	for a, p := range *c.poolsRO.Load() {
+		m[a] = [2]int64{p.open.Load(), p.idleN.Load()}
+	}
+	return m
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.idleN.Store(0)
+	p.mu.Unlock()
+	for _, pc := range idle {
+		pc.closeConn()
+	}
+}
+
+func (p *connPool) get(now time.Time, maxAge time.Duration) *pconn {
+	p.mu.Lock()
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		pc := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.idleN.Add(-1)
+		if maxAge > 0 && now.Sub(pc.idleAt) > maxAge {
+			p.mu.Unlock()
+			pc.closeConn()
+			p.mu.Lock()
+			continue
+		}
+		p.mu.Unlock()
+		return pc
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// put returns a connection whose exchange ended cleanly. It reports false
+// (and closes the connection) when the pool is full or closed.
+func (p *connPool) put(pc *pconn, max int) {
+	pc.idleAt = time.Now()
+	pc.reused = true
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= max {
+		p.mu.Unlock()
+		pc.closeConn()
+		return
+	}
+	p.idle = append(p.idle, pc)
+	p.idleN.Add(1)
+	p.mu.Unlock()
+}
+
+var (
+	brPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	bwPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+)
+
+func (pc *pconn) closeConn() {
+	pc.conn.Close()
+	pc.pool.open.Add(-1)
+	if pc.br != nil {
+		pc.br.Reset(nil)
+		brPool.Put(pc.br)
+		pc.br = nil
+	}
+	if pc.bw != nil {
+		pc.bw.Reset(nil)
+		bwPool.Put(pc.bw)
+		pc.bw = nil
+	}
+}
+
+// alive reports whether an idle connection is still open and has nothing
+// unread: a peer that closed it, or sent bytes nobody asked for, makes it
+// unusable.
+func (pc *pconn) alive() bool {
+	if pc.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := pc.conn.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := false
+	var b [1]byte
+	rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		alive = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+		return true
+	})
+	return alive
+}
+
+func (c *h1Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pconn, error) {
+	d := net.Dialer{Timeout: c.connectTimeout, Deadline: deadline, KeepAlive: 30 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, &connectError{err}
+	}
+	p.dials.Add(1)
+	p.open.Add(1)
+	br := brPool.Get().(*bufio.Reader)
+	br.Reset(conn)
+	bw := bwPool.Get().(*bufio.Writer)
+	bw.Reset(conn)
+	return &pconn{pool: p, conn: conn, br: br, bw: bw}, nil
+}
+
+// aLongTimeAgo is a deadline in the past: setting it unblocks any I/O.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// do sends out to the endpoint at addr and returns its response. ctx is the
+// client's: when it ends (the client went away) the exchange is cut short.
+// deadline, when not zero, bounds the whole exchange including the body.
+// The response body must be closed; reading it to EOF first returns the
+// connection to the pool. A *connectError means nothing reached the
+// endpoint.
+//
+// A request on a reused connection that fails before any response byte
+// (the endpoint closed an idle connection as we picked it) is retried once
+// on a fresh connection when it can be sent again, as net/http does.
+func (c *h1Client) do(ctx context.Context, deadline time.Time, addr string, out *outRequest) (*http.Response, error) {
+	p := c.pool(addr)
+	now := time.Now()
+	pc := p.get(now, c.idleTimeout)
+	// A request that cannot be replayed gets no second chance if the reused
+	// connection turns out dead, so look before using it (one non-blocking
+	// peek).
+	for pc != nil && !out.replayable() && !pc.alive() {
+		pc.closeConn()
+		pc = p.get(now, c.idleTimeout)
+	}
+	if pc == nil {
+		var err error
+		if pc, err = c.dial(ctx, p, deadline); err != nil {
+			return nil, err
+		}
+	}
+	resp, stop, err := c.exchange(ctx, deadline, pc, out)
+	if err != nil && pc.reused && out.replayable() && !isTimeout(err) && ctx.Err() == nil {
+		if pc, err = c.dial(ctx, p, deadline); err != nil {
+			return nil, err
+		}
+		resp, stop, err = c.exchange(ctx, deadline, pc, out)
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = &upstreamBody{rc: resp.Body, pc: pc, c: c, stop: stop, close: resp.Close}
+	return resp, nil
+}
+
+// exchange writes the request and reads the response header on pc. On error
+// pc is closed.
+func (c *h1Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, out *outRequest) (*http.Response, func() bool, error) {
+	// A cancelled client context unblocks whatever I/O the exchange or the
+	// body copy is doing.
+	conn := pc.conn
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(aLongTimeAgo) })
+	resp, err := c.exchange1(deadline, pc, out)
+	if err != nil {
+		stop()
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		return nil, nil, err
+	}
+	return resp, stop, nil
+}
+
+// exchange1 does the I/O of one exchange. Deadlines: the response-header
+// timeout starts once the request is sent and is capped by the request's
+// own deadline, which then bounds the body. A request without a body is
+// sent and answered under one deadline, set once.
+func (c *h1Client) exchange1(deadline time.Time, pc *pconn, out *outRequest) (*http.Response, error) {
+	hdrDeadline := time.Now().Add(c.respHeaderTimeout)
+	if !deadline.IsZero() && deadline.Before(hdrDeadline) {
+		hdrDeadline = deadline
+	}
+	if out.body == nil {
+		pc.conn.SetDeadline(hdrDeadline)
+	} else {
+		pc.conn.SetWriteDeadline(deadline)
+	}
+	if err := out.write(pc.bw); err != nil {
+		pc.closeConn()
+		return nil, fmt.Errorf("write request: %w", err)
+	}
+	if out.body != nil {
+		hdrDeadline = time.Now().Add(c.respHeaderTimeout)
+		if !deadline.IsZero() && deadline.Before(hdrDeadline) {
+			hdrDeadline = deadline
+		}
+		pc.conn.SetReadDeadline(hdrDeadline)
+	}
+	resp, err := http.ReadResponse(pc.br, out.req)
+	// 1xx informational responses other than 101 are skipped: the final
+	// response follows on the same connection.
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp, err = http.ReadResponse(pc.br, out.req)
+	}
+	if err != nil {
+		pc.closeConn()
+		if isTimeout(err) {
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				return nil, errRequestTimeout
+			}
+			return nil, errHeaderTimeout
+		}
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	// The body is read under the request's deadline (none if zero). The
+	// write deadline is left as is: the next exchange sets its own.
+	if hdrDeadline != deadline {
+		pc.conn.SetReadDeadline(deadline)
+	}
+	return resp, nil
+}
+
+// outRequest is the request as it goes upstream. Its header has had the
+// hop-by-hop fields removed and the forwarding fields added.
+type outRequest struct {
+	req    *http.Request
+	uri    string
+	host   string
+	header http.Header
+	body   io.Reader // nil for none
+	length int64     // -1: unknown (chunked)
+	// upgrade is the Upgrade header value for a protocol switch
+	// (WebSocket); "" otherwise.
+	upgrade string
+}
+
+// replayable reports whether the request may be sent again after a reused
+// connection failed: it has no body and is idempotent (RFC 9110 9.2.2) or
+// carries an Idempotency-Key.
+func (o *outRequest) replayable() bool {
+	if o.body != nil || o.upgrade != "" {
+		return false
+	}
+	switch o.req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return o.header.Get("Idempotency-Key") != ""
+}
+
+func (o *outRequest) write(bw *bufio.Writer) error {
+	bw.WriteString(o.req.Method)
+	bw.WriteByte(' ')
+	bw.WriteString(o.uri)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(o.host)
+	bw.WriteString("\r\n")
+	for k, vv := range o.header {
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	if o.upgrade != "" {
+		bw.WriteString("Connection: Upgrade\r\nUpgrade: ")
+		bw.WriteString(o.upgrade)
+		bw.WriteString("\r\n")
+	}
+	switch {
+	case o.body == nil:
+		if methodWantsLength(o.req.Method) {
+			bw.WriteString("Content-Length: 0\r\n")
+		}
+		bw.WriteString("\r\n")
+		return bw.Flush()
+	case o.length >= 0:
+		bw.WriteString("Content-Length: ")
+		var nb [20]byte
+		bw.Write(strconv.AppendInt(nb[:0], o.length, 10))
+		bw.WriteString("\r\n\r\n")
+		n, err := io.CopyN(bw, o.body, o.length)
+		if err != nil {
+			if n < o.length && errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return &bodyError{err}
+		}
+		return bw.Flush()
+	default:
+		bw.WriteString("Transfer-Encoding: chunked\r\n\r\n")
+		cw := httputil.NewChunkedWriter(bw)
+		if err := copyFlushing(cw, bw, o.body); err != nil {
+			return &bodyError{err}
+		}
+		if err := cw.Close(); err != nil {
+			return err
+		}
+		bw.WriteString("\r\n")
+		return bw.Flush()
+	}
+}
+
+// copyFlushing copies a body of unknown length, flushing after every read so
+// that a streaming upload reaches the endpoint as it arrives.
+func copyFlushing(dst io.Writer, bw *bufio.Writer, src io.Reader) error {
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	buf := *bp
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return err
+			}
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// bodyError is a failure to read the client's request body (the client's
+// fault, not the endpoint's).
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "read request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+func methodWantsLength(m string) bool {
+	return m == http.MethodPost || m == http.MethodPut || m == http.MethodPatch
+}
+
+var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32*1024); return &b }}
+
+// upstreamBody wraps a response body from an h1 endpoint. Reading it to EOF
+// hands the connection back to the pool; closing it early closes the
+// connection.
+type upstreamBody struct {
+	rc    io.ReadCloser
+	pc    *pconn
+	c     *h1Client
+	stop  func() bool // stops the context watcher
+	eof   bool
+	close bool // the response said Connection: close
+	done  bool
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *upstreamBody) Close() error {
+	if b.done {
+		return nil
+	}
+	b.done = true
+	// The watcher must be stopped before the connection can be reused: a
+	// watcher that already fired has poisoned the connection's deadline.
+	stopped := b.stop == nil || b.stop()
+	if b.eof && !b.close && stopped {
+		b.rc.Close()
+		b.pc.pool.put(b.pc, b.c.maxIdle)
+		return nil
+	}
+	b.pc.closeConn()
+	return nil
+}

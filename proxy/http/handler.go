@@ -1,0 +1,512 @@
+package httpproxy
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// HeaderLoad is the response header in which an endpoint may report its own
+// load ("cpu=0.42, mem=0.31"). The proxy hands it to the balancer and does
+// not pass it on to the client.
+const HeaderLoad = "X-Switchboard-Load"
+
+// Handler is one listener's request handler. Its routes are swapped whole
+// on reload; a request keeps the table it started with.
+type Handler struct {
+	name string
+	tbl  atomic.Pointer[table]
+	log  *slog.Logger
+}
+
+func newHandler(name string, log *slog.Logger) *Handler {
+	return &Handler{name: name, log: log}
+}
+
+// ServeHTTP routes and forwards one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := h.tbl.Load()
+	start := time.Now()
+	rt := t.match(r)
+	if rt == nil {
+		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
+		t.noRoute.count(http.StatusNotFound)
+		h.access(t, r, nil, nil, http.StatusNotFound, start)
+		return
+	}
+	rm := rt.metrics
+	rm.inflight.Inc()
+	st := h.forward(w, r, t, rt, start)
+	rm.inflight.Dec()
+	rm.count(st.status)
+	rm.duration.Observe(time.Since(start).Seconds())
+	h.access(t, r, rt, st.ep, st.status, start)
+	if st.abort {
+		// The response is already under way and cannot be finished: tell
+		// the server to cut the connection so the client sees a truncated
+		// response rather than a complete-looking one.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// result is what forwarding one request came to.
+type result struct {
+	status int // as sent to the client; 499 when the client went away first
+	ep     *endpoint.Endpoint
+	abort  bool
+}
+
+// statusClientClosed is recorded (not sent) when the client went away
+// before a response could be written, as nginx does.
+const statusClientClosed = 499
+
+var (
+	protoHTTP  = []string{"http"}
+	protoHTTPS = []string{"https"}
+)
+
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *route, start time.Time) result {
+	ctx := r.Context()
+	var deadline time.Time
+	if rt.timeout > 0 {
+		deadline = start.Add(rt.timeout)
+	}
+	var body io.Reader
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		body = r.Body
+		if t.maxBody > 0 {
+			if r.ContentLength > t.maxBody {
+				WriteError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+					"request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes exceeds max_body_bytes "+strconv.FormatInt(t.maxBody, 10))
+				return result{status: http.StatusRequestEntityTooLarge}
+			}
+			body = http.MaxBytesReader(w, r.Body, t.maxBody)
+		}
+	}
+	reqID := prepareHeader(r)
+	out := outRequest{req: r, uri: requestURI(r), host: r.Host, header: r.Header, body: body, length: r.ContentLength}
+	if body == nil {
+		out.length = 0
+	}
+	if r.ProtoMajor == 1 {
+		out.upgrade = upgradeOf(r)
+	}
+	delete(r.Header, "Connection")
+	delete(r.Header, "Upgrade")
+
+	var tried [1]*endpoint.Endpoint
+	info := balance.Info{}
+	for attempt := 0; ; attempt++ {
+		pick, err := rt.up.bal.Pick(&info)
+		if err != nil {
+			WriteError(w, http.StatusServiceUnavailable, CodeNoEndpoint, "upstream "+rt.up.name+" has no endpoint that can take traffic")
+			return result{status: http.StatusServiceUnavailable}
+		}
+		ep := pick.Endpoint
+		t0 := start
+		if attempt > 0 {
+			t0 = time.Now()
+		}
+		resp, err := rt.up.roundTrip(ctx, deadline, ep, &out)
+		if err != nil {
+			clientGone := ctx.Err() != nil
+			pick.Done(endpoint.Outcome{Err: err, Latency: time.Since(t0), Canceled: clientGone || isBodyError(err)})
+			var ce *connectError
+			if errors.As(err, &ce) && attempt == 0 && !clientGone && len(rt.up.pool.Snapshot().Ready) > 1 {
+				// Nothing was sent: always safe to try another endpoint.
+				h.upstreamError(rt, ep, "connect")
+				rt.metrics.m.retries.WithLabelValues(rt.up.name, "connect_failure").Inc()
+				tried[0] = ep
+				info.Tried = tried[:1]
+				continue
+			}
+			return h.fail(w, r, rt, ep, err)
+		}
+		hdrLatency := time.Since(t0)
+		load := ""
+		if v, ok := resp.Header[HeaderLoad]; ok {
+			if len(v) > 0 {
+				load = v[0]
+			}
+			delete(resp.Header, HeaderLoad)
+		}
+		st := h.respond(w, r, t, resp, reqID, out.upgrade != "")
+		st.ep = ep
+		o := endpoint.Outcome{Status: resp.StatusCode, Latency: hdrLatency, LoadReport: load}
+		if st.abort && ctx.Err() == nil {
+			o.Err = errUpstreamBody
+		}
+		pick.Done(o)
+		return st
+	}
+}
+
+var errUpstreamBody = errors.New("upstream broke off the response body")
+
+func isBodyError(err error) bool {
+	var be *bodyError
+	return errors.As(err, &be)
+}
+
+func (h *Handler) upstreamError(rt *route, ep *endpoint.Endpoint, kind string) {
+	rt.metrics.m.errors.WithLabelValues(rt.up.name, ep.Address(), kind).Inc()
+}
+
+// fail answers a request whose upstream exchange failed before a response.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rt *route, ep *endpoint.Endpoint, err error) result {
+	res := result{ep: ep}
+	var ce *connectError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		res.status = http.StatusRequestEntityTooLarge
+		WriteError(w, res.status, CodeBodyTooLarge, "request body exceeds max_body_bytes "+strconv.FormatInt(mbe.Limit, 10))
+	case r.Context().Err() != nil:
+		res.status = statusClientClosed
+	case isBodyError(err):
+		res.status = http.StatusBadRequest
+		WriteError(w, res.status, CodeBadRequest, "could not read the request body")
+	case errors.As(err, &ce):
+		h.upstreamError(rt, ep, "connect")
+		res.status = http.StatusBadGateway
+		WriteError(w, res.status, CodeConnectFailed, "upstream "+rt.up.name+": could not connect to "+ep.Address())
+	case isTimeout(err):
+		h.upstreamError(rt, ep, "timeout")
+		res.status = http.StatusGatewayTimeout
+		WriteError(w, res.status, CodeUpstreamTimeout, "upstream "+rt.up.name+": "+ep.Address()+" did not answer in time")
+	default:
+		h.upstreamError(rt, ep, "reset")
+		res.status = http.StatusBadGateway
+		WriteError(w, res.status, CodeUpstreamError, "upstream "+rt.up.name+": "+ep.Address()+" broke the exchange")
+	}
+	if res.status != statusClientClosed {
+		h.log.Debug("upstream request failed", "listener", h.name, "route", rt.name, "upstream", rt.up.name, "endpoint", ep.Address(), "error", err)
+	}
+	return res
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// respond relays the upstream's response to the client.
+func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, resp *http.Response, reqID string, upgrade bool) result {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if !upgrade {
+			resp.Body.Close()
+			WriteError(w, http.StatusBadGateway, CodeUpstreamError, "upstream switched protocols unasked")
+			return result{status: http.StatusBadGateway}
+		}
+		return h.tunnel(w, t, resp)
+	}
+	dst := w.Header()
+	copyResponseHeader(dst, resp.Header)
+	if _, ok := dst["X-Request-Id"]; !ok && reqID != "" {
+		dst["X-Request-Id"] = []string{reqID}
+	}
+	if _, ok := dst["Content-Type"]; !ok {
+		// Do not let the server guess a type the upstream did not send.
+		dst["Content-Type"] = nil
+	}
+	if len(resp.Trailer) > 0 {
+		names := make([]string, 0, len(resp.Trailer))
+		for k := range resp.Trailer {
+			names = append(names, k)
+		}
+		dst["Trailer"] = []string{strings.Join(names, ", ")}
+	}
+	w.WriteHeader(resp.StatusCode)
+	// A response of unknown length is a stream (server-sent events, gRPC
+	// over h2c, chunked progress): every piece goes out as it arrives.
+	flush := resp.ContentLength < 0
+	rerr, werr := copyBody(w, resp.Body, flush)
+	resp.Body.Close()
+	res := result{status: resp.StatusCode}
+	switch {
+	case werr != nil:
+		// The client went away; nothing to do.
+	case rerr != nil:
+		h.log.Debug("upstream response body broke off", "listener", h.name, "error", rerr)
+		res.abort = true
+	default:
+		for k, vv := range resp.Trailer {
+			dst[http.TrailerPrefix+k] = vv
+		}
+	}
+	return res
+}
+
+// copyBody copies the response body to the client, flushing after each
+// piece when flush is set. It returns the read and the write error apart.
+func copyBody(w http.ResponseWriter, body io.Reader, flush bool) (rerr, werr error) {
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	buf := *bp
+	var fl http.Flusher
+	if flush {
+		fl, _ = w.(http.Flusher)
+	}
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr = w.Write(buf[:n]); werr != nil {
+				return nil, werr
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		if err == io.EOF {
+			return nil, nil
+		}
+		if err != nil {
+			return err, nil
+		}
+	}
+}
+
+// tunnel completes a protocol switch (WebSocket): it hands the client the
+// upstream's 101 answer, then copies bytes both ways until both sides are
+// done or the connection sits idle for the listener's idle timeout.
+func (h *Handler) tunnel(w http.ResponseWriter, t *table, resp *http.Response) result {
+	ub, ok := resp.Body.(*upstreamBody)
+	if !ok {
+		resp.Body.Close()
+		WriteError(w, http.StatusBadGateway, CodeUpstreamError, "protocol switch is not supported on this upstream")
+		return result{status: http.StatusBadGateway}
+	}
+	// The tunnel outlives the request's deadline; the idle timeout bounds
+	// it instead.
+	if ub.stop != nil {
+		ub.stop()
+		ub.stop = nil
+	}
+	up := ub.pc
+	defer func() { ub.close = true; ub.Close() }()
+	client, cbuf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		WriteError(w, http.StatusBadGateway, CodeUpstreamError, "cannot switch protocols on this connection")
+		return result{status: http.StatusBadGateway}
+	}
+	defer client.Close()
+	up.conn.SetDeadline(time.Time{})
+	client.SetDeadline(time.Time{})
+
+	cbuf.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	resp.Header.Write(cbuf)
+	cbuf.WriteString("\r\n")
+	if err := cbuf.Flush(); err != nil {
+		return result{status: http.StatusSwitchingProtocols}
+	}
+	idle := t.idle
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pump(up.conn, client, cbuf.Reader, idle)
+	}()
+	pump(client, up.conn, up.br, idle)
+	<-done
+	return result{status: http.StatusSwitchingProtocols}
+}
+
+// pump copies src (first what is already buffered in br) to dst until EOF
+// or an error, then half-closes dst so the other side sees the end.
+func pump(dst, src net.Conn, br *bufio.Reader, idle time.Duration) {
+	bp := copyBufPool.Get().(*[]byte)
+	defer copyBufPool.Put(bp)
+	buf := *bp
+	var r io.Reader = src
+	if br != nil && br.Buffered() > 0 {
+		r = io.MultiReader(io.LimitReader(br, int64(br.Buffered())), src)
+	}
+	for {
+		if idle > 0 {
+			src.SetReadDeadline(time.Now().Add(idle))
+		}
+		n, err := r.Read(buf)
+		if n > 0 {
+			if idle > 0 {
+				dst.SetWriteDeadline(time.Now().Add(idle))
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				src.Close()
+				return
+			}
+		}
+		if err != nil {
+			if cw, ok := dst.(interface{ CloseWrite() error }); ok && err == io.EOF {
+				cw.CloseWrite()
+			} else {
+				dst.Close()
+				src.Close()
+			}
+			return
+		}
+	}
+}
+
+func (h *Handler) access(t *table, r *http.Request, rt *route, ep *endpoint.Endpoint, status int, start time.Time) {
+	if !t.accessLog {
+		return
+	}
+	routeName, upName, epAddr := "", "", ""
+	if rt != nil {
+		routeName, upName = rt.name, rt.up.name
+	}
+	if ep != nil {
+		epAddr = ep.Address()
+	}
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access",
+		slog.String("listener", h.name),
+		slog.String("remote", r.RemoteAddr),
+		slog.String("method", r.Method),
+		slog.String("host", r.Host),
+		slog.String("path", r.URL.Path),
+		slog.String("proto", r.Proto),
+		slog.Int("status", status),
+		slog.String("route", routeName),
+		slog.String("upstream", upName),
+		slog.String("endpoint", epAddr),
+		slog.Duration("duration", time.Since(start)),
+		slog.String("request_id", r.Header.Get("X-Request-Id")),
+	)
+}
+
+// prepareHeader turns the client's request header into the upstream's, in
+// place: it removes hop-by-hop fields (RFC 9110 7.6.1), also those the
+// client names in Connection, appends the client to X-Forwarded-For, sets
+// X-Forwarded-Proto and -Host for this hop, and keeps or makes X-Request-Id.
+// It returns the request ID. Connection and Upgrade are left for the caller
+// (it needs them to see a protocol switch).
+func prepareHeader(r *http.Request) string {
+	h := r.Header
+	for _, v := range h["Connection"] {
+		for _, name := range strings.Split(v, ",") {
+			name = strings.TrimSpace(name)
+			if name == "" || strings.EqualFold(name, "upgrade") {
+				continue
+			}
+			delete(h, http.CanonicalHeaderKey(name))
+		}
+	}
+	for k, vv := range h {
+		switch k {
+		case "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+			"Trailer", "Transfer-Encoding", "Content-Length", "Host":
+			// Content-Length and Transfer-Encoding are re-framed by the
+			// client side; Host travels as the request's host.
+			delete(h, k)
+		case "Te":
+			// "TE: trailers" is end-to-end for gRPC; any other TE is not.
+			if len(vv) != 1 || vv[0] != "trailers" {
+				delete(h, k)
+			}
+		}
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior, ok := h["X-Forwarded-For"]; ok && len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		h["X-Forwarded-For"] = []string{ip}
+	}
+	if r.TLS != nil {
+		h["X-Forwarded-Proto"] = protoHTTPS
+	} else {
+		h["X-Forwarded-Proto"] = protoHTTP
+	}
+	h["X-Forwarded-Host"] = []string{r.Host}
+	if id := h["X-Request-Id"]; len(id) == 1 && validRequestID(id[0]) {
+		return id[0]
+	}
+	id := newRequestID()
+	h["X-Request-Id"] = []string{id}
+	return id
+}
+
+// upgradeOf returns the protocol an HTTP/1.1 request asks to switch to, or
+// "".
+func upgradeOf(r *http.Request) string {
+	up := r.Header["Upgrade"]
+	if len(up) != 1 || up[0] == "" {
+		return ""
+	}
+	for _, v := range r.Header["Connection"] {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return up[0]
+			}
+		}
+	}
+	return ""
+}
+
+func validRequestID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	const hexdigits = "0123456789abcdef"
+	var b [32]byte
+	a, c := rand.Uint64(), rand.Uint64()
+	for i := 0; i < 16; i++ {
+		b[i] = hexdigits[a>>(60-4*i)&0xf]
+		b[16+i] = hexdigits[c>>(60-4*i)&0xf]
+	}
+	return string(b[:])
+}
+
+// requestURI is the request target to send upstream.
+func requestURI(r *http.Request) string {
+	if u := r.RequestURI; u != "" && (u[0] == '/' || u == "*") {
+		return u
+	}
+	return r.URL.RequestURI()
+}
+
+// copyResponseHeader copies the upstream's response header to the client's
+// without hop-by-hop fields. Values are shared, not copied: the upstream's
+// header is not used again.
+func copyResponseHeader(dst, src http.Header) {
+	conn := src["Connection"]
+	for k, vv := range src {
+		switch k {
+		case "Connection", "Proxy-Connection", "Keep-Alive", "Transfer-Encoding", "Upgrade", "Trailer", "Te":
+			continue
+		}
+		if len(conn) > 0 && namedIn(conn, k) {
+			continue
+		}
+		dst[k] = vv
+	}
+}
+
+func namedIn(list []string, name string) bool {
+	for _, v := range list {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), name) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,224 @@
+package httpproxy_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/config"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+)
+
+// proxy is a running data plane for one test.
+type proxy struct {
+	t   *testing.T
+	srv *httpproxy.Server
+	reg *prometheus.Registry
+}
+
+// startProxy parses yaml exactly as `switchboard serve` would and runs it.
+// Listeners should use port 0; url() finds the bound port.
+func startProxy(t *testing.T, yaml string) *proxy {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchboard.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatalf("config does not load:\n%v\n---\n%s", err, yaml)
+	}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	srv := httpproxy.NewServer(log, httpproxy.NewMetrics(reg))
+	if err := srv.Apply(cfg); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return &proxy{t: t, srv: srv, reg: reg}
+}
+
+func (p *proxy) url(listener string) string {
+	a := p.srv.Addr(listener)
+	if a == "" {
+		p.t.Fatalf("no listener %q", listener)
+	}
+	return "http://" + a
+}
+
+// counter returns the value of a counter or gauge series, 0 if absent.
+func (p *proxy) metric(name string, labels map[string]string) float64 {
+	p.t.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue next
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue()
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return 0
+}
+
+// backend is a real HTTP server that names itself and counts connections.
+type backend struct {
+	*httptest.Server
+	name  string
+	conns atomic.Int64
+}
+
+func newBackend(t *testing.T, name string, h http.HandlerFunc) *backend {
+	t.Helper()
+	return newBackendWith(t, name, h, nil)
+}
+
+// newBackendWith is newBackend with a chance to configure the server first.
+func newBackendWith(t *testing.T, name string, h http.HandlerFunc, configure func(*http.Server)) *backend {
+	t.Helper()
+	b := &backend{name: name}
+	if h == nil {
+		h = func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			fmt.Fprint(w, name)
+		}
+	}
+	b.Server = httptest.NewUnstartedServer(h)
+	b.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			b.conns.Add(1)
+		}
+	}
+	if configure != nil {
+		configure(b.Config)
+	}
+	b.Start()
+	t.Cleanup(b.Close)
+	return b
+}
+
+func (b *backend) addr() string { return strings.TrimPrefix(b.URL, "http://") }
+
+// deadAddr returns a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ln.Addr().String()
+	ln.Close()
+	return a
+}
+
+func get(t *testing.T, c *http.Client, url string) (*http.Response, string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: read body: %v", url, err)
+	}
+	return resp, string(b)
+}
+
+// upstreamYAML renders a one-listener, one-upstream config.
+func upstreamYAML(extraUpstream string, targets ...string) string {
+	var b strings.Builder
+	b.WriteString(`admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - match: {path_prefix: /}
+        upstream: app
+upstreams:
+  app:
+`)
+	if extraUpstream != "" {
+		b.WriteString(extraUpstream)
+	}
+	b.WriteString("    targets:\n")
+	for _, t := range targets {
+		fmt.Fprintf(&b, "      - {address: %s}\n", t)
+	}
+	return b.String()
+}
+
+// writeSelfSigned writes a self-signed certificate for 127.0.0.1 and
+// localhost and returns the PEM files' paths.
+func writeSelfSigned(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return certFile, keyFile
+}

@@ -1,0 +1,200 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// Upstream is the running form of one configured upstream: its pool of
+// endpoints, the balancer over it and the client that talks to them.
+type Upstream struct {
+	name string
+	cfg  config.Upstream
+	pool *endpoint.Pool
+	bal  balance.Balancer
+	// unsub stops feeding the balancer when the upstream is replaced.
+	unsub func()
+
+	h1 *h1Client       // protocol http1
+	h2 *http.Transport // protocol h2c
+}
+
+// Name is the upstream's configured name.
+func (u *Upstream) Name() string { return u.name }
+
+// Pool is the upstream's endpoint pool.
+func (u *Upstream) Pool() *endpoint.Pool { return u.pool }
+
+// Policy is the balancing policy's name.
+func (u *Upstream) Policy() string { return u.cfg.Balance.Policy }
+
+// Protocol is the protocol spoken to the endpoints.
+func (u *Upstream) Protocol() string { return u.cfg.Protocol }
+
+// ConnStats returns the open and idle upstream connections per endpoint
+// address (HTTP/1.1 upstreams only).
+func (u *Upstream) ConnStats() map[string][2]int64 {
+	if u.h1 == nil {
+		return nil
+	}
+	return u.h1.stats()
+}
+
+func specs(c *config.Upstream) []endpoint.Spec {
+	out := make([]endpoint.Spec, 0, len(c.Targets))
+	for _, t := range c.Targets {
+		out = append(out, endpoint.Spec{Address: t.Address, Weight: t.Weight, Zone: t.Zone})
+	}
+	return out
+}
+
+// buildUpstream makes the running form of c. When prev (the same upstream
+// from the running config) exists, its pool is kept, so endpoints keep their
+// live state across a reload, and so are its balancer and client when their
+// settings did not change.
+func buildUpstream(name string, c *config.Upstream, prev *Upstream) (*Upstream, error) {
+	u := &Upstream{name: name, cfg: *c}
+	if prev != nil {
+		u.pool = prev.pool
+	} else {
+		u.pool = endpoint.NewPool(name)
+	}
+	sameBalance := prev != nil && reflect.DeepEqual(prev.cfg.Balance, c.Balance)
+	if sameBalance {
+		u.bal = prev.bal
+	} else {
+		b, err := balance.New(balance.Config{Policy: c.Balance.Policy})
+		if err != nil {
+			return nil, err
+		}
+		u.bal = b
+	}
+	sameClient := prev != nil && prev.cfg.Protocol == c.Protocol && prev.cfg.Timeouts == c.Timeouts &&
+		prev.cfg.IdleTimeout == c.IdleTimeout && reflect.DeepEqual(prev.cfg.MaxIdlePerEndpoint, c.MaxIdlePerEndpoint)
+	if sameClient {
+		u.h1, u.h2 = prev.h1, prev.h2
+	} else {
+		maxIdle := 64
+		if c.MaxIdlePerEndpoint != nil {
+			maxIdle = *c.MaxIdlePerEndpoint
+		}
+		switch c.Protocol {
+		case "h2c":
+			var p http.Protocols
+			p.SetUnencryptedHTTP2(true)
+			d := &net.Dialer{Timeout: c.Timeouts.Connect.Std(), KeepAlive: 30 * time.Second}
+			u.h2 = &http.Transport{
+				Protocols:             &p,
+				DialContext:           d.DialContext,
+				ResponseHeaderTimeout: c.Timeouts.ResponseHeader.Std(),
+				IdleConnTimeout:       c.IdleTimeout.Std(),
+				MaxIdleConnsPerHost:   maxIdle,
+				DisableCompression:    true,
+			}
+		default:
+			u.h1 = newH1Client(c.Timeouts.Connect.Std(), c.Timeouts.ResponseHeader.Std(), c.IdleTimeout.Std(), maxIdle)
+		}
+	}
+	return u, nil
+}
+
+// activate starts feeding the balancer from the pool and applies the
+// configured targets. It runs once the whole new config has been built.
+func (u *Upstream) activate(prev *Upstream) {
+	if prev != nil && prev.bal == u.bal {
+		u.unsub = prev.unsub
+	} else {
+		if prev != nil && prev.unsub != nil {
+			prev.unsub()
+		}
+		u.unsub = u.pool.Subscribe(u.bal.Update)
+	}
+	removed := u.pool.Update(specs(&u.cfg))
+	if u.h1 != nil && len(removed) > 0 {
+		addrs := make([]string, len(removed))
+		for i, ep := range removed {
+			addrs[i] = ep.Address()
+		}
+		u.h1.forget(addrs)
+	}
+	if prev != nil {
+		if prev.h1 != nil && prev.h1 != u.h1 {
+			prev.h1.close()
+		}
+		if prev.h2 != nil && prev.h2 != u.h2 {
+			prev.h2.CloseIdleConnections()
+		}
+	}
+}
+
+// retire stops an upstream that the new config no longer has.
+func (u *Upstream) retire() {
+	if u.unsub != nil {
+		u.unsub()
+	}
+	if u.h1 != nil {
+		u.h1.close()
+	}
+	if u.h2 != nil {
+		u.h2.CloseIdleConnections()
+	}
+}
+
+// roundTrip sends out to ep and returns the response. The caller closes the
+// response body, which releases the connection.
+func (u *Upstream) roundTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, out *outRequest) (*http.Response, error) {
+	if u.h1 != nil {
+		return u.h1.do(ctx, deadline, ep.Address(), out)
+	}
+	cancel := context.CancelFunc(func() {})
+	if !deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	body := out.body
+	req, err := http.NewRequestWithContext(ctx, out.req.Method, "http://"+ep.Address()+out.uri, body)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Host = out.host
+	req.Header = out.header
+	req.ContentLength = out.length
+	if body == nil {
+		req.ContentLength = 0
+	}
+	resp, err := u.h2.RoundTrip(req)
+	if err != nil {
+		cancel()
+		if ctx.Err() == context.DeadlineExceeded {
+			return nil, errRequestTimeout
+		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, &connectError{err}
+		}
+		return nil, err
+	}
+	resp.Body = &cancelBody{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelBody releases the request's context once the body is done with.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
