@@ -90,7 +90,7 @@ Try:
   switchboard status --admin %[2]s
 
 Ctrl-C stops everything.
-`, opt.Listen, a.AdminAddr(), len(addrs), path, addrs[0])
+`, a.Proxy().Addr("demo"), a.AdminAddr(), len(addrs), path, addrs[0])
 	if opt.Started != nil {
 		opt.Started(a)
 	}

@@ -1,0 +1,160 @@
+package admin_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/admin"
+	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+)
+
+// newAdmin runs a real data plane with one upstream of two endpoints and
+// an admin server over it.
+func newAdmin(t *testing.T, reload func() error) (*admin.Server, *httptest.Server, *httpproxy.Server) {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(`admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes: [{match: {path_prefix: /}, upstream: orders}]
+upstreams:
+  orders:
+    targets: [{address: 127.0.0.1:9001, weight: 3}, {address: 127.0.0.1:9002, zone: b}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	px := httpproxy.NewServer(log, httpproxy.NewMetrics(reg))
+	if err := px.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(px.Shutdown)
+	ups := func() []admin.Upstream {
+		var out []admin.Upstream
+		for _, u := range px.Upstreams() {
+			out = append(out, u)
+		}
+		return out
+	}
+	reg.MustRegister(admin.NewEndpointCollector(ups))
+	a := admin.New(admin.Source{Upstreams: ups, Reload: reload}, reg, log)
+	ts := httptest.NewServer(a.Handler())
+	t.Cleanup(ts.Close)
+	return a, ts, px
+}
+
+func do(t *testing.T, method, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestUpstreamsShowStateAndReason(t *testing.T) {
+	_, ts, px := newAdmin(t, nil)
+	since := time.Date(2026, 11, 30, 3, 0, 12, 0, time.UTC)
+	u := px.Upstreams()[0]
+	ep := u.Pool().Snapshot().All[1]
+	ep.SetStatus(endpoint.Ejected, "5 consecutive connect failures", since)
+	u.Pool().Refresh()
+
+	code, body := do(t, "GET", ts.URL+"/api/v1/upstreams", "")
+	if code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	var v struct{ Upstreams []admin.UpstreamView }
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Upstreams) != 1 || v.Upstreams[0].Name != "orders" || v.Upstreams[0].Policy != "round_robin" || v.Upstreams[0].Ready != 1 || v.Upstreams[0].Total != 2 {
+		t.Fatalf("upstreams: %+v", v.Upstreams)
+	}
+	e0, e1 := v.Upstreams[0].Endpoints[0], v.Upstreams[0].Endpoints[1]
+	if e0.Address != "127.0.0.1:9001" || e0.Weight != 3 || e0.State != "healthy" {
+		t.Errorf("endpoint 0: %+v", e0)
+	}
+	if e1.Address != "127.0.0.1:9002" || e1.Zone != "b" || e1.State != "ejected" || e1.Reason != "5 consecutive connect failures" || !e1.Since.Equal(since) {
+		t.Errorf("endpoint 1: %+v", e1)
+	}
+
+	_, metrics := do(t, "GET", ts.URL+"/metrics", "")
+	for _, want := range []string{
+		`switchboard_endpoint_healthy{endpoint="127.0.0.1:9001",state="healthy",upstream="orders"} 1`,
+		`switchboard_endpoint_healthy{endpoint="127.0.0.1:9002",state="ejected",upstream="orders"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func TestWritesNeedTheToken(t *testing.T) {
+	calls := 0
+	a, ts, _ := newAdmin(t, func() error { calls++; return nil })
+	if code, body := do(t, "POST", ts.URL+"/api/v1/reload", ""); code != 403 || !strings.Contains(body, "set admin.token") {
+		t.Fatalf("no token configured: %d %s", code, body)
+	}
+	a.SetToken("s3cret")
+	if code, _ := do(t, "POST", ts.URL+"/api/v1/reload", ""); code != 401 {
+		t.Fatalf("missing token: %d", code)
+	}
+	if code, _ := do(t, "POST", ts.URL+"/api/v1/reload", "wrong"); code != 401 {
+		t.Fatalf("wrong token: %d", code)
+	}
+	if calls != 0 {
+		t.Fatalf("reload ran %d times without a valid token", calls)
+	}
+	if code, body := do(t, "POST", ts.URL+"/api/v1/reload", "s3cret"); code != 200 || calls != 1 {
+		t.Fatalf("right token: %d %s, calls %d", code, body, calls)
+	}
+	if code, _ := do(t, "GET", ts.URL+"/debug/pprof/", ""); code != 401 {
+		t.Fatalf("pprof without the token: %d, want 401", code)
+	}
+}
+
+func TestReloadFailureIsReported(t *testing.T) {
+	a, ts, _ := newAdmin(t, func() error { return errors.New("bad.yaml:3:5: unknown key") })
+	a.SetToken("t")
+	code, body := do(t, "POST", ts.URL+"/api/v1/reload", "t")
+	if code != 422 || !strings.Contains(body, "bad.yaml:3:5: unknown key") {
+		t.Fatalf("%d %s", code, body)
+	}
+}
+
+func TestReadiness(t *testing.T) {
+	a, ts, _ := newAdmin(t, nil)
+	if code, _ := do(t, "GET", ts.URL+"/readyz", ""); code != 503 {
+		t.Fatalf("before ready: %d", code)
+	}
+	a.SetReady(true)
+	if code, _ := do(t, "GET", ts.URL+"/readyz", ""); code != 200 {
+		t.Fatalf("ready: %d", code)
+	}
+	if code, _ := do(t, "GET", ts.URL+"/healthz", ""); code != 200 {
+		t.Fatalf("healthz: %d", code)
+	}
+	if code, body := do(t, "GET", ts.URL+"/nope", ""); code != 404 || !strings.Contains(body, "no admin endpoint GET /nope") {
+		t.Fatalf("unknown path: %d %s", code, body)
+	}
+}
