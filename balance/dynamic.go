@@ -99,8 +99,7 @@ type dwSide struct {
 	d      *DynamicWeight
 	cpu    atomic.Uint64 // float64 bits
 	mem    atomic.Uint64 // float64 bits
-	lat    ewma          // ns
-	errs   ewma          // fraction of failed requests
+	obs    ewma2         // latency (ns) of successes; fraction of failures
 	warned atomic.Bool   // a bad report was logged
 	done   func(endpoint.Outcome)
 }
@@ -194,7 +193,7 @@ func (d *DynamicWeight) build(set *endpoint.Set, factors []float64) {
 		}
 		if s == nil {
 			s = &dwSide{ep: ep, d: d}
-			s.errs.stamp.Store(now) // the error rate starts at 0, not at the first outcome
+			s.obs.stamp.Store(now) // the averages start at 0 now, not at the first outcome
 			s.done = s.release
 		}
 		next[ep] = s
@@ -220,8 +219,8 @@ func (s *dwSide) score() float64 {
 	p := s.d.p
 	cpu := math.Float64frombits(s.cpu.Load())
 	mem := math.Float64frombits(s.mem.Load())
-	lat := min(s.lat.value(), p.latCap)
-	errs := min(s.errs.value(), p.errCap)
+	lat := min(math.Float64frombits(s.obs.lat.Load()), p.latCap)
+	errs := min(math.Float64frombits(s.obs.errs.Load()), p.errCap)
 	v := p.cpu*(1-cpu) + p.mem*(1-mem) + p.lat*(1-lat/p.latCap) + p.errs*(1-errs/p.errCap)
 	return max(v, p.minW)
 }
@@ -252,13 +251,7 @@ func (s *dwSide) observe(now int64, o endpoint.Outcome) {
 	if o.Canceled {
 		return
 	}
-	tau := s.d.p.tau
-	if failed(o) {
-		s.errs.observe(now, 1, tau)
-		return
-	}
-	s.errs.observe(now, 0, tau)
-	s.lat.observe(now, float64(max(o.Latency, 0)), tau)
+	s.obs.observe(now, !failed(o), float64(max(o.Latency, 0)), s.d.p.tau)
 }
 
 // report applies a load report, or logs (once) why it is ignored.
@@ -444,34 +437,37 @@ func (d *DynamicWeight) poll(ctx context.Context, s *dwSide) {
 	s.report(report)
 }
 
-// ewma is a time-decayed average: an observation x at now moves the value
-// towards x by 1-exp(-(now-last)/tau), so the average covers roughly the
-// last tau whatever the request rate. Lock-free; two concurrent observers
-// may both decay over the same interval, which only shifts a little weight
-// to the newer sample.
-type ewma struct {
-	v     atomic.Uint64 // float64 bits
-	stamp atomic.Int64  // clock at the last observation; 0: never observed
+// ewma2 holds two time-decayed averages over one clock: the latency of
+// successful requests and the fraction of failed ones. An observation at
+// now moves them towards the new sample by 1-exp(-(now-last)/tau), so they
+// cover roughly the last tau whatever the request rate; a failure moves the
+// error fraction towards 1 and leaves the latency alone. Lock-free: two
+// concurrent observers may both decay over the same interval, which only
+// shifts a little weight to the newer samples.
+type ewma2 struct {
+	lat   atomic.Uint64 // float64 bits, ns
+	errs  atomic.Uint64 // float64 bits, 0..1
+	stamp atomic.Int64  // clock at the last observation
 }
 
-func (e *ewma) value() float64 { return math.Float64frombits(e.v.Load()) }
-
-func (e *ewma) observe(now int64, x, tau float64) {
-	for {
-		last := e.stamp.Load()
-		oldBits := e.v.Load()
-		next := x
-		if last != 0 {
-			w := math.Exp(-float64(max(now-last, 0)) / tau)
-			next = math.Float64frombits(oldBits)*w + x*(1-w)
-		}
-		if e.v.CompareAndSwap(oldBits, math.Float64bits(next)) {
-			break
-		}
+func (e *ewma2) observe(now int64, ok bool, latency, tau float64) {
+	w := expNeg(float64(max(now-e.stamp.Load(), 0)) / tau)
+	x := 1.0
+	if ok {
+		x = 0
+		blend(&e.lat, latency, w)
 	}
+	blend(&e.errs, x, w)
+	if e.stamp.Load() < now {
+		e.stamp.Store(now)
+	}
+}
+
+// blend moves the float64 in v towards x, keeping w of the old value.
+func blend(v *atomic.Uint64, x, w float64) {
 	for {
-		last := e.stamp.Load()
-		if last >= now || e.stamp.CompareAndSwap(last, now) {
+		old := v.Load()
+		if v.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)*w+x*(1-w))) {
 			return
 		}
 	}

@@ -60,13 +60,17 @@ func TestDynamicWeightFollowsCPUReport(t *testing.T) {
 
 func TestDynamicWeightScoreFormula(t *testing.T) {
 	d := newDynamic(t, DynamicWeightConfig{LatencyCap: 200 * time.Millisecond, ErrorCap: 0.25, MinWeight: 0.2})
+	var clock int64 = 1e9
+	d.p.clock = func() int64 { return clock }
 	eps := newEndpoints(1)
-	d.Update(setOf(eps))
+	d.Update(setOf(eps)) // the averages start at 0 at t = 1s
 	s := d.snap.Load().sides[0]
 	s.report("cpu=0.5, mem=0.25")
-	s.observe(1e9, endpoint.Outcome{Latency: 50 * time.Millisecond}) // first latency sample: the EWMA is 50ms
-	// No error yet: the error rate is 0.
-	want := 0.4*0.5 + 0.3*0.75 + 0.2*(1-50.0/200) + 0.1*1
+	// One decay window later a 50ms success moves the latency average
+	// (1-1/e) of the way from 0 to 50ms; the error rate stays 0.
+	s.observe(1e9+int64(10*time.Second), endpoint.Outcome{Latency: 50 * time.Millisecond})
+	lat := (1 - math.Exp(-1)) * 50
+	want := 0.4*0.5 + 0.3*0.75 + 0.2*(1-lat/200) + 0.1*1
 	if got := s.score(); math.Abs(got-want) > 1e-9 {
 		t.Fatalf("score %.6f, want %.6f", got, want)
 	}
@@ -76,7 +80,7 @@ func TestDynamicWeightScoreFormula(t *testing.T) {
 		s.observe(1e9+int64(i)*int64(100*time.Millisecond), endpoint.Outcome{Status: 502})
 	}
 	s.report("cpu=1, mem=1")
-	s.lat.v.Store(math.Float64bits(float64(time.Second)))
+	s.obs.lat.Store(math.Float64bits(float64(time.Second)))
 	if got := s.score(); got != 0.2 {
 		t.Fatalf("saturated endpoint scores %v, want min_weight 0.2", got)
 	}

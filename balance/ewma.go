@@ -3,6 +3,7 @@ package balance
 import (
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 )
@@ -52,7 +53,16 @@ type ewmaParams struct {
 	tau     float64      // DecayWindow in ns
 	penalty float64      // ErrorPenalty in ns
 	clock   func() int64 // monoNow; a test seam
+	// seen is the latest clock reading of any Done, to within
+	// seenResolution: Pick decays estimates to it instead of reading the
+	// clock (~23ns here). It lags real time by at most the time since the
+	// last answer, which only matters when nothing is answering.
+	seen atomic.Int64
 }
+
+// seenResolution bounds how often Dones write ewmaParams.seen, so that
+// concurrent Dones do not fight over its cache line.
+const seenResolution = int64(time.Millisecond)
 
 type ewmaSnap struct {
 	lcSnap
@@ -119,7 +129,7 @@ func (b *P2CEWMA) Pick(info *Info) (Result, error) {
 	if len(s.eps) == 0 {
 		return Result{}, ErrNoEndpoint
 	}
-	return s.pickAt(&b.rng, b.p.clock(), info), nil
+	return s.pickAt(&b.rng, b.p.seen.Load(), info), nil
 }
 
 // pickAt is Pick as of now.
@@ -142,15 +152,19 @@ func (s *ewmaSide) load(now int64) float64 {
 	}
 	c := math.Float64frombits(s.cost.Load())
 	if el := now - last; el > 0 {
-		c *= math.Exp(-float64(el) / s.p.tau)
+		c *= expNeg(float64(el) / s.p.tau)
 	}
 	return c * (in + 1)
 }
 
 // release is the endpoint's Done: observe, then release the endpoint.
 func (s *ewmaSide) release(o endpoint.Outcome) {
-	s.observe(s.p.clock(), o)
+	now := s.p.clock()
+	s.observe(now, o)
 	s.ep.Release(o)
+	if now-s.p.seen.Load() >= seenResolution {
+		s.p.seen.Store(now)
+	}
 }
 
 // observe folds one outcome at now into the estimate. Concurrent observers
@@ -170,18 +184,16 @@ func (s *ewmaSide) observe(now int64, o endpoint.Outcome) {
 		old := math.Float64frombits(oldBits)
 		next := rtt
 		if last != 0 && rtt < old {
-			w := math.Exp(-float64(max(now-last, 0)) / s.p.tau)
+			w := expNeg(float64(max(now-last, 0)) / s.p.tau)
 			next = old*w + rtt*(1-w)
 		}
 		if s.cost.CompareAndSwap(oldBits, math.Float64bits(next)) {
 			break
 		}
 	}
-	for {
-		last := s.stamp.Load()
-		if last >= now || s.stamp.CompareAndSwap(last, now) {
-			return
-		}
+	// A racing observer may store an older now; the next one fixes it.
+	if s.stamp.Load() < now {
+		s.stamp.Store(now)
 	}
 }
 

@@ -73,11 +73,13 @@ func (p *P2C) Pick(info *Info) (Result, error) {
 // Candidates the request already tried are redrawn a few times, then
 // replaced by the next untried endpoint.
 func (s *lcSnap) two(r *rng, info *Info) (int, int) {
-	a := s.s.draw(r.next())
-	b := s.s.draw(r.next())
+	x := r.next()
+	m := more{x}
+	a := s.s.draw(x)
+	b := s.s.draw(m.next())
 	if b == a && s.s.n > 1 {
-		if b = s.s.draw(r.next()); b == a {
-			b = (a + 1 + uniformN(r, int(s.s.n)-1)) % int(s.s.n)
+		if b = s.s.draw(m.next()); b == a {
+			b = (a + 1 + int(bounded(m.next(), s.s.n-1))) % int(s.s.n)
 		}
 	}
 	if hasTried(info) {

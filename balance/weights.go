@@ -11,8 +11,9 @@ import (
 // high bits choose a column, its low 32 bits toss the column's coin.
 //
 // The alias method was chosen over a binary search on cumulative weights by
-// BenchmarkSampler: at 100 weights it is ~2x faster, at 10,000 ~4x, and it
-// costs the same at every size.
+// BenchmarkSampler: at 100 weights it is ~3.5x faster (10ns against 36ns
+// with the random number), at 10,000 ~7x, and it costs the same at every
+// size.
 type sampler struct {
 	n     uint64
 	prob  []uint32 // nil when all weights are equal: a uniform draw
