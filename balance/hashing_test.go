@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
@@ -256,6 +257,25 @@ func TestMaglevTableFollowsWeights(t *testing.T) {
 		want := w / 10 * 65537
 		if math.Abs(float64(counts[i])-want) > 0.001*65537 {
 			t.Errorf("endpoint %d (weight %v) owns %d slots, want %.0f", i, w, counts[i], want)
+		}
+	}
+}
+
+func TestRadixSortSorts(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, n := range []int{0, 1, 255, 256, 1000, 100_000} {
+		a := make([]uint64, n)
+		for i := range a {
+			a[i] = r.Uint64()
+			if i%7 == 0 {
+				a[i] &= 0xffff // some small values, so that high bytes agree
+			}
+		}
+		want := slices.Clone(a)
+		slices.Sort(want)
+		radixSort(a)
+		if !slices.Equal(a, want) {
+			t.Fatalf("radixSort of %d values is not sorted", n)
 		}
 	}
 }
