@@ -86,6 +86,9 @@ type pconn struct {
 	bw     *bufio.Writer
 	idleAt time.Time
 	reused bool
+	// abort cuts the connection's I/O short; built once per connection so
+	// that watching a request's context allocates less.
+	abort func()
 }
 
 func (c *h1Client) pool(addr string) *connPool {
@@ -257,7 +260,7 @@ func (c *h1Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*
 	br.Reset(conn)
 	bw := bwPool.Get().(*bufio.Writer)
 	bw.Reset(conn)
-	return &pconn{pool: p, conn: conn, br: br, bw: bw}, nil
+	return &pconn{pool: p, conn: conn, br: br, bw: bw, abort: func() { conn.SetDeadline(aLongTimeAgo) }}, nil
 }
 
 // aLongTimeAgo is a deadline in the past: setting it unblocks any I/O.
@@ -309,8 +312,7 @@ func (c *h1Client) do(ctx context.Context, deadline time.Time, addr string, out 
 func (c *h1Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, out *outRequest) (*http.Response, func() bool, error) {
 	// A cancelled client context unblocks whatever I/O the exchange or the
 	// body copy is doing.
-	conn := pc.conn
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(aLongTimeAgo) })
+	stop := context.AfterFunc(ctx, pc.abort)
 	resp, err := c.exchange1(deadline, pc, out)
 	if err != nil {
 		stop()

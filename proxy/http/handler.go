@@ -94,8 +94,13 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 			body = http.MaxBytesReader(w, r.Body, t.maxBody)
 		}
 	}
-	reqID := prepareHeader(r)
-	out := outRequest{req: r, uri: requestURI(r), host: r.Host, header: r.Header, body: body, length: r.ContentLength}
+	// One allocation holds what the request needs on the heap: the
+	// balancer's Info (it crosses an interface) and the backing arrays of
+	// the header values the proxy adds.
+	st := new(reqState)
+	prepareHeader(r, &st.vals)
+	out := &st.out
+	*out = outRequest{req: r, uri: requestURI(r), host: r.Host, header: r.Header, body: body, length: r.ContentLength}
 	if body == nil {
 		out.length = 0
 	}
@@ -105,10 +110,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 	delete(r.Header, "Connection")
 	delete(r.Header, "Upgrade")
 
-	var tried [1]*endpoint.Endpoint
-	info := balance.Info{}
+	info := &st.info
 	for attempt := 0; ; attempt++ {
-		pick, err := rt.up.bal.Pick(&info)
+		pick, err := rt.up.bal.Pick(info)
 		if err != nil {
 			WriteError(w, http.StatusServiceUnavailable, CodeNoEndpoint, "upstream "+rt.up.name+" has no endpoint that can take traffic")
 			return result{status: http.StatusServiceUnavailable}
@@ -118,7 +122,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 		if attempt > 0 {
 			t0 = time.Now()
 		}
-		resp, err := rt.up.roundTrip(ctx, deadline, ep, &out)
+		resp, err := rt.up.roundTrip(ctx, deadline, ep, out)
 		if err != nil {
 			clientGone := ctx.Err() != nil
 			pick.Done(endpoint.Outcome{Err: err, Latency: time.Since(t0), Canceled: clientGone || isBodyError(err)})
@@ -127,8 +131,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 				// Nothing was sent: always safe to try another endpoint.
 				h.upstreamError(rt, ep, "connect")
 				rt.metrics.m.retries.WithLabelValues(rt.up.name, "connect_failure").Inc()
-				tried[0] = ep
-				info.Tried = tried[:1]
+				st.tried[0] = ep
+				info.Tried = st.tried[:1]
 				continue
 			}
 			return h.fail(w, r, rt, ep, err)
@@ -141,18 +145,28 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 			}
 			delete(resp.Header, HeaderLoad)
 		}
-		st := h.respond(w, r, t, resp, reqID, out.upgrade != "")
-		st.ep = ep
+		res := h.respond(w, r, t, resp, st.vals[2:3:3], out.upgrade != "")
+		res.ep = ep
 		o := endpoint.Outcome{Status: resp.StatusCode, Latency: hdrLatency, LoadReport: load}
-		if st.abort && ctx.Err() == nil {
+		if res.abort && ctx.Err() == nil {
 			o.Err = errUpstreamBody
 		}
 		pick.Done(o)
-		return st
+		return res
 	}
 }
 
 var errUpstreamBody = errors.New("upstream broke off the response body")
+
+// reqState is the per-request state that must live on the heap.
+type reqState struct {
+	out   outRequest
+	info  balance.Info
+	tried [1]*endpoint.Endpoint
+	// vals backs the values of X-Forwarded-For, X-Forwarded-Host and
+	// X-Request-Id.
+	vals [3]string
+}
 
 func isBodyError(err error) bool {
 	var be *bodyError
@@ -202,7 +216,7 @@ func isTimeout(err error) bool {
 }
 
 // respond relays the upstream's response to the client.
-func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, resp *http.Response, reqID string, upgrade bool) result {
+func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, resp *http.Response, reqID []string, upgrade bool) result {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if !upgrade {
 			resp.Body.Close()
@@ -213,8 +227,8 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, resp
 	}
 	dst := w.Header()
 	copyResponseHeader(dst, resp.Header)
-	if _, ok := dst["X-Request-Id"]; !ok && reqID != "" {
-		dst["X-Request-Id"] = []string{reqID}
+	if _, ok := dst["X-Request-Id"]; !ok {
+		dst["X-Request-Id"] = reqID
 	}
 	if _, ok := dst["Content-Type"]; !ok {
 		// Do not let the server guess a type the upstream did not send.
@@ -388,9 +402,9 @@ func (h *Handler) access(t *table, r *http.Request, rt *route, ep *endpoint.Endp
 // place: it removes hop-by-hop fields (RFC 9110 7.6.1), also those the
 // client names in Connection, appends the client to X-Forwarded-For, sets
 // X-Forwarded-Proto and -Host for this hop, and keeps or makes X-Request-Id.
-// It returns the request ID. Connection and Upgrade are left for the caller
-// (it needs them to see a protocol switch).
-func prepareHeader(r *http.Request) string {
+// Connection and Upgrade are left for the caller (it needs them to see a
+// protocol switch). The values it sets are backed by vals.
+func prepareHeader(r *http.Request, vals *[3]string) {
 	h := r.Header
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
@@ -416,23 +430,29 @@ func prepareHeader(r *http.Request) string {
 		}
 	}
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		if prior, ok := h["X-Forwarded-For"]; ok && len(prior) > 0 {
+		switch prior := h["X-Forwarded-For"]; len(prior) {
+		case 0:
+		case 1:
+			ip = prior[0] + ", " + ip
+		default:
 			ip = strings.Join(prior, ", ") + ", " + ip
 		}
-		h["X-Forwarded-For"] = []string{ip}
+		vals[0] = ip
+		h["X-Forwarded-For"] = vals[0:1:1]
 	}
 	if r.TLS != nil {
 		h["X-Forwarded-Proto"] = protoHTTPS
 	} else {
 		h["X-Forwarded-Proto"] = protoHTTP
 	}
-	h["X-Forwarded-Host"] = []string{r.Host}
+	vals[1] = r.Host
+	h["X-Forwarded-Host"] = vals[1:2:2]
 	if id := h["X-Request-Id"]; len(id) == 1 && validRequestID(id[0]) {
-		return id[0]
+		vals[2] = id[0]
+	} else {
+		vals[2] = newRequestID()
 	}
-	id := newRequestID()
-	h["X-Request-Id"] = []string{id}
-	return id
+	h["X-Request-Id"] = vals[2:3:3]
 }
 
 // upgradeOf returns the protocol an HTTP/1.1 request asks to switch to, or

@@ -29,14 +29,14 @@ import (
 
 // proxy is a running data plane for one test.
 type proxy struct {
-	t   *testing.T
+	t   testing.TB
 	srv *httpproxy.Server
 	reg *prometheus.Registry
 }
 
 // startProxy parses yaml exactly as `switchboard serve` would and runs it.
 // Listeners should use port 0; url() finds the bound port.
-func startProxy(t *testing.T, yaml string) *proxy {
+func startProxy(t testing.TB, yaml string) *proxy {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "switchboard.yaml")

@@ -1,0 +1,117 @@
+package httpproxy_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+
+	"net"
+	"strconv"
+	"testing"
+)
+
+// rawBackend answers every request on a keep-alive connection with a fixed
+// small response, allocating nothing per request, so that a benchmark's
+// allocations and CPU are the proxy's.
+func rawBackend(b *testing.B) string {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if err := skipHead(br); err != nil {
+						return
+					}
+					if _, err := c.Write(resp); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// skipHead reads one message head (through the blank line).
+func skipHead(br *bufio.Reader) error {
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) <= 2 {
+			return nil
+		}
+	}
+}
+
+// readResponse reads one response with a Content-Length body.
+func readResponse(br *bufio.Reader) (int, error) {
+	status, n := 0, -1
+	for first := true; ; first = false {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return 0, err
+		}
+		if first {
+			status, _ = strconv.Atoi(string(line[9:12]))
+			continue
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if k, v, ok := bytes.Cut(line, []byte(": ")); ok && bytes.EqualFold(k, []byte("Content-Length")) {
+			n, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+		}
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("no Content-Length")
+	}
+	_, err := br.Discard(n)
+	return status, err
+}
+
+// BenchmarkProxyHTTP1 measures one keep-alive GET through the proxy to a
+// keep-alive HTTP/1.1 endpoint over loopback: the per-request CPU and
+// allocations of the whole data plane (server side, routing, balancing,
+// upstream client, metrics).
+func BenchmarkProxyHTTP1(b *testing.B) {
+	be := rawBackend(b)
+	p := startProxy(b, upstreamYAML("", be))
+	addr := p.srv.Addr("web")
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for pb.Next() {
+			if _, err := c.Write(req); err != nil {
+				b.Error(err)
+				return
+			}
+			st, err := readResponse(br)
+			if err != nil || st != 200 {
+				b.Errorf("status %d, %v", st, err)
+				return
+			}
+		}
+	})
+}
