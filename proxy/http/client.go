@@ -365,9 +365,13 @@ func (c *h1Client) exchange1(deadline time.Time, pc *pconn, out *outRequest) (*h
 		}
 		return nil, fmt.Errorf("read response: %w", err)
 	}
-	// The body is read under the request's deadline (none if zero). The
-	// write deadline is left as is: the next exchange sets its own.
-	if hdrDeadline != deadline {
+	// The body is read under the request's deadline (none if zero). When
+	// the whole body is already buffered no read reaches the connection, so
+	// the deadline is left alone: every exchange sets its own before any
+	// I/O, and so does the tunnel of a protocol switch.
+	buffered := resp.ContentLength == 0 || resp.Body == http.NoBody ||
+		(resp.ContentLength > 0 && int64(pc.br.Buffered()) >= resp.ContentLength)
+	if hdrDeadline != deadline && !buffered {
 		pc.conn.SetReadDeadline(deadline)
 	}
 	return resp, nil
