@@ -88,6 +88,7 @@ func TestHashingRemapsFewKeysWhenOneOfTenChanges(t *testing.T) {
 			without := append(append([]*endpoint.Endpoint{}, eps[:3]...), eps[4:10]...)
 			b.Update(setOf(without))
 			nine := owners(t, b, ks)
+			t.Logf("removing 1 of 10 moved %.2f%% of keys", 100*moved(ten, nine))
 			if f := moved(ten, nine); f > 0.1+tc.slack {
 				t.Errorf("removing 1 of 10 endpoints moved %.2f%% of keys, want <= %.0f%%", 100*f, 100*(0.1+tc.slack))
 			}
@@ -102,6 +103,7 @@ func TestHashingRemapsFewKeysWhenOneOfTenChanges(t *testing.T) {
 			// Add an eleventh.
 			b.Update(setOf(eps))
 			eleven := owners(t, b, ks)
+			t.Logf("adding an 11th to 10 moved %.2f%% of keys", 100*moved(ten, eleven))
 			if f := moved(ten, eleven); f > 0.1+tc.slack {
 				t.Errorf("adding 1 to 10 endpoints moved %.2f%% of keys, want <= %.0f%%", 100*f, 100*(0.1+tc.slack))
 			}
