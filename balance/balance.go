@@ -8,7 +8,19 @@
 // whole pick state and publishes it behind an atomic pointer, as grpc-go's
 // Picker does. Pick returns the endpoint and a Done callback that the caller
 // must call exactly once with the outcome; it feeds in-flight counts, latency
-// tracking, passive health and the breaker.
+// tracking, passive health and the breaker. Pick and Done allocate nothing.
+//
+// The policies: round_robin (the default), weighted_round_robin (nginx's
+// smooth order), random, weighted_random, least_conn, p2c (two random
+// choices on in-flight requests), p2c_ewma (two random choices on peak-EWMA
+// latency), consistent_hash (a ring, optionally with bounded loads), maglev
+// and dynamic_weight (weights from the endpoints' reported load).
+// docs/balancing.md says when to use which.
+//
+// Most callers build a balancer with New, subscribe its Update to the pool,
+// and per request call Pick (with Info.Key set when the policy hashes: see
+// ParseHashKey) and then Done. A balancer that also implements Runner
+// (dynamic_weight) wants Run in a goroutine of its own.
 package balance
 
 import (
