@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -93,6 +94,14 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, s *site) {
 				err = fmt.Errorf("integer %s is out of range", text)
 			}
 			d.set(n, s, err, func() { v.SetInt(int64(i)) })
+		}
+	case reflect.Float64:
+		if text, ok := d.scalar(n, s, "a number"); ok {
+			f, err := strconv.ParseFloat(text, 64)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				err = fmt.Errorf("expected a number, got %q", text)
+			}
+			d.set(n, s, err, func() { v.SetFloat(f) })
 		}
 	default:
 		// Only a field of a type this decoder does not know gets here, a

@@ -320,6 +320,15 @@ func (v *validator) checkUpstreams() {
 		}
 		if p := u.Balance.Policy; p != "" && !slices.Contains(policies, p) {
 			v.errorf(&u.Balance.Policy, "unknown balance policy %q (known: %s)", p, strings.Join(policies, ", "))
+		} else if !v.bad(&u.Balance) {
+			// The policy's own builder is the one judge of its settings.
+			lc := u.Balance.Library()
+			if lc.Policy == "" {
+				lc.Policy = DefaultBalancePolicy
+			}
+			if err := lc.Validate(); err != nil {
+				v.keyErrorf(&u.Balance, "balance: %v", err)
+			}
 		}
 		switch u.Protocol {
 		case "", "http1", "h2c":

@@ -111,6 +111,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 	delete(r.Header, "Upgrade")
 
 	info := &st.info
+	if rt.up.hashKey != nil {
+		info.Key, info.HasKey = rt.up.requestKey(r)
+	}
 	for attempt := 0; ; attempt++ {
 		pick, err := rt.up.bal.Pick(info)
 		if err != nil {
@@ -139,11 +142,11 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 		}
 		hdrLatency := time.Since(t0)
 		load := ""
-		if v, ok := resp.Header[HeaderLoad]; ok {
+		if v, ok := resp.Header[rt.up.loadHeader]; ok {
 			if len(v) > 0 {
 				load = v[0]
 			}
-			delete(resp.Header, HeaderLoad)
+			delete(resp.Header, rt.up.loadHeader)
 		}
 		res := h.respond(w, r, t, resp, st.vals[2:3:3], out.upgrade != "")
 		res.ep = ep

@@ -23,6 +23,13 @@ type Upstream struct {
 	bal  balance.Balancer
 	// unsub stops feeding the balancer when the upstream is replaced.
 	unsub func()
+	// stopRun stops the balancer's background work (dynamic_weight).
+	stopRun context.CancelFunc
+	// hashKey says where a hashing policy finds a request's key; nil when
+	// the policy needs none.
+	hashKey *balance.HashKey
+	// loadHeader is the response header carrying endpoints' load reports.
+	loadHeader string
 
 	h1 *h1Client       // protocol http1
 	h2 *http.Transport // protocol h2c
@@ -68,15 +75,27 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream) (*Upstream, 
 	} else {
 		u.pool = endpoint.NewPool(name)
 	}
+	bc := c.Balance.Library()
 	sameBalance := prev != nil && reflect.DeepEqual(prev.cfg.Balance, c.Balance)
 	if sameBalance {
 		u.bal = prev.bal
 	} else {
-		b, err := balance.New(balance.Config{Policy: c.Balance.Policy})
+		b, err := balance.New(bc)
 		if err != nil {
 			return nil, err
 		}
 		u.bal = b
+	}
+	if bc.HashKey != "" {
+		k, err := balance.ParseHashKey(bc.HashKey)
+		if err != nil {
+			return nil, err
+		}
+		u.hashKey = &k
+	}
+	u.loadHeader = http.CanonicalHeaderKey(bc.DynamicWeight.Header)
+	if u.loadHeader == "" {
+		u.loadHeader = HeaderLoad
 	}
 	sameClient := prev != nil && prev.cfg.Protocol == c.Protocol && prev.cfg.Timeouts == c.Timeouts &&
 		prev.cfg.IdleTimeout == c.IdleTimeout && reflect.DeepEqual(prev.cfg.MaxIdlePerEndpoint, c.MaxIdlePerEndpoint)
@@ -111,12 +130,17 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream) (*Upstream, 
 // configured targets. It runs once the whole new config has been built.
 func (u *Upstream) activate(prev *Upstream) {
 	if prev != nil && prev.bal == u.bal {
-		u.unsub = prev.unsub
+		u.unsub, u.stopRun = prev.unsub, prev.stopRun
 	} else {
-		if prev != nil && prev.unsub != nil {
-			prev.unsub()
+		if prev != nil {
+			prev.stopBalancer()
 		}
 		u.unsub = u.pool.Subscribe(u.bal.Update)
+		if r, ok := u.bal.(balance.Runner); ok {
+			ctx, cancel := context.WithCancel(context.Background())
+			u.stopRun = cancel
+			go r.Run(ctx)
+		}
 	}
 	removed := u.pool.Update(specs(&u.cfg))
 	if u.h1 != nil && len(removed) > 0 {
@@ -136,11 +160,19 @@ func (u *Upstream) activate(prev *Upstream) {
 	}
 }
 
-// retire stops an upstream that the new config no longer has.
-func (u *Upstream) retire() {
+// stopBalancer stops feeding the balancer and its background work.
+func (u *Upstream) stopBalancer() {
 	if u.unsub != nil {
 		u.unsub()
 	}
+	if u.stopRun != nil {
+		u.stopRun()
+	}
+}
+
+// retire stops an upstream that the new config no longer has.
+func (u *Upstream) retire() {
+	u.stopBalancer()
 	if u.h1 != nil {
 		u.h1.close()
 	}
@@ -197,4 +229,31 @@ func (b *cancelBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel()
 	return err
+}
+
+// requestKey extracts the request's hash key for a hashing policy.
+func (u *Upstream) requestKey(r *http.Request) (string, bool) {
+	k := u.hashKey
+	switch k.Source {
+	case balance.HashKeyHeader:
+		if v := r.Header[k.Name]; len(v) > 0 {
+			return v[0], true
+		}
+	case balance.HashKeyCookie:
+		if c, err := r.Cookie(k.Name); err == nil {
+			return c.Value, true
+		}
+	case balance.HashKeyClientIP:
+		// The direct peer: X-Forwarded-For is the client's to write.
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			return host, true
+		}
+	case balance.HashKeyPath:
+		return r.URL.Path, true
+	case balance.HashKeyQuery:
+		if vs, ok := r.URL.Query()[k.Name]; ok && len(vs) > 0 {
+			return vs[0], true
+		}
+	}
+	return "", false
 }
