@@ -132,13 +132,15 @@ func TestSlowStartIgnoresReassertedState(t *testing.T) {
 	if b.rb.timer != nil {
 		t.Fatal("endpoints serving since long ago started a ramp")
 	}
-	eps[1].SetStatus(endpoint.Healthy, "check passed", t0) // same state, new Since
+	eps[1].SetStatus(endpoint.Healthy, "check passed", t0) // same state: Since kept
 	b.Update(setOf(eps))
 	if b.rb.timer != nil {
 		t.Fatal("re-asserting Healthy restarted the ramp")
 	}
-	b.Update(&endpoint.Set{All: eps, Ready: eps[:1]}) // ejected
-	b.Update(setOf(eps))                              // back, Since t0
+	eps[1].SetStatus(endpoint.Ejected, "5 failures", t0)
+	b.Update(&endpoint.Set{All: eps, Ready: eps[:1]})
+	eps[1].SetStatus(endpoint.Healthy, "recovered", t0)
+	b.Update(setOf(eps)) // back, Since t0
 	if b.rb.timer == nil {
 		t.Fatal("an endpoint back in the ready set with a recent Since did not ramp")
 	}

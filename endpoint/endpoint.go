@@ -92,8 +92,11 @@ type Spec struct {
 type Endpoint struct {
 	spec Spec
 
-	inflight atomic.Int64
-	requests atomic.Uint64
+	// acquired and released count picks and their ends; in-flight is the
+	// difference. Two counters, not three, keep Acquire+Release to two
+	// atomic adds on the pick path.
+	acquired atomic.Uint64
+	released atomic.Uint64
 	failures atomic.Uint64
 	status   atomic.Pointer[Status]
 	observer atomic.Pointer[observerBox]
@@ -130,10 +133,15 @@ func (e *Endpoint) Meta() map[string]string { return e.spec.Meta }
 func (e *Endpoint) Spec() Spec { return e.spec }
 
 // InFlight is the number of picks not yet released.
-func (e *Endpoint) InFlight() int64 { return e.inflight.Load() }
+func (e *Endpoint) InFlight() int64 {
+	// Read released first: a Release between the loads can then only make
+	// the result larger, never negative.
+	r := e.released.Load()
+	return int64(e.acquired.Load() - r)
+}
 
-// Requests and Failures count released picks and those that failed.
-func (e *Endpoint) Requests() uint64 { return e.requests.Load() }
+// Requests counts released picks.
+func (e *Endpoint) Requests() uint64 { return e.released.Load() }
 
 // Failures counts released picks whose outcome Failed.
 func (e *Endpoint) Failures() uint64 { return e.failures.Load() }
@@ -146,10 +154,18 @@ func (e *Endpoint) State() State { return e.status.Load().State }
 
 // SetStatus changes the endpoint's state. It reports whether the state
 // changed; the caller (the pool's owner) then rebuilds the pool's snapshot.
+// Setting the state it already has updates the reason but keeps the
+// since-time: the state did not begin anew.
 func (e *Endpoint) SetStatus(s State, reason string, now time.Time) bool {
 	old := e.status.Load()
+	if old.State == s {
+		if old.Reason != reason {
+			e.status.Store(&Status{State: s, Reason: reason, Since: old.Since})
+		}
+		return false
+	}
 	e.status.Store(&Status{State: s, Reason: reason, Since: now})
-	return old.State != s
+	return true
 }
 
 // SetObserver installs the observer that receives this endpoint's outcomes
@@ -164,12 +180,11 @@ func (e *Endpoint) SetObserver(o Observer) {
 
 // Acquire marks the start of one use of the endpoint. Balancers call it when
 // they pick; every Acquire is matched by exactly one Release.
-func (e *Endpoint) Acquire() { e.inflight.Add(1) }
+func (e *Endpoint) Acquire() { e.acquired.Add(1) }
 
 // Release ends one use of the endpoint and reports its outcome.
 func (e *Endpoint) Release(o Outcome) {
-	e.inflight.Add(-1)
-	e.requests.Add(1)
+	e.released.Add(1)
 	if o.Failed() {
 		e.failures.Add(1)
 	}
