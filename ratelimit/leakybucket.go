@@ -1,0 +1,124 @@
+package ratelimit
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// LeakyBucket is a leaky bucket used as a queue: it releases events at a
+// strictly even pace, one every Rate.Interval(), and holds up to queue
+// events waiting for their turn. ReserveN gives each admitted arrival its
+// own departure slot and returns the Delay until it; an arrival is rejected
+// when the queue is full or when its Delay would exceed maxWait. Like
+// TokenBucket its state is one atomic time (the next free departure slot)
+// updated with compare-and-swap.
+//
+// Create one with NewLeakyBucket or New; the zero value is not usable.
+type LeakyBucket struct {
+	next     atomic.Int64 // nanos of the next free departure slot
+	interval int64        // nanoseconds between departures
+	depth    int64        // queue*interval: the last admitted slot's furthest distance from now
+	maxWait  int64        // 0: bounded by the queue only
+	queue    int
+}
+
+// NewLeakyBucket returns a leaky bucket that releases events at r and lets
+// up to queue events wait, none longer than maxWait (0: as long as the
+// queue implies, queue*r.Interval()). It panics if r is invalid, queue is
+// below 1 or maxWait is negative; Config.Validate reports those as errors.
+func NewLeakyBucket(r Rate, queue int, maxWait time.Duration) *LeakyBucket {
+	if err := checkLeakyBucket(r, queue, maxWait); err != nil {
+		panic(err)
+	}
+	b := &LeakyBucket{interval: int64(r.Interval()), queue: queue, maxWait: int64(maxWait)}
+	b.depth = int64(queue) * b.interval
+	b.next.Store(fresh)
+	return b
+}
+
+func checkLeakyBucket(r Rate, queue int, maxWait time.Duration) error {
+	if err := r.valid(); err != nil {
+		return err
+	}
+	if queue < 1 {
+		return fmt.Errorf("queue must be at least 1, got %d", queue)
+	}
+	if int64(queue) >= int64(maxDuration)/int64(r.Interval()) {
+		return fmt.Errorf("queue %d at %v is more than 290 years of waiting", queue, r)
+	}
+	if maxWait < 0 {
+		return fmt.Errorf("max_wait must not be negative, got %v", maxWait)
+	}
+	return nil
+}
+
+// Allow is AllowN(time.Now(), 1).Allowed.
+func (b *LeakyBucket) Allow() bool { return b.AllowN(time.Now(), 1).Allowed }
+
+// AllowN admits n events only if they can leave at now, without waiting:
+// nothing is queued ahead of them. A rejection's RetryAfter is the time
+// until the queue ahead has drained. It panics if n is negative.
+func (b *LeakyBucket) AllowN(now time.Time, n int) Result { return b.take(now, n, false) }
+
+// ReserveN admits n events into the queue: the first leaves after the
+// returned Delay, and the next arrival's slot is n intervals later. It
+// rejects them when the last of the n would be more than queue intervals
+// away or the Delay would exceed maxWait. It panics if n is negative.
+func (b *LeakyBucket) ReserveN(now time.Time, n int) Result { return b.take(now, n, true) }
+
+func (b *LeakyBucket) take(now time.Time, n int, wait bool) Result {
+	checkN(n)
+	t := nanos(now)
+	if n > b.queue+1 {
+		return b.result(t, max(b.next.Load(), t), false, InfDuration)
+	}
+	for {
+		next := b.next.Load()
+		start := max(next, t)
+		delay := start - t
+		if n == 0 {
+			return b.result(t, start, true, 0)
+		}
+		// The last of the n events leaves (n-1) intervals after the first.
+		over := delay + int64(n-1)*b.interval - b.depth
+		if b.maxWait > 0 {
+			over = max(over, delay-b.maxWait)
+		}
+		if !wait {
+			over = max(over, delay)
+		}
+		if over > 0 {
+			return b.result(t, start, false, time.Duration(over))
+		}
+		end := start + int64(n)*b.interval
+		if b.next.CompareAndSwap(next, end) {
+			res := b.result(t, end, true, 0)
+			res.Delay = time.Duration(delay)
+			return res
+		}
+	}
+}
+
+// result describes the bucket whose next free slot is at slot (nanos).
+func (b *LeakyBucket) result(t, slot int64, allowed bool, retry time.Duration) Result {
+	ahead := slot - t // the delay the next single arrival would get
+	room := b.depth - ahead
+	if b.maxWait > 0 {
+		room = min(room, b.maxWait-ahead)
+	}
+	remaining := 0
+	if room >= 0 {
+		remaining = int(room/b.interval) + 1
+	}
+	return Result{
+		Allowed:    allowed,
+		Limit:      b.queue + 1,
+		Remaining:  remaining,
+		ResetAfter: time.Duration(ahead),
+		RetryAfter: retry,
+	}
+}
+
+// idle: once the last slot has passed, the queue is empty.
+func (b *LeakyBucket) idle(now time.Time) bool { return b.next.Load() <= nanos(now) }
