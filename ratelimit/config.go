@@ -244,7 +244,7 @@ func NewKeyed(c Config) (*Keyed, error) {
 		p.source.Kind = KeyRoute
 		p.maxKeys = DefaultMaxKeys
 	}
-	return newKeyed(p.maxKeys, p.source, p.newLimiter), nil
+	return newKeyed(p), nil
 }
 
 func contains(list []string, s string) bool {

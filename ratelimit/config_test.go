@@ -135,12 +135,11 @@ func TestNewKeyedDefaults(t *testing.T) {
 		t.Fatalf("Source = %+v", src)
 	}
 	total := 0
-	for i := range k.shards {
-		s := &k.shards[i]
-		total += s.cap
+	for i := range k.buckets {
+		total += k.buckets[i].cap
 	}
-	if total != DefaultMaxKeys {
-		t.Fatalf("shard capacities sum to %d, want max_keys default %d", total, DefaultMaxKeys)
+	if total != DefaultMaxKeys || len(k.buckets) != 64 {
+		t.Fatalf("%d shards with capacities summing to %d, want 64 summing to max_keys default %d", len(k.buckets), total, DefaultMaxKeys)
 	}
 	k, _ = NewKeyed(Config{Rate: "10/s", Burst: 1})
 	if k.Source().Kind != KeyRoute {

@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"hash/maphash"
-	"strings"
 	"sync"
 	"time"
 )
@@ -11,20 +10,15 @@ import (
 // limiter remembers.
 const DefaultMaxKeys = 100_000
 
-// maxKeyLen is the longest key stored as is; a longer one (a JWT in a
-// header, a long path) is stored as a 128-bit keyed hash, so that the
-// memory per key is bounded too. The hash seeds are random per process, so
-// a client cannot construct two keys that share a limiter.
-const maxKeyLen = 64
-
 // Keyed holds one limiter per key (client address, API key, path),
 // created on first use, with bounded memory:
 //
 //   - A key whose limiter has become idle, equivalent to a new one (a full
 //     token bucket, an empty queue, an expired window), may be dropped at
 //     any time: creating a new limiter when the key comes back changes no
-//     decision. Dropping idle keys is therefore free, and Keyed does it
-//     lazily, a few entries on every new key and all of them in Sweep.
+//     decision. For a token bucket that is burst/rate after its last use
+//     at the latest. Keyed drops idle keys lazily, looking at two slots
+//     whenever it adds a key, and all of them in Sweep.
 //   - Beyond MaxKeys, a new key evicts an old one by the CLOCK algorithm
 //     (an approximation of least-recently-used): idle keys first, then keys
 //     not used since the clock hand last passed. Such an eviction forgets a
@@ -33,53 +27,51 @@ const maxKeyLen = 64
 //     are the first to go.
 //
 // The keys live in independently locked shards, each holding at most its
-// share of MaxKeys, so a lookup takes one uncontended lock. AllowN on an
-// existing key allocates nothing.
+// share of MaxKeys (so with exactly MaxKeys active keys, the fullest shards
+// start evicting while the total is a little below MaxKeys). Each shard is
+// an open-addressing hash table; a key is remembered as a 128-bit hash under
+// seeds chosen at random per process, not as its text, so memory per key
+// does not depend on the key's length and no client can construct two keys
+// that share a limiter. A token or leaky bucket's state (one int64) lives
+// in the table slot itself: a lookup touches one cache line, and 100k keys
+// take about 8 MB. The window algorithms keep a pointer to a limiter per
+// key. AllowN on an existing key takes one uncontended lock and allocates
+// nothing.
 type Keyed struct {
-	shards     []keyedShard
-	mask       uint64
-	seed       maphash.Seed
-	seed2      maphash.Seed // with seed, hashes keys longer than maxKeyLen
+	seed   [2]maphash.Seed
+	mask   uint64
+	source KeySource
+
+	// Exactly one of buckets and limiters is set.
+	buckets    []shard[int64] // token_bucket, leaky_bucket: the state inline
+	leaky      bool           // buckets are leaky (q) rather than token (g)
+	g          gcra
+	q          leaky
+	limiters   []shard[limiter] // the window algorithms
 	newLimiter func() limiter
-	source     KeySource
 }
 
-type keyedShard struct {
-	mu   sync.Mutex
-	m    map[string]*keyedEntry
-	ring []*keyedEntry // the CLOCK: every entry, in no particular order
-	hand int
-	cap  int
-	_    [64]byte // keeps neighbouring shards' locks off one cache line
-}
-
-type keyedEntry struct {
-	lim limiter
-	key string
-	ref bool // used since the hand last passed
-}
-
-// newKeyed returns a Keyed of up to maxKeys limiters made by newLimiter.
-func newKeyed(maxKeys int, source KeySource, newLimiter func() limiter) *Keyed {
+// newKeyed returns a Keyed for a validated plan.
+func newKeyed(p plan) *Keyed {
 	n := 64
-	for n > 1 && maxKeys/n < 64 {
+	for n > 1 && p.maxKeys/n < 64 {
 		n /= 2
 	}
 	k := &Keyed{
-		shards:     make([]keyedShard, n),
-		mask:       uint64(n - 1),
-		seed:       maphash.MakeSeed(),
-		seed2:      maphash.MakeSeed(),
-		newLimiter: newLimiter,
-		source:     source,
+		seed:   [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()},
+		mask:   uint64(n - 1),
+		source: p.source,
 	}
-	for i := range k.shards {
-		s := &k.shards[i]
-		s.cap = maxKeys / n
-		if i < maxKeys%n {
-			s.cap++
-		}
-		s.m = make(map[string]*keyedEntry)
+	switch p.algorithm {
+	case TokenBucketName:
+		k.g = newGCRA(p.rate, p.cfg.Burst)
+		k.buckets = makeShards[int64](n, p.maxKeys)
+	case LeakyBucketName:
+		k.q, k.leaky = newLeaky(p.rate, p.cfg.Queue, p.cfg.MaxWait), true
+		k.buckets = makeShards[int64](n, p.maxKeys)
+	default:
+		k.newLimiter = p.newLimiter
+		k.limiters = makeShards[limiter](n, p.maxKeys)
 	}
 	return k
 }
@@ -92,102 +84,64 @@ func (k *Keyed) Allow(key string) bool { return k.AllowN(key, time.Now(), 1).All
 
 // AllowN is the AllowN of key's limiter.
 func (k *Keyed) AllowN(key string, now time.Time, n int) Result {
-	return k.get(key, now).AllowN(now, n)
+	if k.buckets != nil {
+		return k.bucket(key, now, n, false)
+	}
+	return k.limiter(key, now).AllowN(now, n)
 }
 
 // ReserveN is the ReserveN of key's limiter.
 func (k *Keyed) ReserveN(key string, now time.Time, n int) Result {
-	return k.get(key, now).ReserveN(now, n)
+	if k.buckets != nil {
+		return k.bucket(key, now, n, true)
+	}
+	return k.limiter(key, now).ReserveN(now, n)
 }
 
-// get returns key's limiter, creating it if needed.
-func (k *Keyed) get(key string, now time.Time) limiter {
-	h := maphash.String(k.seed, key)
-	var digest [18]byte
-	if len(key) > maxKeyLen {
-		h2 := maphash.String(k.seed2, key)
-		digest[0], digest[1] = 0, 'h'
-		for i := range 8 {
-			digest[2+i] = byte(h >> (8 * i))
-			digest[10+i] = byte(h2 >> (8 * i))
-		}
-	}
-	s := &k.shards[h&k.mask]
+func (k *Keyed) id(key string) [2]uint64 {
+	// The low bit of id[1] is set so that no key's id is the zero value
+	// that marks an empty slot.
+	return [2]uint64{maphash.String(k.seed[0], key), maphash.String(k.seed[1], key) | 1}
+}
+
+// bucket runs a token or leaky bucket's step for key under its shard's
+// lock, on the state in the table slot.
+func (k *Keyed) bucket(key string, now time.Time, n int, wait bool) Result {
+	checkN(n)
+	id := k.id(key)
+	t := nanos(now)
+	s := &k.buckets[id[0]&k.mask]
 	s.mu.Lock()
-	var e *keyedEntry
-	if len(key) > maxKeyLen {
-		e = s.m[string(digest[:])]
+	i, ok := s.find(id)
+	if !ok {
+		i = s.insert(id, fresh, func(tat int64) bool { return tat <= t })
+	}
+	sl := &s.slots[i]
+	sl.ref = true
+	var res Result
+	if k.leaky {
+		sl.v, res = k.q.take(sl.v, t, n, wait)
 	} else {
-		e = s.m[key]
+		sl.v, res = k.g.take(sl.v, t, n)
 	}
-	if e != nil {
-		if !e.ref {
-			e.ref = true
-		}
-		s.mu.Unlock()
-		return e.lim
-	}
-	if len(key) > maxKeyLen {
-		key = string(digest[:])
-	} else {
-		key = strings.Clone(key) // don't pin the request's memory
-	}
-	e = &keyedEntry{lim: k.newLimiter(), key: key}
-	s.insert(e, now)
 	s.mu.Unlock()
-	return e.lim
+	return res
 }
 
-// insert adds e, dropping idle entries near the hand and, when the shard is
-// full, evicting one.
-func (s *keyedShard) insert(e *keyedEntry, now time.Time) {
-	// Lazy idle expiry: look at two entries per insertion, so the whole
-	// ring is examined once per len(ring)/2 new keys.
-	for range 2 {
-		if len(s.ring) == 0 {
-			break
-		}
-		if s.hand >= len(s.ring) {
-			s.hand = 0
-		}
-		if s.ring[s.hand].lim.idle(now) {
-			s.remove(s.hand)
-		} else {
-			s.hand++
-		}
+// limiter returns key's limiter, creating it if needed.
+func (k *Keyed) limiter(key string, now time.Time) limiter {
+	id := k.id(key)
+	s := &k.limiters[id[0]&k.mask]
+	s.mu.Lock()
+	i, ok := s.find(id)
+	if !ok {
+		i = s.insert(id, k.newLimiter(), func(l limiter) bool { return l.idle(now) })
 	}
-	if len(s.ring) >= s.cap {
-		s.evict(now)
-	}
-	s.ring = append(s.ring, e)
-	s.m[e.key] = e
-}
-
-// evict removes one entry: the first under the hand that is idle or not
-// used since the hand last passed, clearing use marks on the way. Two
-// turns of the hand always find one.
-func (s *keyedShard) evict(now time.Time) {
-	for range 2*len(s.ring) + 1 {
-		if s.hand >= len(s.ring) {
-			s.hand = 0
-		}
-		c := s.ring[s.hand]
-		if !c.ref || c.lim.idle(now) {
-			s.remove(s.hand)
-			return
-		}
-		c.ref = false
-		s.hand++
-	}
-}
-
-// remove deletes ring[i], moving the last entry into its place.
-func (s *keyedShard) remove(i int) {
-	delete(s.m, s.ring[i].key)
-	last := len(s.ring) - 1
-	s.ring[i] = s.ring[last]
-	s.ring[last] = nil
-	s.ring = s.ring[:last]
+	sl := &s.slots[i]
+	sl.ref = true
+	l := sl.v
+	s.mu.Unlock()
+	return l
 }
 
 // Sweep drops every idle key (see Keyed) and returns how many it dropped.
@@ -195,19 +149,13 @@ func (s *keyedShard) remove(i int) {
 // optional: it returns memory sooner after a burst of one-off keys. Each
 // shard is locked in turn, not all at once.
 func (k *Keyed) Sweep(now time.Time) int {
+	t := nanos(now)
 	dropped := 0
-	for i := range k.shards {
-		s := &k.shards[i]
-		s.mu.Lock()
-		for j := 0; j < len(s.ring); {
-			if s.ring[j].lim.idle(now) {
-				s.remove(j)
-				dropped++
-			} else {
-				j++
-			}
-		}
-		s.mu.Unlock()
+	for i := range k.buckets {
+		dropped += k.buckets[i].sweep(func(tat int64) bool { return tat <= t })
+	}
+	for i := range k.limiters {
+		dropped += k.limiters[i].sweep(func(l limiter) bool { return l.idle(now) })
 	}
 	return dropped
 }
@@ -215,11 +163,162 @@ func (k *Keyed) Sweep(now time.Time) int {
 // Len returns the number of keys held.
 func (k *Keyed) Len() int {
 	n := 0
-	for i := range k.shards {
-		s := &k.shards[i]
-		s.mu.Lock()
-		n += len(s.ring)
-		s.mu.Unlock()
+	for i := range k.buckets {
+		n += k.buckets[i].len()
+	}
+	for i := range k.limiters {
+		n += k.limiters[i].len()
 	}
 	return n
+}
+
+// shard is one lock's share of a Keyed: a hash table with linear probing,
+// at most 3/4 full, of at most cap entries.
+type shard[V any] struct {
+	mu    sync.Mutex
+	slots []slot[V] // length a power of two; nil until the first key
+	n     int       // occupied slots
+	cap   int       // most entries allowed
+	hand  int       // the CLOCK hand: a slot index
+	_     [64]byte  // keeps neighbouring shards' locks off one cache line
+}
+
+type slot[V any] struct {
+	id  [2]uint64 // the key's hash; zero: empty
+	v   V
+	ref bool // used since the hand last passed
+}
+
+func makeShards[V any](n, maxKeys int) []shard[V] {
+	shards := make([]shard[V], n)
+	for i := range shards {
+		shards[i].cap = maxKeys / n
+		if i < maxKeys%n {
+			shards[i].cap++
+		}
+	}
+	return shards
+}
+
+// home is the slot where id's probe sequence starts. id[0]'s low bits
+// chose the shard, so the position comes from id[1].
+func (s *shard[V]) home(id [2]uint64) int { return int(id[1]>>1) & (len(s.slots) - 1) }
+
+// find returns the index of id's slot and true, or false if id is absent.
+func (s *shard[V]) find(id [2]uint64) (int, bool) {
+	if len(s.slots) == 0 {
+		return 0, false
+	}
+	mask := len(s.slots) - 1
+	for i := s.home(id); ; i = (i + 1) & mask {
+		switch s.slots[i].id {
+		case id:
+			return i, true
+		case [2]uint64{}:
+			return i, false
+		}
+	}
+}
+
+// insert adds id with value v and returns its slot index. On the way it
+// drops up to two idle entries under the hand and, when the shard is full,
+// evicts one.
+func (s *shard[V]) insert(id [2]uint64, v V, idle func(V) bool) int {
+	for range 2 {
+		if s.n == 0 {
+			break
+		}
+		if s.hand >= len(s.slots) {
+			s.hand = 0
+		}
+		if sl := &s.slots[s.hand]; sl.id != [2]uint64{} && idle(sl.v) {
+			s.delete(s.hand)
+		} else {
+			s.hand++
+		}
+	}
+	if s.n >= s.cap {
+		s.evict(idle)
+	}
+	if 8*(s.n+1) > 7*len(s.slots) {
+		s.grow()
+	}
+	i, _ := s.find(id)
+	s.slots[i] = slot[V]{id: id, v: v}
+	s.n++
+	return i
+}
+
+// evict removes one entry: the first under the hand that is idle or not
+// used since the hand last passed, clearing use marks on the way. Two
+// turns of the hand always find one.
+func (s *shard[V]) evict(idle func(V) bool) {
+	for range 2*len(s.slots) + 1 {
+		if s.hand >= len(s.slots) {
+			s.hand = 0
+		}
+		sl := &s.slots[s.hand]
+		switch {
+		case sl.id == [2]uint64{}:
+		case !sl.ref || idle(sl.v):
+			s.delete(s.hand)
+			return
+		default:
+			sl.ref = false
+		}
+		s.hand++
+	}
+}
+
+// delete empties slot i, shifting later entries of its probe run back so
+// that every entry stays reachable from its home without tombstones.
+func (s *shard[V]) delete(i int) {
+	mask := len(s.slots) - 1
+	for j := (i + 1) & mask; s.slots[j].id != [2]uint64{}; j = (j + 1) & mask {
+		// The entry at j may move to i unless its home lies cyclically
+		// in (i, j].
+		h := s.home(s.slots[j].id)
+		if (i <= j && (h <= i || h > j)) || (i > j && h <= i && h > j) {
+			s.slots[i] = s.slots[j]
+			i = j
+		}
+	}
+	s.slots[i] = slot[V]{}
+	s.n--
+}
+
+// grow doubles the table (from 8) and reinserts every entry.
+func (s *shard[V]) grow() {
+	old := s.slots
+	s.slots = make([]slot[V], max(8, 2*len(old)))
+	s.hand = 0
+	for _, sl := range old {
+		if sl.id != [2]uint64{} {
+			i, _ := s.find(sl.id)
+			s.slots[i] = sl
+		}
+	}
+}
+
+// sweep deletes every idle entry and returns how many.
+func (s *shard[V]) sweep(idle func(V) bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dropped := 0
+	for i := 0; i < len(s.slots); {
+		// delete may shift a later entry into i: look at i again.
+		if sl := &s.slots[i]; sl.id != [2]uint64{} && idle(sl.v) {
+			s.delete(i)
+			dropped++
+		} else {
+			i++
+		}
+	}
+	return dropped
+}
+
+func (s *shard[V]) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
 }

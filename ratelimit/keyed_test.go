@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -78,6 +79,45 @@ func TestKeyedDropsIdleKeys(t *testing.T) {
 	}
 }
 
+func TestKeyedIdleMeansEquivalentToNewForEveryAlgorithm(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		idle time.Duration // after one request at t0
+	}{
+		{Config{Rate: "10/s", Burst: 3}, 100 * ms},
+		{Config{Algorithm: "leaky_bucket", Rate: "10/s", Queue: 3}, 100 * ms},
+		{Config{Algorithm: "fixed_window", Rate: "5/s"}, time.Second},   // t0 starts a window
+		{Config{Algorithm: "sliding_window", Rate: "5/s"}, time.Second}, // log: the event leaves the window
+		{Config{Algorithm: "sliding_window", Rate: "5/s", Variant: "counter"}, 2 * time.Second},
+	} {
+		tc.cfg.Key = "route"
+		k := newTestKeyed(t, tc.cfg)
+		k.AllowN("r", t0, 1)
+		if n := k.Sweep(at(tc.idle - time.Nanosecond)); n != 0 {
+			t.Errorf("%s: swept %d keys before %v", tc.cfg.Algorithm, n, tc.idle)
+		}
+		if n := k.Sweep(at(tc.idle)); n != 1 {
+			t.Errorf("%s: swept %d keys at %v, want 1", tc.cfg.Algorithm, n, tc.idle)
+		}
+	}
+}
+
+func TestKeyedLeakyBucketDelays(t *testing.T) {
+	k := newTestKeyed(t, Config{Algorithm: "leaky_bucket", Rate: "100/s", Queue: 10, Key: "client_ip"})
+	for i := range 11 {
+		res := k.ReserveN("203.0.113.5", t0, 1)
+		if !res.Allowed || res.Delay != time.Duration(i)*10*ms {
+			t.Fatalf("arrival %d: %+v, want a delay of %v", i, res, time.Duration(i)*10*ms)
+		}
+	}
+	if res := k.ReserveN("203.0.113.5", t0, 1); res.Allowed {
+		t.Fatal("the 12th arrival was admitted into a full queue")
+	}
+	if res := k.ReserveN("198.51.100.7", t0, 1); !res.Allowed || res.Delay != 0 {
+		t.Fatalf("another client: %+v, want an immediate admission", res)
+	}
+}
+
 func TestKeyedDropsIdleKeysLazilyAsNewOnesArrive(t *testing.T) {
 	k := newTestKeyed(t, Config{Rate: "10/s", Burst: 1, Key: "path"})
 	for i := range 1000 {
@@ -102,7 +142,7 @@ func TestKeyedSmallMaxKeysIsExact(t *testing.T) {
 	}
 }
 
-func TestKeyedLongKeysAreHashed(t *testing.T) {
+func TestKeyedLongKeysAreDistinct(t *testing.T) {
 	k := newTestKeyed(t, Config{Rate: "1/h", Burst: 1, Key: "header:Authorization"})
 	long := "Bearer " + strings.Repeat("x", 1000)
 	other := "Bearer " + strings.Repeat("x", 999) + "y"
@@ -111,14 +151,6 @@ func TestKeyedLongKeysAreHashed(t *testing.T) {
 	}
 	if !k.AllowN(other, t0, 1).Allowed {
 		t.Fatal("a different long key shares the first one's limiter")
-	}
-	for i := range k.shards {
-		s := &k.shards[i]
-		for key := range s.m {
-			if len(key) > maxKeyLen {
-				t.Fatalf("stored a key of %d bytes, want at most %d", len(key), maxKeyLen)
-			}
-		}
 	}
 }
 
@@ -142,3 +174,52 @@ type keyedAt struct {
 
 func (a keyedAt) AllowN(now time.Time, n int) Result   { return a.k.AllowN(a.key, now, n) }
 func (a keyedAt) ReserveN(now time.Time, n int) Result { return a.k.ReserveN(a.key, now, n) }
+
+// TestShardTableKeepsEveryEntryReachable exercises the open-addressing
+// table directly against a map: random inserts, deletions (with backward
+// shift), evictions and growth, small ids so that probe runs collide and
+// wrap around.
+func TestShardTableKeepsEveryEntryReachable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := &shard[int64]{cap: 200}
+	model := map[[2]uint64]int64{}
+	never := func(int64) bool { return false }
+	for step := range 200_000 {
+		id := [2]uint64{1, uint64(rng.IntN(400))<<1 | 1}
+		switch i, ok := s.find(id); {
+		case ok && rng.IntN(3) == 0:
+			s.delete(i)
+			delete(model, id)
+		case ok:
+			if s.slots[i].v != model[id] {
+				t.Fatalf("step %d: value %d, want %d", step, s.slots[i].v, model[id])
+			}
+		default:
+			before := s.n
+			i := s.insert(id, int64(step), never)
+			s.slots[i].ref = rng.IntN(2) == 0
+			model[id] = int64(step)
+			if before == s.cap {
+				// One entry was evicted: find which.
+				for mid := range model {
+					if _, ok := s.find(mid); !ok {
+						delete(model, mid)
+					}
+				}
+			}
+		}
+		if s.n != len(model) || s.n > s.cap {
+			t.Fatalf("step %d: n = %d, model %d, cap %d", step, s.n, len(model), s.cap)
+		}
+		if step%1000 == 0 {
+			for mid, v := range model {
+				if i, ok := s.find(mid); !ok || s.slots[i].v != v {
+					t.Fatalf("step %d: entry %v lost or wrong", step, mid)
+				}
+			}
+		}
+	}
+	if 8*s.n > 7*len(s.slots) {
+		t.Fatalf("load %d/%d above 7/8", s.n, len(s.slots))
+	}
+}

@@ -16,10 +16,16 @@ import (
 //
 // Create one with NewLeakyBucket or New; the zero value is not usable.
 type LeakyBucket struct {
-	next     atomic.Int64 // nanos of the next free departure slot
-	interval int64        // nanoseconds between departures
-	depth    int64        // queue*interval: the last admitted slot's furthest distance from now
-	maxWait  int64        // 0: bounded by the queue only
+	next atomic.Int64 // nanos of the next free departure slot
+	q    leaky
+}
+
+// leaky is a leaky bucket's parameters and its step function, shared by
+// LeakyBucket and Keyed.
+type leaky struct {
+	interval int64 // nanoseconds between departures
+	depth    int64 // queue*interval: the last admitted slot's furthest distance from now
+	maxWait  int64 // 0: bounded by the queue only
 	queue    int
 }
 
@@ -31,10 +37,14 @@ func NewLeakyBucket(r Rate, queue int, maxWait time.Duration) *LeakyBucket {
 	if err := checkLeakyBucket(r, queue, maxWait); err != nil {
 		panic(err)
 	}
-	b := &LeakyBucket{interval: int64(r.Interval()), queue: queue, maxWait: int64(maxWait)}
-	b.depth = int64(queue) * b.interval
+	b := &LeakyBucket{q: newLeaky(r, queue, maxWait)}
 	b.next.Store(fresh)
 	return b
+}
+
+func newLeaky(r Rate, queue int, maxWait time.Duration) leaky {
+	interval := int64(r.Interval())
+	return leaky{interval: interval, depth: int64(queue) * interval, maxWait: int64(maxWait), queue: queue}
 }
 
 func checkLeakyBucket(r Rate, queue int, maxWait time.Duration) error {
@@ -70,50 +80,58 @@ func (b *LeakyBucket) ReserveN(now time.Time, n int) Result { return b.take(now,
 func (b *LeakyBucket) take(now time.Time, n int, wait bool) Result {
 	checkN(n)
 	t := nanos(now)
-	if n > b.queue+1 {
-		return b.result(t, max(b.next.Load(), t), false, InfDuration)
-	}
 	for {
 		next := b.next.Load()
-		start := max(next, t)
-		delay := start - t
-		if n == 0 {
-			return b.result(t, start, true, 0)
-		}
-		// The last of the n events leaves (n-1) intervals after the first.
-		over := delay + int64(n-1)*b.interval - b.depth
-		if b.maxWait > 0 {
-			over = max(over, delay-b.maxWait)
-		}
-		if !wait {
-			over = max(over, delay)
-		}
-		if over > 0 {
-			return b.result(t, start, false, time.Duration(over))
-		}
-		end := start + int64(n)*b.interval
-		if b.next.CompareAndSwap(next, end) {
-			res := b.result(t, end, true, 0)
-			res.Delay = time.Duration(delay)
+		end, res := b.q.take(next, t, n, wait)
+		if end == next || b.next.CompareAndSwap(next, end) {
 			return res
 		}
 	}
 }
 
+// take decides n events at t (nanos) for a bucket whose next free slot is
+// next, returning the new next slot (next itself when nothing changes) and
+// the Result. With wait false only an immediate departure is admitted.
+func (q *leaky) take(next, t int64, n int, wait bool) (int64, Result) {
+	start := max(next, t)
+	if n > q.queue+1 {
+		return next, q.result(t, start, false, InfDuration)
+	}
+	if n == 0 {
+		return next, q.result(t, start, true, 0)
+	}
+	delay := start - t
+	// The last of the n events leaves (n-1) intervals after the first.
+	over := delay + int64(n-1)*q.interval - q.depth
+	if q.maxWait > 0 {
+		over = max(over, delay-q.maxWait)
+	}
+	if !wait {
+		over = max(over, delay)
+	}
+	if over > 0 {
+		return next, q.result(t, start, false, time.Duration(over))
+	}
+	end := start + int64(n)*q.interval
+	res := q.result(t, end, true, 0)
+	res.Delay = time.Duration(delay)
+	return end, res
+}
+
 // result describes the bucket whose next free slot is at slot (nanos).
-func (b *LeakyBucket) result(t, slot int64, allowed bool, retry time.Duration) Result {
+func (q *leaky) result(t, slot int64, allowed bool, retry time.Duration) Result {
 	ahead := slot - t // the delay the next single arrival would get
-	room := b.depth - ahead
-	if b.maxWait > 0 {
-		room = min(room, b.maxWait-ahead)
+	room := q.depth - ahead
+	if q.maxWait > 0 {
+		room = min(room, q.maxWait-ahead)
 	}
 	remaining := 0
 	if room >= 0 {
-		remaining = int(room/b.interval) + 1
+		remaining = int(room/q.interval) + 1
 	}
 	return Result{
 		Allowed:    allowed,
-		Limit:      b.queue + 1,
+		Limit:      q.queue + 1,
 		Remaining:  remaining,
 		ResetAfter: time.Duration(ahead),
 		RetryAfter: retry,

@@ -17,9 +17,15 @@ import (
 //
 // Create one with NewTokenBucket or New; the zero value is not usable.
 type TokenBucket struct {
-	tat      atomic.Int64 // nanos of the instant the bucket is full again
-	interval int64        // nanoseconds per token
-	capacity int64        // burst*interval: how far tat may run ahead of now
+	tat atomic.Int64 // nanos of the instant the bucket is full again
+	g   gcra
+}
+
+// gcra is a token bucket's parameters and its step function, shared by
+// TokenBucket (state in an atomic) and Keyed (state in a table slot).
+type gcra struct {
+	interval int64 // nanoseconds per token
+	capacity int64 // burst*interval: how far tat may run ahead of now
 	burst    int
 }
 
@@ -31,10 +37,14 @@ func NewTokenBucket(r Rate, burst int) *TokenBucket {
 	if err := checkTokenBucket(r, burst); err != nil {
 		panic(err)
 	}
-	b := &TokenBucket{interval: int64(r.Interval()), burst: burst}
-	b.capacity = int64(burst) * b.interval
+	b := &TokenBucket{g: newGCRA(r, burst)}
 	b.tat.Store(fresh)
 	return b
+}
+
+func newGCRA(r Rate, burst int) gcra {
+	interval := int64(r.Interval())
+	return gcra{interval: interval, capacity: int64(burst) * interval, burst: burst}
 }
 
 func checkTokenBucket(r Rate, burst int) error {
@@ -58,35 +68,58 @@ func (b *TokenBucket) Allow() bool { return b.AllowN(time.Now(), 1).Allowed }
 func (b *TokenBucket) AllowN(now time.Time, n int) Result {
 	checkN(n)
 	t := nanos(now)
-	if n > b.burst {
-		return b.reject(t, max(b.tat.Load(), t), InfDuration)
-	}
-	cost := int64(n) * b.interval
+	g := &b.g
 	for {
+		// gcra.take, written out: this is the hot path.
 		tat := b.tat.Load()
-		base := max(tat, t)
-		next := base + cost
-		if next-t > b.capacity {
-			return b.reject(t, base, time.Duration(next-t-b.capacity))
+		next := max(tat, t) + int64(n)*g.interval
+		if n > g.burst || next-t > g.capacity || n == 0 {
+			return g.other(tat, t, n)
 		}
-		if n == 0 || b.tat.CompareAndSwap(tat, next) {
+		if b.tat.CompareAndSwap(tat, next) {
 			return Result{
 				Allowed:    true,
-				Limit:      b.burst,
-				Remaining:  int((b.capacity - (next - t)) / b.interval),
+				Limit:      g.burst,
+				Remaining:  int((g.capacity - (next - t)) / g.interval),
 				ResetAfter: time.Duration(next - t),
 			}
 		}
 	}
 }
 
-func (b *TokenBucket) reject(t, base int64, retry time.Duration) Result {
-	return Result{
-		Limit:      b.burst,
-		Remaining:  int((b.capacity - (base - t)) / b.interval),
-		ResetAfter: time.Duration(base - t),
-		RetryAfter: retry,
+// take decides n tokens at t (nanos) for a bucket in state tat, returning
+// the new state (tat itself when nothing changes) and the Result. The
+// common case, admitting n >= 1 tokens, is kept small enough to inline.
+func (g *gcra) take(tat, t int64, n int) (int64, Result) {
+	next := max(tat, t) + int64(n)*g.interval // overflows only if n > burst
+	if n > g.burst || next-t > g.capacity || n == 0 {
+		return tat, g.other(tat, t, n)
 	}
+	return next, Result{
+		Allowed:    true,
+		Limit:      g.burst,
+		Remaining:  int((g.capacity - (next - t)) / g.interval),
+		ResetAfter: time.Duration(next - t),
+	}
+}
+
+// other is take's Result when it changes nothing: a rejection, or n = 0.
+func (g *gcra) other(tat, t int64, n int) Result {
+	base := max(tat, t)
+	res := Result{
+		Limit:      g.burst,
+		Remaining:  int((g.capacity - (base - t)) / g.interval),
+		ResetAfter: time.Duration(base - t),
+	}
+	switch {
+	case n == 0:
+		res.Allowed = true
+	case n > g.burst:
+		res.RetryAfter = InfDuration
+	default:
+		res.RetryAfter = time.Duration(base + int64(n)*g.interval - t - g.capacity)
+	}
+	return res
 }
 
 // ReserveN is AllowN: a token bucket rejects rather than delays.
