@@ -228,7 +228,13 @@ upstreams:
 		resp.Body.Close()
 		slow <- result{resp.StatusCode, string(b), err}
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case r := <-slow:
+		t.Fatalf("the slow request ended before reaching the backend: %+v", r)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the slow request never reached the backend")
+	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

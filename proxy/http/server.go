@@ -257,28 +257,49 @@ type listener struct {
 	handler    *Handler
 	cert       atomic.Pointer[tls.Certificate]
 
-	srv      *http.Server
+	srv      server
 	hand     *handoff
 	settings serverSettings
 	serving  sync.WaitGroup
 }
 
+// server is what a listener needs of an HTTP server: net/http.Server (TLS,
+// HTTP/2) or h1Server (cleartext HTTP/1.x).
+type server interface {
+	Serve(net.Listener) error
+	Shutdown(context.Context) error
+	Close() error
+}
+
 func (l *listener) startServer(st serverSettings, log *slog.Logger, drain time.Duration) {
-	srv := &http.Server{
-		Handler:           l.handler,
-		ReadHeaderTimeout: st.readHeader,
-		IdleTimeout:       st.idle,
-		MaxHeaderBytes:    st.maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	if st.tls {
-		srv.TLSConfig = &tls.Config{
+	var srv server
+	var serve func(net.Listener) error
+	if !st.tls {
+		h1 := &h1Server{
+			handler:           l.handler,
+			readHeaderTimeout: st.readHeader,
+			idleTimeout:       st.idle,
+			maxHeaderBytes:    st.maxHeaderBytes,
+			log:               log,
+		}
+		srv, serve = h1, h1.Serve
+	} else {
+		hs := &http.Server{
+			Handler:           l.handler,
+			ReadHeaderTimeout: st.readHeader,
+			IdleTimeout:       st.idle,
+			MaxHeaderBytes:    st.maxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		}
+		hs.TLSConfig = &tls.Config{
 			MinVersion: tls.VersionTLS12,
 			NextProtos: []string{"h2", "http/1.1"},
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 				return l.cert.Load(), nil
 			},
 		}
+		srv = hs
+		serve = func(l net.Listener) error { return hs.ServeTLS(l, "", "") }
 	}
 	h := l.loop.handoff()
 	oldSrv, oldHand := l.srv, l.hand
@@ -286,13 +307,7 @@ func (l *listener) startServer(st serverSettings, log *slog.Logger, drain time.D
 	l.serving.Add(1)
 	go func() {
 		defer l.serving.Done()
-		var err error
-		if st.tls {
-			err = srv.ServeTLS(h, "", "")
-		} else {
-			err = srv.Serve(h)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(h); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("listener stopped", "listener", l.name, "error", err)
 		}
 	}()
@@ -320,7 +335,7 @@ func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
 
 // shutdownServer drains srv for up to timeout, then closes what is left. It
 // reports whether the drain finished in time.
-func shutdownServer(srv *http.Server, timeout time.Duration) bool {
+func shutdownServer(srv server, timeout time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil {

@@ -1,0 +1,639 @@
+package httpproxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// h1Server serves cleartext HTTP/1.x. It parses requests with the standard
+// library's parser (http.ReadRequest: the same code, and so the same
+// request-smuggling defences, as net/http's server) and adds the checks
+// net/http's server makes on top of it (Host, header field syntax, version,
+// Expect). It differs from net/http.Server in what it leaves out on the hot
+// path: no background read and no context per request, no header copy per
+// response, one response writer per connection. The price: a client that
+// goes away while its request waits for the upstream is noticed when the
+// response is written (or at the route's timeout), not at once, as with
+// HAProxy's default. TLS listeners (and with them HTTP/2) use
+// net/http.Server.
+type h1Server struct {
+	handler           http.Handler
+	readHeaderTimeout time.Duration
+	idleTimeout       time.Duration
+	maxHeaderBytes    int
+	log               *slog.Logger
+
+	mu       sync.Mutex
+	conns    map[*h1Conn]struct{}
+	lis      []net.Listener
+	shutdown atomic.Bool
+	active   sync.WaitGroup
+}
+
+// errServerClosed mirrors http.ErrServerClosed for callers that treat both
+// servers alike.
+var errServerClosed = http.ErrServerClosed
+
+func (s *h1Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.shutdown.Load() {
+		s.mu.Unlock()
+		return errServerClosed
+	}
+	s.lis = append(s.lis, l)
+	if s.conns == nil {
+		s.conns = map[*h1Conn]struct{}{}
+	}
+	s.mu.Unlock()
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if s.shutdown.Load() || errors.Is(err, net.ErrClosed) {
+				return errServerClosed
+			}
+			return err
+		}
+		c := &h1Conn{s: s, nc: nc}
+		s.mu.Lock()
+		if s.shutdown.Load() {
+			s.mu.Unlock()
+			nc.Close()
+			return errServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.active.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// Shutdown stops accepting, closes idle connections, and waits for the
+// others to finish their request, until ctx ends.
+func (s *h1Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shutdown.Store(true)
+	for _, l := range s.lis {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.closeIfIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.active.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close closes the listeners and every connection at once.
+func (s *h1Server) Close() error {
+	s.mu.Lock()
+	s.shutdown.Store(true)
+	for _, l := range s.lis {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *h1Server) forget(c *h1Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.active.Done()
+}
+
+// Connection states.
+const (
+	connIdle   = 0 // waiting for a request
+	connActive = 1 // reading or serving one
+	connClosed = 2
+)
+
+type h1Conn struct {
+	s      *h1Server
+	nc     net.Conn
+	remote string
+	lr     io.LimitedReader // caps what the header parser may read
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	state  atomic.Int32
+	w      h1Response
+}
+
+// closeIfIdle closes the connection when it is between requests.
+func (c *h1Conn) closeIfIdle() {
+	if c.state.CompareAndSwap(connIdle, connClosed) {
+		// Unblocks the read waiting for the next request.
+		c.nc.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+const maxPostHandlerDrain = 256 << 10
+
+var (
+	srvBRPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	srvBWPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
+)
+
+func (c *h1Conn) serve() {
+	hijacked := false
+	defer func() {
+		if !hijacked {
+			c.nc.Close()
+			if c.br != nil {
+				c.br.Reset(nil)
+				srvBRPool.Put(c.br)
+				c.bw.Reset(nil)
+				srvBWPool.Put(c.bw)
+			}
+		}
+		c.s.forget(c)
+	}()
+	c.remote = c.nc.RemoteAddr().String()
+	c.lr.R = c.nc
+	c.br = srvBRPool.Get().(*bufio.Reader)
+	c.br.Reset(&c.lr)
+	c.bw = srvBWPool.Get().(*bufio.Writer)
+	c.bw.Reset(c.nc)
+	c.w.header = http.Header{}
+	s := c.s
+	headerLimit := int64(s.maxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
+	for {
+		// Between requests: the idle timeout. The deadline is set before
+		// the connection is marked idle, so that Shutdown's closing
+		// deadline always comes after it and wins.
+		c.lr.N = headerLimit
+		if c.br.Buffered() == 0 {
+			if s.idleTimeout > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(s.idleTimeout))
+			}
+			if !c.state.CompareAndSwap(connActive, connIdle) && c.state.Load() != connIdle {
+				return
+			}
+			if s.shutdown.Load() {
+				return
+			}
+			if _, err := c.br.Peek(1); err != nil {
+				return
+			}
+			if !c.state.CompareAndSwap(connIdle, connActive) {
+				return // closed as idle by Shutdown
+			}
+		} else {
+			c.state.Store(connActive)
+		}
+		if s.readHeaderTimeout > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(s.readHeaderTimeout))
+		}
+		req, err := http.ReadRequest(c.br)
+		if err != nil {
+			c.badRequest(err)
+			return
+		}
+		c.lr.N = 1<<63 - 1
+		if s.readHeaderTimeout > 0 {
+			c.nc.SetReadDeadline(time.Time{})
+		}
+		if code, msg := c.check(req); code != 0 {
+			c.reject(code, msg)
+			return
+		}
+		req.RemoteAddr = c.remote
+		keep, hj := c.serveOne(req)
+		if hj {
+			hijacked = true
+			return
+		}
+		if !keep {
+			return
+		}
+	}
+}
+
+// check makes the checks net/http's server makes after parsing a request.
+func (c *h1Conn) check(req *http.Request) (int, string) {
+	if req.ProtoMajor != 1 {
+		return http.StatusHTTPVersionNotSupported, "unsupported protocol version"
+	}
+	// http.ReadRequest has moved the Host header into req.Host (the first
+	// one, or the host of an absolute request target) and dropped the
+	// header. The proxy routes on req.Host and sends exactly that one Host
+	// upstream, so a duplicate cannot make two hops disagree.
+	switch {
+	case req.Host == "" && req.ProtoAtLeast(1, 1):
+		return http.StatusBadRequest, "missing required Host header"
+	case req.Host != "" && !httpguts.ValidHostHeader(req.Host):
+		return http.StatusBadRequest, "malformed Host header"
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return http.StatusBadRequest, "invalid header name"
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return http.StatusBadRequest, "invalid header value"
+			}
+		}
+	}
+	if req.Method == http.MethodConnect {
+		return http.StatusMethodNotAllowed, "CONNECT is not supported"
+	}
+	if ex, ok := req.Header["Expect"]; ok {
+		if len(ex) != 1 || !strings.EqualFold(ex[0], "100-continue") {
+			return http.StatusExpectationFailed, "unsupported Expect"
+		}
+	}
+	return 0, ""
+}
+
+// badRequest answers a request that could not be parsed, as net/http does,
+// and the connection closes.
+func (c *h1Conn) badRequest(err error) {
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return // the client closed between requests
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return // read header timeout: just close
+	}
+	if c.lr.N <= 0 {
+		c.reject(http.StatusRequestHeaderFieldsTooLarge, "request header too large")
+		return
+	}
+	if strings.Contains(err.Error(), "unsupported transfer encoding") {
+		c.reject(http.StatusNotImplemented, "unsupported transfer encoding")
+		return
+	}
+	c.reject(http.StatusBadRequest, "malformed request")
+}
+
+func (c *h1Conn) reject(code int, msg string) {
+	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", code, http.StatusText(code), len(msg), msg)
+	c.bw.Flush()
+	// Let the client read the answer before the close resets the
+	// connection (as net/http does: close the write side, linger briefly).
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+	}
+}
+
+// serveOne runs the handler for one request. It reports whether the
+// connection can carry another request, and whether the handler took the
+// connection over.
+func (c *h1Conn) serveOne(req *http.Request) (keep, hijacked bool) {
+	w := &c.w
+	w.reset(c, req)
+	if _, ok := req.Header["Expect"]; ok && req.Body != http.NoBody {
+		req.Body = &continueReader{ReadCloser: req.Body, w: w}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			keep = false
+			if p != http.ErrAbortHandler {
+				c.s.log.Error("panic serving request", "remote", c.remote, "panic", fmt.Sprint(p))
+			}
+		}
+	}()
+	c.s.handler.ServeHTTP(w, req)
+	if w.hijacked {
+		return false, true
+	}
+	if !w.finish() {
+		return false, false
+	}
+	if w.closeAfter {
+		return false, false
+	}
+	// Whatever of the request body the handler left unread must go before
+	// the next request can be read; a large rest is cheaper to close on.
+	if req.Body != nil && req.Body != http.NoBody {
+		n, err := io.CopyN(io.Discard, req.Body, maxPostHandlerDrain+1)
+		if n > maxPostHandlerDrain || (err != nil && err != io.EOF) {
+			return false, false
+		}
+	}
+	return true, false
+}
+
+// continueReader sends "100 Continue" before the first read of a body the
+// client waits to send.
+type continueReader struct {
+	io.ReadCloser
+	w    *h1Response
+	sent bool
+}
+
+func (r *continueReader) Read(p []byte) (int, error) {
+	if !r.sent {
+		r.sent = true
+		if !r.w.wroteHeader {
+			r.w.c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+			if err := r.w.c.bw.Flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return r.ReadCloser.Read(p)
+}
+
+// h1Response is the http.ResponseWriter of h1Server, one per connection,
+// reset for each request.
+//
+// Framing: a response whose handler set Content-Length (a proxied response
+// usually has) goes out as it is written. Without one, up to smallBody
+// bytes are held back: a handler that finishes within them gets a
+// Content-Length, as with net/http; a longer body, or a Flush, switches to
+// chunked encoding (or, for HTTP/1.0, to ending the body by closing).
+type h1Response struct {
+	c           *h1Conn
+	req         *http.Request
+	header      http.Header
+	wroteHeader bool // WriteHeader was called
+	committed   bool // the header is on its way to the client
+	status      int
+	noBody      bool  // HEAD, 1xx, 204, 304
+	chunked     bool  // body sent with chunked encoding
+	length      int64 // declared Content-Length, -1 if none
+	written     int64
+	pending     []byte // held-back start of a body without Content-Length
+	closeAfter  bool
+	hijacked    bool
+	failed      bool // a write to the client failed
+}
+
+const smallBody = 2048
+
+func (w *h1Response) reset(c *h1Conn, req *http.Request) {
+	h, pending := w.header, w.pending[:0]
+	clear(h)
+	*w = h1Response{c: c, req: req, header: h, length: -1, pending: pending}
+}
+
+func (w *h1Response) Header() http.Header { return w.header }
+
+func (w *h1Response) WriteHeader(code int) {
+	if w.wroteHeader || w.hijacked {
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		return // informational responses are not relayed
+	}
+	w.wroteHeader = true
+	w.status = code
+	h := w.header
+	w.noBody = w.req.Method == http.MethodHead || code < 200 || code == http.StatusNoContent || code == http.StatusNotModified
+	if cl := h["Content-Length"]; len(cl) == 1 {
+		if n, err := strconv.ParseInt(cl[0], 10, 64); err == nil && n >= 0 {
+			w.length = n
+		} else {
+			delete(h, "Content-Length")
+		}
+	} else if len(cl) > 1 {
+		delete(h, "Content-Length")
+	}
+	if w.noBody || w.length >= 0 {
+		w.commit(false)
+	}
+}
+
+// commit writes the status line and header. chunked asks for chunked
+// encoding when the length is unknown.
+func (w *h1Response) commit(chunked bool) {
+	w.committed = true
+	req, h, bw := w.req, w.header, w.c.bw
+	delete(h, "Transfer-Encoding")
+	if req.Close || w.c.s.shutdown.Load() {
+		w.closeAfter = true
+	}
+	if !w.noBody && w.length < 0 {
+		if chunked && req.ProtoAtLeast(1, 1) {
+			w.chunked = true
+		} else {
+			w.closeAfter = true // the close ends the body
+		}
+	}
+	if _, ok := h["Trailer"]; ok && !w.chunked {
+		delete(h, "Trailer")
+	}
+	bw.WriteString("HTTP/1.1 ")
+	var nb [20]byte
+	bw.Write(strconv.AppendInt(nb[:0], int64(w.status), 10))
+	bw.WriteByte(' ')
+	bw.WriteString(http.StatusText(w.status))
+	bw.WriteString("\r\n")
+	for k, vv := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			continue
+		}
+		for _, v := range vv {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			writeHeaderValue(bw, v)
+			bw.WriteString("\r\n")
+		}
+	}
+	if _, ok := h["Date"]; !ok {
+		bw.WriteString("Date: ")
+		bw.WriteString(httpDate())
+		bw.WriteString("\r\n")
+	}
+	if w.chunked {
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+	}
+	switch {
+	case w.closeAfter:
+		bw.WriteString("Connection: close\r\n")
+	case !req.ProtoAtLeast(1, 1):
+		bw.WriteString("Connection: keep-alive\r\n")
+	}
+	bw.WriteString("\r\n")
+}
+
+// writeHeaderValue writes v with any CR or LF turned into a space, as
+// net/http does, so that no value can end the header early.
+func writeHeaderValue(bw *bufio.Writer, v string) {
+	if strings.IndexAny(v, "\r\n") < 0 {
+		bw.WriteString(v)
+		return
+	}
+	bw.WriteString(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
+}
+
+func (w *h1Response) Write(p []byte) (int, error) {
+	if w.hijacked {
+		return 0, http.ErrHijacked
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.noBody {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !w.committed {
+		if len(w.pending)+len(p) <= smallBody {
+			w.pending = append(w.pending, p...)
+			return len(p), nil
+		}
+		w.commit(true)
+		if err := w.writeBody(w.pending); err != nil {
+			return 0, err
+		}
+		w.pending = w.pending[:0]
+	}
+	if w.length >= 0 && w.written+int64(len(p)) > w.length {
+		return 0, http.ErrContentLength
+	}
+	if err := w.writeBody(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (w *h1Response) writeBody(p []byte) error {
+	if len(p) == 0 {
+		return nil
+	}
+	bw := w.c.bw
+	if w.chunked {
+		var nb [16]byte
+		bw.Write(strconv.AppendInt(nb[:0], int64(len(p)), 16))
+		bw.WriteString("\r\n")
+	}
+	n, err := bw.Write(p)
+	if w.chunked && err == nil {
+		_, err = bw.WriteString("\r\n")
+	}
+	w.written += int64(n)
+	if err != nil {
+		w.failed = true
+	}
+	return err
+}
+
+// Flush sends what is buffered to the client.
+func (w *h1Response) Flush() {
+	if w.hijacked {
+		return
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(true)
+		w.writeBody(w.pending)
+		w.pending = w.pending[:0]
+	}
+	if err := w.c.bw.Flush(); err != nil {
+		w.failed = true
+	}
+}
+
+// FlushError is Flush that reports the error (http.ResponseController).
+func (w *h1Response) FlushError() error {
+	w.Flush()
+	if w.failed {
+		return errors.New("write to client failed")
+	}
+	return nil
+}
+
+// Hijack hands the connection to the handler (protocol switches).
+func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.wroteHeader {
+		return nil, nil, errors.New("hijack after the response header was written")
+	}
+	w.hijacked = true
+	c := w.c
+	c.nc.SetDeadline(time.Time{})
+	// The buffers go with the connection: the handler owns them now.
+	return c.nc, bufio.NewReadWriter(c.br, c.bw), nil
+}
+
+// finish ends the response. It reports whether the connection is still in
+// a state to carry another request.
+func (w *h1Response) finish() bool {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		// The handler finished within the held-back bytes: the length is
+		// known after all.
+		w.length = int64(len(w.pending))
+		w.header["Content-Length"] = []string{strconv.Itoa(len(w.pending))}
+		w.commit(false)
+		w.writeBody(w.pending)
+	}
+	bw := w.c.bw
+	if w.chunked {
+		bw.WriteString("0\r\n")
+		for k, vv := range w.header {
+			name, ok := strings.CutPrefix(k, http.TrailerPrefix)
+			if !ok {
+				continue
+			}
+			for _, v := range vv {
+				bw.WriteString(http.CanonicalHeaderKey(name))
+				bw.WriteString(": ")
+				writeHeaderValue(bw, v)
+				bw.WriteString("\r\n")
+			}
+		}
+		bw.WriteString("\r\n")
+	}
+	if err := bw.Flush(); err != nil || w.failed {
+		return false
+	}
+	// A body shorter than it said it would be cannot be followed by
+	// another response on the same connection.
+	return w.noBody || w.length < 0 || w.written == w.length
+}
+
+// httpDate returns the current time in HTTP date format, recomputed at
+// most once a second.
+func httpDate() string {
+	now := time.Now().Unix()
+	if d := cachedDate.Load(); d != nil && d.unix == now {
+		return d.text
+	}
+	d := &dateCache{unix: now, text: time.Unix(now, 0).UTC().Format(http.TimeFormat)}
+	cachedDate.Store(d)
+	return d.text
+}
+
+type dateCache struct {
+	unix int64
+	text string
+}
+
+var cachedDate atomic.Pointer[dateCache]

@@ -1,0 +1,238 @@
+package httpproxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startH1 serves h on an h1Server and, beside it, on a net/http.Server
+// with the same limits, and returns both addresses.
+func startH1(t *testing.T, h http.Handler, maxHeader int) (ours, std string) {
+	t.Helper()
+	l1, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := &h1Server{handler: h, readHeaderTimeout: 5 * time.Second, idleTimeout: 5 * time.Second, maxHeaderBytes: maxHeader, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s2 := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: maxHeader}
+	go s1.Serve(l1)
+	go s2.Serve(l2)
+	t.Cleanup(func() { s1.Close(); s2.Close() })
+	return l1.Addr().String(), l2.Addr().String()
+}
+
+// exchange writes raw to addr and returns everything the server sends
+// until it closes the connection or goes quiet for a moment after
+// answering.
+func exchange(t *testing.T, addr, raw string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte(raw))
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String()
+		}
+		// Once a response is in, a short quiet spell ends the wait.
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	}
+}
+
+func statuses(resp string) []string {
+	var out []string
+	for _, line := range strings.Split(resp, "\r\n") {
+		if strings.HasPrefix(line, "HTTP/1.") && len(line) >= 12 {
+			out = append(out, line[9:12])
+		}
+	}
+	return out
+}
+
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "text/plain")
+	io.WriteString(w, "ok:"+r.Host)
+})
+
+// TestH1ServerRejectsWhatNetHTTPRejects runs tricky and malicious requests
+// against both servers and requires the same verdict (status codes) from
+// each: the request-smuggling defences are net/http's.
+func TestH1ServerRejectsWhatNetHTTPRejects(t *testing.T) {
+	ours, std := startH1(t, okHandler, 1<<10)
+	cases := map[string]string{
+		"plain":                       "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"CL and TE":                   "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"two different CLs":           "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+		"CL with sign":                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc",
+		"TE not chunked":              "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
+		"TE chunked twice":            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+		"space before colon":          "GET / HTTP/1.1\r\nHost: a\r\nX-Bad : 1\r\n\r\n",
+		"control char in value":       "GET / HTTP/1.1\r\nHost: a\r\nX-Bad: a\x01b\r\n\r\n",
+		"obs-fold":                    "GET / HTTP/1.1\r\nHost: a\r\nX-Fold: a\r\n b\r\n\r\n",
+		"missing Host":                "GET / HTTP/1.1\r\n\r\n",
+		"bad Host":                    "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+		"HTTP/1.0 without Host":       "GET / HTTP/1.0\r\n\r\n",
+		"HTTP/3.0":                    "GET / HTTP/3.0\r\nHost: a\r\n\r\n",
+		"garbage":                     "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",
+		"header too large":            "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + strings.Repeat("x", 8<<10) + "\r\n\r\n",
+		"Expect other than continue":  "POST / HTTP/1.1\r\nHost: a\r\nExpect: magic\r\nContent-Length: 1\r\n\r\nx",
+		"bad chunk size":              "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+		"absolute-form target":        "GET http://b/x HTTP/1.1\r\nHost: a\r\n\r\n",
+		"chunked body":                "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+		"HTTP/1.0 keep-alive":         "GET / HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\nGET / HTTP/1.0\r\nHost: a\r\n\r\n",
+		"Connection close stops next": "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+	}
+	for name, raw := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, want := statuses(exchange(t, ours, raw)), statuses(exchange(t, std, raw))
+			// net/http may answer a second request on the connection
+			// later than the test waits; the first verdict is the one
+			// that matters.
+			if len(got) == 0 || len(want) == 0 || got[0] != want[0] {
+				t.Fatalf("h1Server answered %v, net/http %v", got, want)
+			}
+		})
+	}
+	if got := statuses(exchange(t, ours, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")); len(got) != 1 || got[0] != "505" {
+		t.Fatalf("HTTP/2 preface on a cleartext HTTP/1 listener: %v, want 505", got)
+	}
+}
+
+func TestH1ServerAnswersPipelinedRequestsInOrder(t *testing.T) {
+	ours, _ := startH1(t, okHandler, 1<<20)
+	resp := exchange(t, ours, "GET /1 HTTP/1.1\r\nHost: a\r\n\r\nPOST / HTTP/1.1\r\nHost: b\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: c\r\n\r\n")
+	if i, j, k := strings.Index(resp, "ok:a"), strings.Index(resp, "ok:b"), strings.Index(resp, "ok:c"); i < 0 || j < i || k < j {
+		t.Fatalf("pipelined responses out of order or missing:\n%s", resp)
+	}
+}
+
+func TestH1ServerKeepAliveAndClose(t *testing.T) {
+	ours, _ := startH1(t, okHandler, 1<<20)
+	resp := exchange(t, ours, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+	if n := strings.Count(resp, "HTTP/1.1 200 OK\r\n"); n != 2 || !strings.HasSuffix(resp, "ok:b") || !strings.Contains(resp, "Connection: close\r\n") {
+		t.Fatalf("two pipelined requests, the second with Connection: close:\n%s", resp)
+	}
+	if !strings.Contains(resp, "Content-Length: 4\r\n") || !strings.Contains(resp, "Date: ") {
+		t.Fatalf("a small response gets its length and a Date:\n%s", resp)
+	}
+	resp = exchange(t, ours, "GET / HTTP/1.0\r\nHost: a\r\n\r\n")
+	if !strings.HasPrefix(resp, "HTTP/1.1 200 OK\r\n") || !strings.Contains(resp, "Connection: close\r\n") {
+		t.Fatalf("HTTP/1.0 without keep-alive:\n%s", resp)
+	}
+}
+
+func TestH1ServerExpectContinue(t *testing.T) {
+	ours, _ := startH1(t, okHandler, 1<<20)
+	c, err := net.Dial("tcp", ours)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+	br := bufio.NewReader(c)
+	line, _ := br.ReadString('\n')
+	if line != "HTTP/1.1 100 Continue\r\n" {
+		t.Fatalf("first line %q, want 100 Continue before the body is sent", line)
+	}
+	br.ReadString('\n')
+	io.WriteString(c, "hello")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("final response: %v %v", resp, err)
+	}
+}
+
+func TestH1ServerChunksResponsesOfUnknownLength(t *testing.T) {
+	ours, _ := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Trailer", "X-Sum")
+		io.WriteString(w, "part1")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "part2")
+		w.Header().Set(http.TrailerPrefix+"X-Sum", "42")
+	}), 1<<20)
+	resp, err := http.Get("http://" + ours + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "part1part2" || resp.TransferEncoding[0] != "chunked" || resp.Trailer.Get("X-Sum") != "42" {
+		t.Fatalf("body %q, TE %v, trailer %v", body, resp.TransferEncoding, resp.Trailer)
+	}
+}
+
+func TestH1ServerShutdownClosesIdleAndWaitsForActive(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	s := &h1Server{handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(entered)
+			<-release
+		}
+		io.WriteString(w, "done")
+	}), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(l)
+	addr := l.Addr().String()
+
+	idle, _ := net.Dial("tcp", addr)
+	defer idle.Close()
+	io.WriteString(idle, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	ibr := bufio.NewReader(idle)
+	if resp, err := http.ReadResponse(ibr, nil); err != nil || resp.StatusCode != 200 {
+		t.Fatal(err)
+	} else {
+		io.ReadAll(resp.Body)
+	}
+
+	slowDone := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + addr + "/slow")
+		if err != nil {
+			slowDone <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		slowDone <- string(b)
+	}()
+	<-entered
+	shut := make(chan error, 1)
+	go func() { shut <- s.Shutdown(context.Background()) }()
+	// The idle connection is closed by the server.
+	idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := ibr.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection: %v, want EOF", err)
+	}
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned (%v) while a request was in flight", err)
+	default:
+	}
+	close(release)
+	if got := <-slowDone; got != "done" {
+		t.Fatalf("in-flight request: %q", got)
+	}
+	if err := <-shut; err != nil {
+		t.Fatal(err)
+	}
+}
