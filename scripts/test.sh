@@ -17,6 +17,27 @@ if ! command -v staticcheck >/dev/null; then
   go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION" || die "could not install staticcheck from the Go module proxy"
 fi
 
+# apt_install installs Debian packages, running apt-get update once per run.
+apt_updated=
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    apt-get update -qq || die "apt-get update failed"
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
+}
+
+# The global rate-limit tests (ratelimit/redis) start their own redis-server
+# on a free loopback port; under CI=true they fail rather than skip without it.
+if ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    say "installing redis-server"
+    apt_install redis-server
+  else
+    die "redis-server is not installed and we are not root: install the Debian package redis-server (the ratelimit/redis tests need it), or run this script as root"
+  fi
+fi
+
 say "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bench/out/*'))
 [ -z "$unformatted" ] || die "gofmt would change: $unformatted"
