@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The sources a hash key can come from.
@@ -70,18 +72,4 @@ func (k HashKey) String() string {
 }
 
 // isToken reports whether s is an RFC 9110 token (header and cookie names).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+func isToken(s string) bool { return httpguts.ValidHeaderFieldName(s) }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 func TestValidateReportsEveryProblemWithPosition(t *testing.T) {
@@ -105,15 +107,7 @@ func binary(t *testing.T) string {
 	return buildOnce.path
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testutil.FreeAddr(t) }
 
 // lineWaiter lets a test wait for a line in a process's log.
 type lineWaiter struct {
