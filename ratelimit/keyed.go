@@ -34,7 +34,7 @@ const DefaultMaxKeys = 100_000
 // does not depend on the key's length and no client can construct two keys
 // that share a limiter. A token or leaky bucket's state (one int64) lives
 // in the table slot itself: a lookup touches one cache line, and 100k keys
-// take about 8 MB. The window algorithms keep a pointer to a limiter per
+// take about 4 MB. The window algorithms keep a pointer to a limiter per
 // key. AllowN on an existing key takes one uncontended lock and allocates
 // nothing.
 type Keyed struct {
@@ -173,7 +173,10 @@ func (k *Keyed) Len() int {
 }
 
 // shard is one lock's share of a Keyed: a hash table with linear probing,
-// at most 3/4 full, of at most cap entries.
+// of at most cap entries, at most 7/8 full. (Allowing 7/8 rather than 3/4
+// fits the default's 1563 keys per shard in 2048 slots instead of 4096:
+// half the memory, and fewer cache misses, for a successful lookup of
+// about 2.5 probes on average within one or two cache lines.)
 type shard[V any] struct {
 	mu    sync.Mutex
 	slots []slot[V] // length a power of two; nil until the first key

@@ -54,6 +54,14 @@ type Config struct {
 	// MaxKeys bounds the keys of the local fallback limiter (see
 	// ratelimit.Keyed). Default 100000.
 	MaxKeys int `yaml:"max_keys"`
+
+	// Key says where the proxy finds a request's key, as in
+	// ratelimit.Config: client_ip, header:NAME, path or route. Default
+	// none: one global bucket, under the key the caller passes.
+	Key string `yaml:"key"`
+	// TrustedProxies are the proxies whose X-Forwarded-For is believed,
+	// with key client_ip (see ratelimit.KeySource).
+	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
 // Validate reports every problem in c, or nil, as ratelimit.FieldErrors
@@ -67,6 +75,7 @@ type params struct {
 	rate     ratelimit.Rate
 	interval int64 // microseconds per token
 	local    ratelimit.Config
+	source   ratelimit.KeySource
 }
 
 func (c Config) build() (params, error) {
@@ -100,6 +109,24 @@ func (c Config) build() (params, error) {
 	}
 	if c.MaxKeys < 0 {
 		bad("max_keys", "max_keys must be at least 1, got %d", c.MaxKeys)
+	}
+	p.source.Kind = ratelimit.KeyRoute
+	if c.Key != "" {
+		src, err := ratelimit.ParseKeySource(c.Key)
+		if err != nil {
+			bad("key", "%s", err)
+		}
+		p.source = src
+	}
+	if len(c.TrustedProxies) > 0 {
+		if p.source.Kind != ratelimit.KeyClientIP {
+			bad("trusted_proxies", "trusted_proxies needs key client_ip")
+		}
+		prefixes, err := ratelimit.ParseTrustedProxies(c.TrustedProxies)
+		if err != nil {
+			bad("trusted_proxies", "%s", err)
+		}
+		p.source.TrustedProxies = prefixes
 	}
 	switch c.OnFailure {
 	case "", FailOpen:
@@ -146,6 +173,7 @@ type Limiter struct {
 	recheck  time.Duration
 	local    *ratelimit.Keyed // nil: fail_closed
 	onError  func(error)
+	source   ratelimit.KeySource
 
 	downUntil atomic.Int64 // 0: Redis is healthy; else skip it until this (mono nanos)
 	failures  atomic.Uint64
@@ -178,6 +206,7 @@ func New(client goredis.Scripter, cfg Config, opts ...Option) (*Limiter, error) 
 		burst:    cfg.Burst,
 		timeout:  cfg.Timeout,
 		recheck:  cfg.Recheck,
+		source:   p.source,
 	}
 	if l.prefix == "" {
 		l.prefix = DefaultPrefix
@@ -214,6 +243,10 @@ func checkClient(c goredis.Scripter) error {
 	}
 	return nil
 }
+
+// Source returns where the proxy should take the keys from (Config.Key;
+// route when unset).
+func (l *Limiter) Source() ratelimit.KeySource { return l.source }
 
 // Allow is AllowN(ctx, key, time.Now(), 1).Allowed.
 func (l *Limiter) Allow(ctx context.Context, key string) bool {
