@@ -223,3 +223,29 @@ func TestShardTableKeepsEveryEntryReachable(t *testing.T) {
 		t.Fatalf("load %d/%d above 7/8", s.n, len(s.slots))
 	}
 }
+
+// TestKeyedBucketsDecideLikeTheSingleLimiters: the keyed table runs the
+// buckets' step functions on slot state, the single limiters on atomics;
+// on the same random traffic they must return the same Results.
+func TestKeyedBucketsDecideLikeTheSingleLimiters(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, cfg := range []Config{
+		{Rate: "7/s", Burst: 4, Key: "route"},
+		{Algorithm: "leaky_bucket", Rate: "7/s", Queue: 4, MaxWait: 400 * ms, Key: "route"},
+	} {
+		k := newTestKeyed(t, cfg)
+		single, _ := New(cfg)
+		now := t0
+		for i := range 5000 {
+			now = now.Add(time.Duration(rng.IntN(int(300 * ms))))
+			n := rng.IntN(4)
+			got, want := k.AllowN("r", now, n), single.AllowN(now, n)
+			if rng.IntN(2) == 0 {
+				got, want = k.ReserveN("r", now, n), single.ReserveN(now, n)
+			}
+			if got != want {
+				t.Fatalf("%s step %d (n=%d): keyed %+v, single %+v", cfg.Algorithm, i, n, got, want)
+			}
+		}
+	}
+}
