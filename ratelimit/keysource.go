@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"net/textproto"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The places a keyed limiter can take a request's key from.
@@ -198,18 +200,4 @@ func canonicalIP(text string, a netip.Addr) string {
 }
 
 // isToken reports whether s is an RFC 9110 token (a header name).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+func isToken(s string) bool { return httpguts.ValidHeaderFieldName(s) }

@@ -1,18 +1,24 @@
 // Package testutil holds helpers that tests in several packages share:
-// free loopback addresses and throwaway TLS certificates.
+// free loopback addresses, throwaway TLS certificates and a Redis server.
 package testutil
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -64,4 +70,112 @@ func WriteKeyPair(t testing.TB, dir, name string) (certFile, keyFile string) {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
+}
+
+// RedisServer is a redis-server process of a test's own, on a free loopback
+// port, with no persistence. It is killed when the test ends.
+type RedisServer struct {
+	Addr string
+	Cmd  *exec.Cmd
+}
+
+// StartRedis starts a redis-server for t. Without redis-server on PATH it
+// skips t, except under CI=true, where tests that need Redis must run
+// (scripts/test.sh installs the Debian package redis-server).
+func StartRedis(t testing.TB) *RedisServer {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("redis-server is not on PATH and CI=true: this test needs a real Redis (scripts/test.sh installs the Debian package redis-server)")
+		}
+		t.Skip("redis-server is not on PATH (apt-get install redis-server); CI runs this test")
+	}
+	var lastErr error
+	for range 3 {
+		s, err := tryStartRedis(t, bin)
+		if err == nil {
+			return s
+		}
+		lastErr = err // most likely the port was taken meanwhile
+	}
+	t.Fatalf("starting redis-server: %v", lastErr)
+	return nil
+}
+
+func tryStartRedis(t testing.TB, bin string) (*RedisServer, error) {
+	addr := FreeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	exited := make(chan struct{})
+	var log strings.Builder
+	var logMu sync.Mutex
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			logMu.Lock()
+			log.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
+		}
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill() // SIGKILL also ends a SIGSTOPped server
+		<-exited
+	})
+	// Ready when it answers PING. Polling is all a separate process offers.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if ping(addr) == nil {
+			return &RedisServer{Addr: addr, Cmd: cmd}, nil
+		}
+		select {
+		case <-exited:
+			logMu.Lock()
+			defer logMu.Unlock()
+			return nil, fmt.Errorf("redis-server on %s exited:\n%s", addr, log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("redis-server on %s not answering PING after 10s", addr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
+}
+
+// Signal sends sig to the server (SIGSTOP freezes it, SIGKILL ends it).
+func (s *RedisServer) Signal(t testing.TB, sig syscall.Signal) {
+	t.Helper()
+	if err := s.Cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %v to redis-server: %v", sig, err)
+	}
 }

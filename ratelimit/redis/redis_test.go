@@ -1,12 +1,8 @@
 package redis
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,99 +11,24 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
-// redisServer is a redis-server process of the test's own, on a free
-// loopback port, with nothing persisted.
+// redisServer is a redis-server process of the test's own.
 type redisServer struct {
 	addr string
-	cmd  *exec.Cmd
+	srv  *testutil.RedisServer
 }
 
-// startRedis starts a redis-server for t and stops it when t ends. Without
-// redis-server on PATH it skips t, except under CI=true, where the Redis
-// tests must run (scripts/test.sh installs redis-server).
+// startRedis starts a redis-server for t (skipped without one, except
+// under CI=true; see testutil.StartRedis).
 func startRedis(t *testing.T) *redisServer {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("redis-server is not on PATH and CI=true: the global rate limit must be tested against a real Redis (scripts/test.sh installs the Debian package redis-server)")
-		}
-		t.Skip("redis-server is not on PATH (apt-get install redis-server); CI runs this test")
-	}
-	var lastErr error
-	for range 3 {
-		s, err := tryStartRedis(t, bin)
-		if err == nil {
-			return s
-		}
-		lastErr = err // most likely the port was taken meanwhile
-	}
-	t.Fatalf("starting redis-server: %v", lastErr)
-	return nil
+	s := testutil.StartRedis(t)
+	return &redisServer{addr: s.Addr, srv: s}
 }
 
-func tryStartRedis(t *testing.T, bin string) (*redisServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	s := &redisServer{addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
-	exited := make(chan struct{})
-	var log strings.Builder
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-		}
-		cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill() // SIGKILL also ends a SIGSTOPped server
-		<-exited
-	})
-	// Ready when it answers PING.
-	c := goredis.NewClient(&goredis.Options{Addr: s.addr, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return s, nil
-		}
-		select {
-		case <-exited:
-			return nil, fmt.Errorf("redis-server on port %d exited:\n%s", port, log.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("redis-server on port %d not answering PING after 10s: %v", port, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (s *redisServer) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
-	if err := s.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("signal %v to redis-server: %v", sig, err)
-	}
-}
+func (s *redisServer) signal(t *testing.T, sig syscall.Signal) { s.srv.Signal(t, sig) }
 
 // client returns a client of its own, as a separate process would have.
 func (s *redisServer) client(t *testing.T) *goredis.Client {
