@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/ratelimit"
 )
 
 // validator runs the semantic checks on a decoded Config.
@@ -252,6 +253,81 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 		v.errorf(&r.Upstream, "route upstream %q is not defined (%s)", r.Upstream, defined)
 	}
 	v.checkMatch(&r.Match)
+	v.checkLimits(r)
+}
+
+// checkLimits checks a route's rate limits and bulkhead. The ratelimit
+// packages judge their own settings; their errors name the key, which is
+// mapped back to its line here.
+func (v *validator) checkLimits(r *Route) {
+	names := map[string]any{}
+	for i := range r.RateLimit {
+		l := &r.RateLimit[i]
+		if l.Name != "" {
+			if first, dup := names[l.Name]; dup {
+				v.errorf(&l.Name, "duplicate rate_limit name %q (first at line %d)", l.Name, v.line(first))
+			}
+			names[l.Name] = &l.Name
+		}
+		fields := map[string]any{
+			"algorithm": &l.Algorithm, "rate": &l.Rate, "burst": &l.Burst, "queue": &l.Queue,
+			"max_wait": &l.MaxWait, "variant": &l.Variant, "key": &l.Key,
+			"trusted_proxies": &l.TrustedProxies, "max_keys": &l.MaxKeys,
+		}
+		if g := l.Global; g != nil {
+			if l.Algorithm != "" && l.Algorithm != "token_bucket" {
+				v.errorf(&l.Algorithm, "a global limit is a token bucket; algorithm %q cannot be global", l.Algorithm)
+				continue
+			}
+			for key, set := range map[string]bool{"queue": l.Queue != 0, "max_wait": l.MaxWait != 0, "variant": l.Variant != ""} {
+				if set {
+					v.keyErrorf(fields[key], "a global limit does not use %s", key)
+				}
+			}
+			switch h, _, err := splitAddr(g.Redis, dialPort); {
+			case g.Redis == "":
+				v.keyErrorf(g, "global.redis (host:port of the Redis server) is required")
+			case err != nil:
+				v.errorf(&g.Redis, "global.redis %q %v", g.Redis, err)
+			case h == "":
+				v.errorf(&g.Redis, "global.redis %q needs a host", g.Redis)
+			}
+			fields["prefix"], fields["timeout"], fields["on_failure"] = &g.Prefix, &g.Timeout, &g.OnFailure
+			fields["local_share"], fields["recheck"] = &g.LocalShare, &g.Recheck
+			v.fieldErrors(l.GlobalConfig().Validate(), fields, l)
+			continue
+		}
+		v.fieldErrors(l.Local().Validate(), fields, l)
+	}
+	if c := r.Concurrency; c != nil {
+		v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
+	}
+}
+
+// fieldErrors reports each ratelimit.FieldError in err at the field its key
+// names (or at whole when the key is unknown here).
+func (v *validator) fieldErrors(err error, fields map[string]any, whole any) {
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		var fe *ratelimit.FieldError
+		if errors.As(e, &fe) {
+			if at, ok := fields[fe.Key]; ok {
+				if v.present(at) {
+					v.errorf(at, "%v", fe.Err)
+				} else {
+					v.keyErrorf(whole, "%v", fe.Err)
+				}
+				continue
+			}
+		}
+		v.keyErrorf(whole, "%v", e)
+	}
 }
 
 // checkMatch checks a route's matcher and normalizes it: methods are

@@ -47,7 +47,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rm := rt.metrics
 	rm.inflight.Inc()
-	st := h.forward(w, r, t, rt, start)
+	var st result
+	if ok, status := h.limit(w, r, rt, start); !ok {
+		st.status = status
+	} else if rt.bulkhead == nil {
+		st = h.forward(w, r, t, rt, start)
+	} else if release := enter(w, r, rt, h.log); release == nil {
+		st.status = http.StatusServiceUnavailable
+	} else {
+		st = h.forward(w, r, t, rt, start)
+		release()
+	}
 	rm.inflight.Dec()
 	rm.count(st.status)
 	rm.duration.Observe(time.Since(start).Seconds())
@@ -58,6 +68,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// response rather than a complete-looking one.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// limit runs the route's rate limits. It reports false, with the status
+// written, when the request may not go on.
+func (h *Handler) limit(w http.ResponseWriter, r *http.Request, rt *route, start time.Time) (bool, int) {
+	if len(rt.limiters) > 0 {
+		if ok, status := admit(w, r, rt, start); !ok {
+			return false, status
+		}
+	}
+	return true, 0
 }
 
 // result is what forwarding one request came to.

@@ -16,6 +16,7 @@ type Metrics struct {
 	inflight *prometheus.GaugeVec
 	retries  *prometheus.CounterVec
 	errors   *prometheus.CounterVec
+	limits   *limitMetrics
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -44,6 +45,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"upstream", "endpoint", "kind"}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.inflight, m.retries, m.errors)
+	m.limits = newLimitMetrics(reg)
 	return m
 }
 

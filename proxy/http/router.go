@@ -2,6 +2,8 @@ package httpproxy
 
 import (
 	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
 	"strings"
 	"time"
 )
@@ -17,6 +19,10 @@ type route struct {
 	up       *Upstream
 	timeout  time.Duration
 	metrics  *routeMetrics
+
+	limiters         []*limiter // rate limits, in order
+	bulkhead         *bulkhead  // nil: no concurrency limit
+	bulkheadRejected prometheus.Counter
 }
 
 // table is one listener's routes, swapped whole on reload.

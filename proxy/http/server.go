@@ -29,13 +29,16 @@ type Server struct {
 	shutdownTimeout time.Duration
 	draining        sync.WaitGroup // listeners removed by a reload, still finishing
 	closed          bool
+	limits          *limitSet
+	limitMetrics    *limitMetrics
 
 	ups atomic.Pointer[[]*Upstream] // sorted by name, for the admin API
 }
 
 // NewServer returns a server with nothing running.
 func NewServer(log *slog.Logger, m *Metrics) *Server {
-	s := &Server{log: log, metrics: m, upstreams: map[string]*Upstream{}, listeners: map[string]*listener{}}
+	s := &Server{log: log, metrics: m, upstreams: map[string]*Upstream{}, listeners: map[string]*listener{},
+		limits: &limitSet{}, limitMetrics: m.limits}
 	s.ups.Store(&[]*Upstream{})
 	return s
 }
@@ -115,6 +118,23 @@ func (s *Server) Apply(cfg *config.Config) error {
 		plans = append(plans, p)
 	}
 
+	// Routes, with their rate limits (a global limit needs a Redis client).
+	limits := &limitSet{limiters: map[string]*limiter{}, bulkheads: map[string]*bulkhead{}}
+	tables := make([]*table, len(plans))
+	for i, p := range plans {
+		t, err := s.buildTable(p.lc, ups, limits)
+		if err != nil {
+			undo()
+			for id, l := range limits.limiters {
+				if s.limits.limiters[id] != l {
+					l.close()
+				}
+			}
+			return err
+		}
+		tables[i] = t
+	}
+
 	// Commit.
 	for name, u := range ups {
 		u.activate(s.upstreams[name])
@@ -133,9 +153,15 @@ func (s *Server) Apply(cfg *config.Config) error {
 	s.ups.Store(&list)
 	s.shutdownTimeout = cfg.ShutdownTimeout.Std()
 
+	for id, l := range s.limits.limiters {
+		if limits.limiters[id] != l {
+			l.close()
+		}
+	}
+	s.limits = limits
 	next := make(map[string]*listener, len(plans))
-	for _, p := range plans {
-		tbl := s.buildTable(p.lc, ups)
+	for i, p := range plans {
+		tbl := tables[i]
 		settings := serverSettingsOf(p.lc)
 		l := p.l
 		if l == nil {
@@ -188,10 +214,11 @@ func (s *Server) Shutdown() {
 	for _, u := range s.upstreams {
 		u.retire()
 	}
+	s.limits.close()
 	s.mu.Unlock()
 }
 
-func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream) *table {
+func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limits *limitSet) (*table, error) {
 	t := &table{
 		listener:  lc.Name,
 		accessLog: lc.AccessLog,
@@ -225,9 +252,16 @@ func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream) *tabl
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
 		rt.metrics = s.metrics.forRoute(lc.Name, rc.Name, rc.Upstream)
+		var err error
+		if rt.limiters, rt.bulkhead, err = s.buildLimits(&rc, s.limits, limits); err != nil {
+			return nil, err
+		}
+		if rt.bulkhead != nil {
+			rt.bulkheadRejected = s.limitMetrics.bulkhead.WithLabelValues(rc.Name)
+		}
 		t.routes = append(t.routes, rt)
 	}
-	return t
+	return t, nil
 }
 
 // serverSettings are the listener settings that need a new http.Server to
