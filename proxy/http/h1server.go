@@ -480,7 +480,7 @@ func (w *h1Response) commit(chunked bool) {
 // writeHeaderValue writes v with any CR or LF turned into a space, as
 // net/http does, so that no value can end the header early.
 func writeHeaderValue(bw *bufio.Writer, v string) {
-	if strings.IndexAny(v, "\r\n") < 0 {
+	if !strings.ContainsAny(v, "\r\n") {
 		bw.WriteString(v)
 		return
 	}
