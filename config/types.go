@@ -235,6 +235,10 @@ type Upstream struct {
 	// IdleTimeout closes upstream connections idle for longer. Default 60s;
 	// keep it below the backends' own keep-alive timeout.
 	IdleTimeout Duration `yaml:"idle_timeout"`
+	// Concurrency caps the requests in flight to this upstream from every
+	// route together (a bulkhead), with an optional bounded queue. A
+	// request over the cap gets 503.
+	Concurrency *Concurrency `yaml:"concurrency"`
 }
 
 // Balance selects and configures a balancing policy. docs/balancing.md

@@ -411,6 +411,9 @@ func (v *validator) checkUpstreams() {
 		default:
 			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c)", u.Protocol)
 		}
+		if c := u.Concurrency; c != nil {
+			v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
+		}
 		if len(u.Targets) == 0 && !v.bad(&u.Targets) {
 			v.errorf(&u.Targets, "upstream %q has no targets", name)
 		}

@@ -50,7 +50,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var st result
 	if ok, status := h.limit(w, r, rt, start); !ok {
 		st.status = status
-	} else if rt.bulkhead == nil {
+	} else if rt.bulkhead == nil && rt.up.bulkhead == nil {
 		st = h.forward(w, r, t, rt, start)
 	} else if release := enter(w, r, rt, h.log); release == nil {
 		st.status = http.StatusServiceUnavailable

@@ -143,8 +143,8 @@ func newLimitMetrics(reg prometheus.Registerer) *limitMetrics {
 		}, []string{"route", "limiter"}),
 		bulkhead: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_concurrency_rejections_total",
-			Help: "Requests refused by a route's concurrency limit, by route.",
-		}, []string{"route"}),
+			Help: "Requests refused by a concurrency limit (bulkhead), by route and the limit's scope (route or upstream).",
+		}, []string{"route", "scope"}),
 	}
 	reg.MustRegister(m.decisions, m.redisErrors, m.bulkhead)
 	return m
@@ -192,23 +192,40 @@ func admit(w http.ResponseWriter, r *http.Request, rt *route, now time.Time) (bo
 	return true, 0
 }
 
-// enter takes a slot of the route's bulkhead. It returns the release func,
-// or nil after writing the rejection.
+// enter takes a slot of the route's bulkhead and then of its upstream's.
+// It returns the release func, or nil after writing the rejection.
 func enter(w http.ResponseWriter, r *http.Request, rt *route, log *slog.Logger) func() {
 	ctx := r.Context()
-	var cancel context.CancelFunc
 	if rt.timeout > 0 {
-		// Waiting in the queue counts against the route's timeout.
+		// Waiting in a queue counts against the route's timeout.
+		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, rt.timeout)
 		defer cancel()
 	}
-	release, err := rt.bulkhead.c.Acquire(ctx)
-	if err != nil {
-		rt.bulkheadRejected.Inc()
-		w.Header().Set("Retry-After", "1")
-		WriteError(w, http.StatusServiceUnavailable, CodeOverloaded, "route "+rt.name+" is at its concurrency limit")
-		log.Debug("bulkhead rejected a request", "route", rt.name, "error", err)
-		return nil
+	releaseRoute := func() {}
+	if rt.bulkhead != nil {
+		rel, err := rt.bulkhead.c.Acquire(ctx)
+		if err != nil {
+			overloaded(w, rt.bulkheadRejected, "route "+rt.name, log, err)
+			return nil
+		}
+		releaseRoute = rel
 	}
-	return release
+	if b := rt.up.bulkhead; b != nil {
+		rel, err := b.c.Acquire(ctx)
+		if err != nil {
+			releaseRoute()
+			overloaded(w, rt.upBulkheadRejected, "upstream "+rt.up.name, log, err)
+			return nil
+		}
+		return func() { rel(); releaseRoute() }
+	}
+	return releaseRoute
+}
+
+func overloaded(w http.ResponseWriter, counter prometheus.Counter, what string, log *slog.Logger, err error) {
+	counter.Inc()
+	w.Header().Set("Retry-After", "1")
+	WriteError(w, http.StatusServiceUnavailable, CodeOverloaded, what+" is at its concurrency limit")
+	log.Debug("bulkhead rejected a request", "at", what, "error", err)
 }

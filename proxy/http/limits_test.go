@@ -181,3 +181,45 @@ func TestGlobalLimitSharedThroughRedis(t *testing.T) {
 		t.Fatalf("redis errors not counted: %v", got)
 	}
 }
+
+func TestUpstreamConcurrencyLimitSpansRoutes(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	b := busyBackend(t, "b", entered, release)
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - {name: one, match: {path_prefix: /hold}, upstream: app}
+      - {name: two, match: {path_prefix: /}, upstream: app}
+upstreams:
+  app:
+    concurrency: {max_in_flight: 1}
+    targets: [{address: `+b.addr()+`}]
+`)
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(p.url("web") + "/hold")
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-entered
+	// Route "two" shares the upstream's one slot with route "one".
+	if resp, body := doGet(t, p.url("web")+"/other", nil); resp.StatusCode != 503 || resp.Header.Get("X-Switchboard-Error") != "overloaded" {
+		t.Fatalf("other route while the upstream's slot is taken: %d %s", resp.StatusCode, body)
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("held request: %d", code)
+	}
+	if resp, _ := doGet(t, p.url("web")+"/other", nil); resp.StatusCode != 200 {
+		t.Fatalf("after the slot freed: %d", resp.StatusCode)
+	}
+	if got := p.metric("switchboard_concurrency_rejections_total", map[string]string{"route": "two", "scope": "upstream"}); got != 1 {
+		t.Fatalf("rejections{two,upstream} = %v", got)
+	}
+}

@@ -20,9 +20,10 @@ type route struct {
 	timeout  time.Duration
 	metrics  *routeMetrics
 
-	limiters         []*limiter // rate limits, in order
-	bulkhead         *bulkhead  // nil: no concurrency limit
-	bulkheadRejected prometheus.Counter
+	limiters           []*limiter // rate limits, in order
+	bulkhead           *bulkhead  // nil: no concurrency limit
+	bulkheadRejected   prometheus.Counter
+	upBulkheadRejected prometheus.Counter
 }
 
 // table is one listener's routes, swapped whole on reload.

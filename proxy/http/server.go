@@ -256,9 +256,8 @@ func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limit
 		if rt.limiters, rt.bulkhead, err = s.buildLimits(&rc, s.limits, limits); err != nil {
 			return nil, err
 		}
-		if rt.bulkhead != nil {
-			rt.bulkheadRejected = s.limitMetrics.bulkhead.WithLabelValues(rc.Name)
-		}
+		rt.bulkheadRejected = s.limitMetrics.bulkhead.WithLabelValues(rc.Name, "route")
+		rt.upBulkheadRejected = s.limitMetrics.bulkhead.WithLabelValues(rc.Name, "upstream")
 		t.routes = append(t.routes, rt)
 	}
 	return t, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/ratelimit"
 )
 
 // Upstream is the running form of one configured upstream: its pool of
@@ -30,6 +31,8 @@ type Upstream struct {
 	hashKey *balance.HashKey
 	// loadHeader is the response header carrying endpoints' load reports.
 	loadHeader string
+	// bulkhead caps requests in flight to the upstream; nil for none.
+	bulkhead *bulkhead
 
 	h1 *h1Client       // protocol http1
 	h2 *http.Transport // protocol h2c
@@ -92,6 +95,17 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream) (*Upstream, 
 			return nil, err
 		}
 		u.hashKey = &k
+	}
+	if c.Concurrency != nil {
+		if prev != nil && prev.bulkhead != nil && prev.bulkhead.cfg == *c.Concurrency {
+			u.bulkhead = prev.bulkhead
+		} else {
+			lim, err := ratelimit.NewConcurrency(c.Concurrency.Library())
+			if err != nil {
+				return nil, err
+			}
+			u.bulkhead = &bulkhead{cfg: *c.Concurrency, c: lim}
+		}
 	}
 	u.loadHeader = http.CanonicalHeaderKey(bc.DynamicWeight.Header)
 	if u.loadHeader == "" {
