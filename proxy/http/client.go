@@ -139,7 +139,10 @@ func (c *h1Client) forget(addrs []string) {
 func (c *h1Client) close() {
 	c.mu.Lock()
 	c.closed = true
-	pools := c.pools
+	pools := make([]*connPool, 0, len(c.pools))
+	for _, p := range c.pools {
+		pools = append(pools, p)
+	}
 	c.mu.Unlock()
 	for _, p := range pools {
 		p.close()
@@ -280,10 +283,12 @@ func (c *h1Client) do(ctx context.Context, deadline time.Time, addr string, out 
 	p := c.pool(addr)
 	now := time.Now()
 	pc := p.get(now, c.idleTimeout)
-	// A request that cannot be replayed gets no second chance if the reused
-	// connection turns out dead, so look before using it (one non-blocking
-	// peek).
-	for pc != nil && !out.replayable() && !pc.alive() {
+	// Look at a reused connection before using it (one non-blocking peek):
+	// one the endpoint closed is useless, and one with unread bytes — an
+	// answer nobody asked for, or the tail of a body longer than its
+	// Content-Length — would hand those bytes to this request as its
+	// response (net/http's "unsolicited response on idle HTTP channel").
+	for pc != nil && !pc.alive() {
 		pc.closeConn()
 		pc = p.get(now, c.idleTimeout)
 	}
@@ -313,7 +318,7 @@ func (c *h1Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, 
 	// A cancelled client context unblocks whatever I/O the exchange or the
 	// body copy is doing.
 	stop := context.AfterFunc(ctx, pc.abort)
-	resp, err := c.exchange1(deadline, pc, out)
+	resp, err := c.exchange1(ctx, deadline, pc, out)
 	if err != nil {
 		stop()
 		if ctx.Err() != nil {
@@ -328,7 +333,7 @@ func (c *h1Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, 
 // timeout starts once the request is sent and is capped by the request's
 // own deadline, which then bounds the body. A request without a body is
 // sent and answered under one deadline, set once.
-func (c *h1Client) exchange1(deadline time.Time, pc *pconn, out *outRequest) (*http.Response, error) {
+func (c *h1Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, out *outRequest) (*http.Response, error) {
 	hdrDeadline := time.Now().Add(c.respHeaderTimeout)
 	if !deadline.IsZero() && deadline.Before(hdrDeadline) {
 		hdrDeadline = deadline
@@ -349,11 +354,19 @@ func (c *h1Client) exchange1(deadline time.Time, pc *pconn, out *outRequest) (*h
 		}
 		pc.conn.SetReadDeadline(hdrDeadline)
 	}
+	// A cancellation that came before a deadline was set must win over it.
+	if ctx.Err() != nil {
+		pc.abort()
+	}
 	resp, err := http.ReadResponse(pc.br, out.req)
 	// 1xx informational responses other than 101 are skipped: the final
 	// response follows on the same connection.
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 		resp, err = http.ReadResponse(pc.br, out.req)
+	}
+	if err == nil && resp.StatusCode < 100 {
+		resp.Body.Close()
+		err = fmt.Errorf("read response: malformed status code %d", resp.StatusCode)
 	}
 	if err != nil {
 		pc.closeConn()
@@ -373,6 +386,9 @@ func (c *h1Client) exchange1(deadline time.Time, pc *pconn, out *outRequest) (*h
 		(resp.ContentLength > 0 && int64(pc.br.Buffered()) >= resp.ContentLength)
 	if hdrDeadline != deadline && !buffered {
 		pc.conn.SetReadDeadline(deadline)
+		if ctx.Err() != nil {
+			pc.abort()
+		}
 	}
 	return resp, nil
 }
@@ -526,7 +542,9 @@ func (b *upstreamBody) Close() error {
 	// The watcher must be stopped before the connection can be reused: a
 	// watcher that already fired has poisoned the connection's deadline.
 	stopped := b.stop == nil || b.stop()
-	if b.eof && !b.close && stopped {
+	// Bytes past the end of the response mean the endpoint and we disagree
+	// on framing: the connection cannot carry another exchange.
+	if b.eof && !b.close && stopped && b.pc.br.Buffered() == 0 {
 		b.rc.Close()
 		b.pc.pool.put(b.pc, b.c.maxIdle)
 		return nil

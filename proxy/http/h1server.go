@@ -170,8 +170,8 @@ func (c *h1Conn) serve() {
 				c.bw.Reset(nil)
 				srvBWPool.Put(c.bw)
 			}
+			c.s.forget(c)
 		}
-		c.s.forget(c)
 	}()
 	c.remote = c.nc.RemoteAddr().String()
 	c.lr.R = c.nc
@@ -182,14 +182,20 @@ func (c *h1Conn) serve() {
 	c.w.header = http.Header{}
 	s := c.s
 	headerLimit := int64(s.maxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
-	for {
-		// Between requests: the idle timeout. The deadline is set before
-		// the connection is marked idle, so that Shutdown's closing
-		// deadline always comes after it and wins.
+	for first := true; ; first = false {
+		// Between requests: the idle timeout, except before the first
+		// request of a connection, which gets the read-header timeout as
+		// with net/http. The deadline is set before the connection is
+		// marked idle, so that Shutdown's closing deadline always comes
+		// after it and wins.
 		c.lr.N = headerLimit
 		if c.br.Buffered() == 0 {
-			if s.idleTimeout > 0 {
-				c.nc.SetReadDeadline(time.Now().Add(s.idleTimeout))
+			wait := s.idleTimeout
+			if first && s.readHeaderTimeout > 0 {
+				wait = s.readHeaderTimeout
+			}
+			if wait > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(wait))
 			}
 			if !c.state.CompareAndSwap(connActive, connIdle) && c.state.Load() != connIdle {
 				return
@@ -198,6 +204,9 @@ func (c *h1Conn) serve() {
 				return
 			}
 			if _, err := c.br.Peek(1); err != nil {
+				if c.lr.N <= 0 {
+					c.badRequest(err)
+				}
 				return
 			}
 			if !c.state.CompareAndSwap(connIdle, connActive) {
@@ -215,12 +224,16 @@ func (c *h1Conn) serve() {
 			return
 		}
 		c.lr.N = 1<<63 - 1
-		if s.readHeaderTimeout > 0 {
-			c.nc.SetReadDeadline(time.Time{})
-		}
 		if code, msg := c.check(req); code != 0 {
 			c.reject(code, msg)
 			return
+		}
+		// The body is read under the idle timeout, renewed by every read
+		// that makes progress: a client that trickles its body holds the
+		// connection no longer than one that sits idle.
+		c.nc.SetReadDeadline(time.Time{})
+		if req.Body != http.NoBody && s.idleTimeout > 0 {
+			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: s.idleTimeout}
 		}
 		req.RemoteAddr = c.remote
 		keep, hj := c.serveOne(req)
@@ -232,6 +245,19 @@ func (c *h1Conn) serve() {
 			return
 		}
 	}
+}
+
+// timedBody renews the connection's read deadline before each read of a
+// request body.
+type timedBody struct {
+	io.ReadCloser
+	c    net.Conn
+	idle time.Duration
+}
+
+func (b *timedBody) Read(p []byte) (int, error) {
+	b.c.SetReadDeadline(time.Now().Add(b.idle))
+	return b.ReadCloser.Read(p)
 }
 
 // check makes the checks net/http's server makes after parsing a request.
@@ -273,16 +299,16 @@ func (c *h1Conn) check(req *http.Request) (int, string) {
 // badRequest answers a request that could not be parsed, as net/http does,
 // and the connection closes.
 func (c *h1Conn) badRequest(err error) {
+	if c.lr.N <= 0 {
+		c.reject(http.StatusRequestHeaderFieldsTooLarge, "request header too large")
+		return
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return // the client closed between requests
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return // read header timeout: just close
-	}
-	if c.lr.N <= 0 {
-		c.reject(http.StatusRequestHeaderFieldsTooLarge, "request header too large")
-		return
 	}
 	if strings.Contains(err.Error(), "unsupported transfer encoding") {
 		c.reject(http.StatusNotImplemented, "unsupported transfer encoding")
@@ -295,11 +321,19 @@ func (c *h1Conn) reject(code int, msg string) {
 	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", code, http.StatusText(code), len(msg), msg)
 	c.bw.Flush()
-	// Let the client read the answer before the close resets the
-	// connection (as net/http does: close the write side, linger briefly).
+	c.closeWriteAndWait()
+}
+
+// closeWriteAndWait half-closes the connection and reads what the client
+// still sends for a moment, so that unread input does not make the kernel
+// reset the connection before the client has read our last answer (as
+// net/http does).
+func (c *h1Conn) closeWriteAndWait() {
 	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
 		tc.CloseWrite()
 	}
+	c.nc.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	io.Copy(io.Discard, io.LimitReader(c.nc, 256<<10))
 }
 
 // serveOne runs the handler for one request. It reports whether the
@@ -308,8 +342,10 @@ func (c *h1Conn) reject(code int, msg string) {
 func (c *h1Conn) serveOne(req *http.Request) (keep, hijacked bool) {
 	w := &c.w
 	w.reset(c, req)
-	if _, ok := req.Header["Expect"]; ok && req.Body != http.NoBody {
-		req.Body = &continueReader{ReadCloser: req.Body, w: w}
+	var cr *continueReader
+	if _, ok := req.Header["Expect"]; ok && req.Body != http.NoBody && req.ProtoAtLeast(1, 1) {
+		cr = &continueReader{ReadCloser: req.Body, w: w}
+		req.Body = cr
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -323,10 +359,13 @@ func (c *h1Conn) serveOne(req *http.Request) (keep, hijacked bool) {
 	if w.hijacked {
 		return false, true
 	}
-	if !w.finish() {
-		return false, false
+	// A client that waits for 100 Continue never got it: its body will not
+	// come, so this connection cannot carry another request (net/http
+	// closes too).
+	if cr != nil && !cr.sent {
+		w.closeAfter = true
 	}
-	if w.closeAfter {
+	if !w.finish() || w.closeAfter {
 		return false, false
 	}
 	// Whatever of the request body the handler left unread must go before
@@ -334,6 +373,7 @@ func (c *h1Conn) serveOne(req *http.Request) (keep, hijacked bool) {
 	if req.Body != nil && req.Body != http.NoBody {
 		n, err := io.CopyN(io.Discard, req.Body, maxPostHandlerDrain+1)
 		if n > maxPostHandlerDrain || (err != nil && err != io.EOF) {
+			c.closeWriteAndWait()
 			return false, false
 		}
 	}
@@ -430,8 +470,16 @@ func (w *h1Response) commit(chunked bool) {
 	w.committed = true
 	req, h, bw := w.req, w.header, w.c.bw
 	delete(h, "Transfer-Encoding")
-	if req.Close || w.c.s.shutdown.Load() {
+	if req.Close || w.c.s.shutdown.Load() || w.closeAfter {
 		w.closeAfter = true
+	}
+	if v := h["Connection"]; len(v) > 0 {
+		for _, x := range v {
+			if strings.EqualFold(strings.TrimSpace(x), "close") {
+				w.closeAfter = true
+			}
+		}
+		delete(h, "Connection") // written below from closeAfter
 	}
 	if !w.noBody && w.length < 0 {
 		if chunked && req.ProtoAtLeast(1, 1) {
@@ -576,6 +624,9 @@ func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	w.hijacked = true
 	c := w.c
 	c.nc.SetDeadline(time.Time{})
+	// Like net/http, the server stops tracking a hijacked connection:
+	// Shutdown does not wait for a WebSocket.
+	c.s.forget(c)
 	// The buffers go with the connection: the handler owns them now.
 	return c.nc, bufio.NewReadWriter(c.br, c.bw), nil
 }
@@ -585,6 +636,11 @@ func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *h1Response) finish() bool {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
+	}
+	if _, trailers := w.header["Trailer"]; !w.committed && trailers && w.req.ProtoAtLeast(1, 1) && !w.noBody {
+		// Trailers need chunked encoding, even around an empty body.
+		w.commit(true)
+		w.writeBody(w.pending)
 	}
 	if !w.committed {
 		// The handler finished within the held-back bytes: the length is

@@ -236,3 +236,45 @@ func TestH1ServerShutdownClosesIdleAndWaitsForActive(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRequestURIEscapesWhatCouldEndTheRequestLine(t *testing.T) {
+	r, _ := http.NewRequest("GET", "http://a/public%20HTTP/1.0%20/admin", nil)
+	r.RequestURI = "/public HTTP/1.0 /admin" // as HTTP/2's :path may carry it
+	if got := requestURI(r); got != "/public%20HTTP/1.0%20/admin" {
+		t.Fatalf("requestURI = %q", got)
+	}
+	r.RequestURI = "/ok?q=1"
+	if got := requestURI(r); got != "/ok?q=1" {
+		t.Fatalf("a clean target must go as it came: %q", got)
+	}
+}
+
+func TestH1ServerTimesOutATricklingBody(t *testing.T) {
+	s := &h1Server{handler: okHandler, readHeaderTimeout: time.Second, idleTimeout: 200 * time.Millisecond, maxHeaderBytes: 1 << 20, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	go s.Serve(l)
+	defer s.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\n\r\nab")
+	// The rest never comes: the server must give up after its idle
+	// timeout, not hold the connection forever.
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("connection not closed by the server: %v", err)
+	}
+}
+
+func TestH1ServerClosesWhenAnExpectedBodyWasNotAskedFor(t *testing.T) {
+	ours, std := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusRequestEntityTooLarge) // answers without reading the body
+	}), 1<<20)
+	raw := "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+	got, want := exchange(t, ours, raw), exchange(t, std, raw)
+	if !strings.Contains(got, "Connection: close\r\n") || strings.Contains(got, "100 Continue") {
+		t.Fatalf("h1Server:\n%s\nnet/http:\n%s", got, want)
+	}
+}

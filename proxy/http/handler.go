@@ -47,17 +47,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rm := rt.metrics
 	rm.inflight.Inc()
-	var st result
-	if ok, status := h.limit(w, r, rt, start); !ok {
-		st.status = status
-	} else if rt.bulkhead == nil && rt.up.bulkhead == nil {
-		st = h.forward(w, r, t, rt, start)
-	} else if release := enter(w, r, rt, h.log); release == nil {
-		st.status = http.StatusServiceUnavailable
-	} else {
-		st = h.forward(w, r, t, rt, start)
-		release()
-	}
+	st := h.serveRoute(w, r, t, rt, start)
 	rm.inflight.Dec()
 	rm.count(st.status)
 	rm.duration.Observe(time.Since(start).Seconds())
@@ -68,6 +58,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// response rather than a complete-looking one.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// serveRoute passes the route's limits, then forwards.
+func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, t *table, rt *route, start time.Time) result {
+	if ok, status := h.limit(w, r, rt, start); !ok {
+		return result{status: status}
+	}
+	if rt.bulkhead == nil && rt.up.bulkhead == nil {
+		return h.forward(w, r, t, rt, start)
+	}
+	release := enter(w, r, rt, h.log)
+	if release == nil {
+		return result{status: http.StatusServiceUnavailable}
+	}
+	// Deferred, so that not even a panic in the handler leaks a slot.
+	defer release()
+	return h.forward(w, r, t, rt, start)
 }
 
 // limit runs the route's rate limits. It reports false, with the status
@@ -519,12 +526,24 @@ func newRequestID() string {
 	return string(b[:])
 }
 
-// requestURI is the request target to send upstream.
+// requestURI is the request target to send upstream. The client's own
+// target goes as it came unless it holds a byte that could end the request
+// line early (HTTP/2's :path may carry spaces): then the parsed URL's
+// escaped form goes instead.
 func requestURI(r *http.Request) string {
-	if u := r.RequestURI; u != "" && (u[0] == '/' || u == "*") {
+	if u := r.RequestURI; u != "" && (u[0] == '/' || u == "*") && safeTarget(u) {
 		return u
 	}
 	return r.URL.RequestURI()
+}
+
+func safeTarget(u string) bool {
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // copyResponseHeader copies the upstream's response header to the client's

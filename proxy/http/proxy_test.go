@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -465,5 +466,74 @@ upstreams:
 	resp, body := get(t, c, strings.Replace(p.url("tls"), "http://", "https://", 1)+"/")
 	if resp.Proto != "HTTP/2.0" || resp.StatusCode != 200 || body != "a" {
 		t.Fatalf("got %s %d %q, want HTTP/2.0 200 \"a\"", resp.Proto, resp.StatusCode, body)
+	}
+}
+
+// rawUpstream answers every request on a connection with answer(method).
+func rawUpstream(t *testing.T, answer func(method string) string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if _, err := io.WriteString(c, answer(req.Method)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestBytesAfterAResponseNeverReachAnotherRequest(t *testing.T) {
+	poison := "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Poison: 1\r\n\r\nPOISON"
+	up := rawUpstream(t, func(method string) string {
+		if method == "HEAD" {
+			// A HEAD answer with a body: the body must not be taken for
+			// the next exchange's response.
+			return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(poison), poison)
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	})
+	p := startProxy(t, upstreamYAML("", up))
+	req, _ := http.NewRequest("HEAD", p.url("web")+"/", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for i := 0; i < 3; i++ {
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
+		if body != "ok" || resp.Header.Get("X-Poison") != "" {
+			t.Fatalf("request %d got %q (X-Poison %q): another exchange's bytes", i, body, resp.Header.Get("X-Poison"))
+		}
+	}
+}
+
+func TestMalformedUpstreamStatusIs502AndLeaksNothing(t *testing.T) {
+	up := rawUpstream(t, func(string) string { return "HTTP/1.1 099 Odd\r\nContent-Length: 0\r\n\r\n" })
+	p := startProxy(t, upstreamYAML("    concurrency: {max_in_flight: 1}\n", up))
+	for i := 0; i < 3; i++ {
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/")
+		if resp.StatusCode != 502 {
+			t.Fatalf("request %d: %d %s; want 502 every time (a leaked slot would give 503)", i, resp.StatusCode, body)
+		}
 	}
 }
