@@ -265,10 +265,10 @@ func (c *h1Conn) check(req *http.Request) (int, string) {
 	if req.ProtoMajor != 1 {
 		return http.StatusHTTPVersionNotSupported, "unsupported protocol version"
 	}
-	// http.ReadRequest has moved the Host header into req.Host (the first
-	// one, or the host of an absolute request target) and dropped the
-	// header. The proxy routes on req.Host and sends exactly that one Host
-	// upstream, so a duplicate cannot make two hops disagree.
+	// http.ReadRequest has refused duplicate Host headers, moved the Host
+	// header into req.Host (or taken the host of an absolute request
+	// target) and dropped the header. The proxy routes on req.Host and
+	// sends exactly that one Host upstream.
 	switch {
 	case req.Host == "" && req.ProtoAtLeast(1, 1):
 		return http.StatusBadRequest, "missing required Host header"

@@ -89,6 +89,7 @@ func TestH1ServerRejectsWhatNetHTTPRejects(t *testing.T) {
 		"control char in value":       "GET / HTTP/1.1\r\nHost: a\r\nX-Bad: a\x01b\r\n\r\n",
 		"obs-fold":                    "GET / HTTP/1.1\r\nHost: a\r\nX-Fold: a\r\n b\r\n\r\n",
 		"missing Host":                "GET / HTTP/1.1\r\n\r\n",
+		"two Host headers":            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
 		"bad Host":                    "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
 		"HTTP/1.0 without Host":       "GET / HTTP/1.0\r\n\r\n",
 		"HTTP/3.0":                    "GET / HTTP/3.0\r\nHost: a\r\n\r\n",
