@@ -15,33 +15,18 @@ import (
 // allocations and CPU are the proxy's.
 func rawBackend(b *testing.B) string {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
 	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
-	go func() {
+	return serveRaw(b, func(c net.Conn) {
+		br := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
-			if err != nil {
+			if err := skipHead(br); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					if err := skipHead(br); err != nil {
-						return
-					}
-					if _, err := c.Write(resp); err != nil {
-						return
-					}
-				}
-			}()
+			if _, err := c.Write(resp); err != nil {
+				return
+			}
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 // skipHead reads one message head (through the blank line).

@@ -116,16 +116,7 @@ func TestConcurrencyLimitSheds503(t *testing.T) {
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	b := busyBackend(t, "b", entered, release)
 	p := startProxy(t, limitYAML(`        concurrency: {max_in_flight: 1}`, b.addr()))
-	done := make(chan int, 1)
-	go func() {
-		resp, err := http.Get(p.url("web") + "/hold")
-		if err != nil {
-			done <- 0
-			return
-		}
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := getAsync(p.url("web") + "/hold")
 	<-entered
 	resp, body := doGet(t, p.url("web")+"/", nil)
 	if resp.StatusCode != 503 || resp.Header.Get("X-Switchboard-Error") != "overloaded" {
@@ -197,16 +188,7 @@ upstreams:
     concurrency: {max_in_flight: 1}
     targets: [{address: `+b.addr()+`}]
 `)
-	done := make(chan int, 1)
-	go func() {
-		resp, err := http.Get(p.url("web") + "/hold")
-		if err != nil {
-			done <- 0
-			return
-		}
-		resp.Body.Close()
-		done <- resp.StatusCode
-	}()
+	done := getAsync(p.url("web") + "/hold")
 	<-entered
 	// Route "two" shares the upstream's one slot with route "one".
 	if resp, body := doGet(t, p.url("web")+"/other", nil); resp.StatusCode != 503 || resp.Header.Get("X-Switchboard-Error") != "overloaded" {
@@ -222,4 +204,20 @@ upstreams:
 	if got := p.metric("switchboard_concurrency_rejections_total", map[string]string{"route": "two", "scope": "upstream"}); got != 1 {
 		t.Fatalf("rejections{two,upstream} = %v", got)
 	}
+}
+
+// getAsync sends a GET in the background; the channel gets its status (0
+// on a transport error).
+func getAsync(url string) <-chan int {
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(url)
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	return done
 }

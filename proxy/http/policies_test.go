@@ -41,20 +41,11 @@ func hit(t *testing.T, url string, n int, header map[string]string) []string {
 	t.Helper()
 	out := make([]string, 0, n)
 	for i := 0; i < n; i++ {
-		req, _ := http.NewRequest("GET", url, nil)
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body := doGet(t, url, header)
 		if resp.StatusCode != 200 {
-			t.Fatalf("status %d: %s", resp.StatusCode, b)
+			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
-		out = append(out, string(b))
+		out = append(out, body)
 	}
 	return out
 }

@@ -472,6 +472,25 @@ upstreams:
 // rawUpstream answers every request on a connection with answer(method).
 func rawUpstream(t *testing.T, answer func(method string) string) string {
 	t.Helper()
+	return serveRaw(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			if _, err := io.WriteString(c, answer(req.Method)); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// serveRaw accepts loopback connections until the test ends and hands each
+// to serve on a goroutine of its own; it returns the address.
+func serveRaw(t testing.TB, serve func(net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -485,17 +504,7 @@ func rawUpstream(t *testing.T, answer func(method string) string) string {
 			}
 			go func() {
 				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					io.Copy(io.Discard, req.Body)
-					if _, err := io.WriteString(c, answer(req.Method)); err != nil {
-						return
-					}
-				}
+				serve(c)
 			}()
 		}
 	}()
