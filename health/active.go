@@ -1,0 +1,478 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// Check types accepted by ActiveConfig.Type.
+const (
+	TypeHTTP = "http"
+	TypeTCP  = "tcp"
+)
+
+// ActiveConfig configures active health checks for one pool. Start from
+// DefaultActiveConfig: the zero value does not validate.
+type ActiveConfig struct {
+	// Type is the check: "http" or "tcp". Default "http".
+	Type string
+
+	// Method, Path, Host, ExpectStatus and ExpectBody configure an HTTP
+	// check (see HTTPCheck). ExpectStatus is written as "200-399" or
+	// "200,204,300-308"; default "200-399".
+	Method       string
+	Path         string
+	Host         string
+	ExpectStatus string
+	ExpectBody   string
+
+	// Interval is the time between the end of one check and the start of
+	// the next while the endpoint is healthy. Default 5s.
+	Interval time.Duration
+	// Timeout bounds one check; it must be below Interval. Default 2s.
+	Timeout time.Duration
+	// Rise is how many consecutive passes make an unhealthy endpoint
+	// healthy. Default 2.
+	Rise int
+	// Fall is how many consecutive failures make a healthy endpoint
+	// unhealthy. Default 3.
+	Fall int
+	// Jitter, a fraction of the interval in [0, 1), spreads checks: the
+	// first check of each endpoint starts at a random offset in
+	// [0, Jitter×Interval), and every later wait is varied by ±Jitter/2 of
+	// itself, so that N endpoints are not probed at the same instant.
+	// Default 0.1.
+	Jitter float64
+	// UnhealthyInterval is the first wait after a failure while unhealthy;
+	// each further failure doubles it, up to MaxBackoff, so that a dead host
+	// is not hammered. Zero means Interval.
+	UnhealthyInterval time.Duration
+	// MaxBackoff caps the unhealthy backoff. Default 60s.
+	MaxBackoff time.Duration
+	// MaxInterval turns on the adaptive interval when above Interval: after
+	// every StretchAfter consecutive passes the healthy interval doubles, up
+	// to MaxInterval. Any failure signal (a failed check, or Nudge) snaps it
+	// back to Interval. Zero means Interval (off).
+	MaxInterval time.Duration
+	// StretchAfter is how many consecutive passes stretch the adaptive
+	// interval once. Default 10.
+	StretchAfter int
+}
+
+// DefaultActiveConfig returns the defaults documented on ActiveConfig.
+func DefaultActiveConfig() ActiveConfig {
+	return ActiveConfig{
+		Type:         TypeHTTP,
+		Method:       "GET",
+		Path:         "/",
+		ExpectStatus: DefaultExpectStatus,
+		Interval:     5 * time.Second,
+		Timeout:      2 * time.Second,
+		Rise:         2,
+		Fall:         3,
+		Jitter:       0.1,
+		MaxBackoff:   60 * time.Second,
+		StretchAfter: 10,
+	}
+}
+
+// Validate reports the first thing wrong with c, naming the field.
+func (c ActiveConfig) Validate() error {
+	switch {
+	case c.Type != TypeHTTP && c.Type != TypeTCP:
+		return fmt.Errorf("health: type %q: unknown check type (want %q or %q)", c.Type, TypeHTTP, TypeTCP)
+	case c.Interval <= 0:
+		return fmt.Errorf("health: interval %v: must be positive", c.Interval)
+	case c.Timeout <= 0:
+		return fmt.Errorf("health: timeout %v: must be positive", c.Timeout)
+	case c.Timeout >= c.Interval:
+		return fmt.Errorf("health: timeout %v: must be below interval %v", c.Timeout, c.Interval)
+	case c.Rise < 1:
+		return fmt.Errorf("health: rise %d: must be at least 1", c.Rise)
+	case c.Fall < 1:
+		return fmt.Errorf("health: fall %d: must be at least 1", c.Fall)
+	case c.Jitter < 0 || c.Jitter >= 1:
+		return fmt.Errorf("health: jitter %v: must be in [0, 1)", c.Jitter)
+	case c.UnhealthyInterval < 0:
+		return fmt.Errorf("health: unhealthy_interval %v: must not be negative", c.UnhealthyInterval)
+	case c.MaxBackoff < c.unhealthyInterval():
+		return fmt.Errorf("health: max_backoff %v: must be at least unhealthy_interval %v", c.MaxBackoff, c.unhealthyInterval())
+	case c.MaxInterval != 0 && c.MaxInterval < c.Interval:
+		return fmt.Errorf("health: max_interval %v: must be at least interval %v", c.MaxInterval, c.Interval)
+	case c.MaxInterval > c.Interval && c.StretchAfter < 1:
+		return fmt.Errorf("health: stretch_after %d: must be at least 1 when max_interval is set", c.StretchAfter)
+	}
+	if c.Type == TypeHTTP && c.ExpectStatus != "" {
+		if _, err := ParseStatusRanges(c.ExpectStatus); err != nil {
+			return fmt.Errorf("health: expect_status: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c ActiveConfig) unhealthyInterval() time.Duration {
+	if c.UnhealthyInterval == 0 {
+		return c.Interval
+	}
+	return c.UnhealthyInterval
+}
+
+func (c ActiveConfig) maxInterval() time.Duration {
+	return max(c.MaxInterval, c.Interval)
+}
+
+// NewChecker builds the Checker that c describes.
+func (c ActiveConfig) NewChecker() (Checker, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if c.Type == TypeTCP {
+		return TCPCheck{}, nil
+	}
+	h := &HTTPCheck{Method: c.Method, Path: c.Path, Host: c.Host, Body: c.ExpectBody}
+	if c.ExpectStatus != "" {
+		h.Expect, _ = ParseStatusRanges(c.ExpectStatus) // validated above
+	}
+	return h, nil
+}
+
+// tracker turns consecutive check results into verdicts. It is pure: the
+// Monitor feeds it results in order.
+type tracker struct {
+	rise, fall int
+	kind       string // "HTTP", "TCP": for reasons
+	healthy    bool
+	passes     int // consecutive
+	fails      int // consecutive
+}
+
+// observe records one result. When the verdict changes it returns changed
+// with the new verdict's reason.
+func (t *tracker) observe(err error) (changed bool, reason string) {
+	if err == nil {
+		t.passes++
+		t.fails = 0
+		if !t.healthy && t.passes >= t.rise {
+			t.healthy = true
+			return true, fmt.Sprintf("%d consecutive %s check passes", t.passes, t.kind)
+		}
+		return false, ""
+	}
+	t.fails++
+	t.passes = 0
+	if t.healthy && t.fails >= t.fall {
+		t.healthy = false
+		return true, fmt.Sprintf("%d consecutive %s check failures: %v", t.fails, t.kind, err)
+	}
+	return false, ""
+}
+
+// schedule decides how long to wait before an endpoint's next check. It is
+// pure apart from rnd, which tests replace; durations are relative to the end
+// of the previous check, so it needs no clock.
+type schedule struct {
+	cfg ActiveConfig
+	rnd func() float64 // uniform in [0, 1)
+
+	interval time.Duration // current healthy interval (adaptive)
+	streak   int           // consecutive passes since interval last changed
+	backoff  time.Duration // current unhealthy wait; 0 when not backing off
+}
+
+func newSchedule(cfg ActiveConfig, rnd func() float64) *schedule {
+	if rnd == nil {
+		rnd = rand.Float64
+	}
+	return &schedule{cfg: cfg, rnd: rnd, interval: cfg.Interval}
+}
+
+// first is the offset of an endpoint's first check, spread over the jitter
+// window so that endpoints added together are not probed together.
+func (s *schedule) first() time.Duration {
+	return time.Duration(s.rnd() * s.cfg.Jitter * float64(s.cfg.Interval))
+}
+
+// next returns the wait before the next check, given whether the last check
+// passed and the verdict after it.
+func (s *schedule) next(passed, healthy bool) time.Duration {
+	return s.jitter(s.base(passed, healthy))
+}
+
+// base is next without jitter.
+func (s *schedule) base(passed, healthy bool) time.Duration {
+	if !passed {
+		s.interval, s.streak = s.cfg.Interval, 0
+		if healthy {
+			// Still counting towards Fall: keep probing at the base rate.
+			return s.interval
+		}
+		if s.backoff == 0 {
+			s.backoff = s.cfg.unhealthyInterval()
+		} else {
+			s.backoff = min(2*s.backoff, s.cfg.MaxBackoff)
+		}
+		return s.backoff
+	}
+	s.backoff = 0
+	if !healthy {
+		// Counting towards Rise: confirm recovery without backoff.
+		return s.cfg.unhealthyInterval()
+	}
+	s.streak++
+	if s.streak >= s.cfg.StretchAfter && s.interval < s.cfg.maxInterval() {
+		s.interval = min(2*s.interval, s.cfg.maxInterval())
+		s.streak = 0
+	}
+	return s.interval
+}
+
+// nudge is a failure signal from outside (passive health): the adaptive
+// interval snaps back to Interval.
+func (s *schedule) nudge() { s.interval, s.streak = s.cfg.Interval, 0 }
+
+func (s *schedule) jitter(d time.Duration) time.Duration {
+	if s.cfg.Jitter == 0 {
+		return d
+	}
+	return d + time.Duration((s.rnd()-0.5)*s.cfg.Jitter*float64(d))
+}
+
+// OnChangeFunc receives an endpoint's active-check verdict when it changes:
+// healthy false after Fall consecutive failures, true after Rise consecutive
+// passes from unhealthy. now is when the deciding check ended.
+type OnChangeFunc func(ep *endpoint.Endpoint, healthy bool, reason string, now time.Time)
+
+// Monitor runs active checks for a changing set of endpoints, one goroutine
+// each, and reports verdict changes to its OnChangeFunc.
+//
+// The Monitor never calls SetStatus: an endpoint's state also depends on
+// passive health, its breaker and draining, so the integrator combines the
+// verdicts, sets the state, and refreshes the pool.
+type Monitor struct {
+	cfg      ActiveConfig
+	checker  Checker
+	kind     string
+	onChange OnChangeFunc
+	clock    clock
+	log      *slog.Logger
+
+	mu     sync.Mutex
+	ctx    context.Context // nil until Start
+	cancel context.CancelFunc
+	closed bool
+	probes map[string]*probe // by address
+	wg     sync.WaitGroup
+
+	running atomic.Int64 // probe goroutines alive, for tests
+}
+
+type probe struct {
+	ep     *endpoint.Endpoint
+	cancel context.CancelFunc
+	nudge  chan struct{}
+}
+
+// Option changes a Monitor's defaults.
+type Option func(*Monitor)
+
+// WithChecker replaces the checker built from the config's Type.
+func WithChecker(c Checker) Option { return func(m *Monitor) { m.checker = c } }
+
+// WithLogger sets the logger for verdict changes (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(m *Monitor) { m.log = l } }
+
+func withClock(c clock) Option { return func(m *Monitor) { m.clock = c } }
+
+// NewMonitor returns a Monitor for cfg that reports verdicts to onChange.
+// onChange is called from the endpoints' goroutines, one call at a time per
+// endpoint; it must not block for long.
+func NewMonitor(cfg ActiveConfig, onChange OnChangeFunc, opts ...Option) (*Monitor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Monitor{cfg: cfg, onChange: onChange, clock: realClock{}, probes: map[string]*probe{}}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.checker == nil {
+		c, err := cfg.NewChecker()
+		if err != nil {
+			return nil, err
+		}
+		m.checker = c
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	m.kind = checkKind(m.checker)
+	return m, nil
+}
+
+// Start begins checking the endpoints synced so far and any synced later.
+// Checks stop when ctx is done or at Close.
+func (m *Monitor) Start(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx != nil || m.closed {
+		return
+	}
+	m.ctx, m.cancel = context.WithCancel(ctx)
+	for _, p := range m.probes {
+		m.launchLocked(p)
+	}
+}
+
+// Close stops every check and waits for their goroutines to end.
+func (m *Monitor) Close() {
+	m.mu.Lock()
+	m.closed = true
+	if m.cancel != nil {
+		m.cancel()
+	}
+	m.probes = map[string]*probe{}
+	m.mu.Unlock()
+	m.wg.Wait()
+}
+
+// Sync makes the checked set equal to endpoints: it starts checks for new
+// endpoints and stops those of endpoints that left. An address whose
+// Endpoint was replaced (its spec changed) is checked afresh.
+func (m *Monitor) Sync(endpoints []*endpoint.Endpoint) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	keep := make(map[string]bool, len(endpoints))
+	for _, ep := range endpoints {
+		keep[ep.Address()] = true
+		if p := m.probes[ep.Address()]; p != nil {
+			if p.ep == ep {
+				continue
+			}
+			m.stopLocked(p)
+		}
+		p := &probe{ep: ep, nudge: make(chan struct{}, 1)}
+		m.probes[ep.Address()] = p
+		if m.ctx != nil {
+			m.launchLocked(p)
+		}
+	}
+	for addr, p := range m.probes {
+		if !keep[addr] {
+			m.stopLocked(p)
+			delete(m.probes, addr)
+		}
+	}
+}
+
+// Nudge tells the Monitor that passive health saw addr fail: its adaptive
+// interval snaps back to Interval, and a check already scheduled further
+// out is brought forward. It never blocks.
+func (m *Monitor) Nudge(addr string) {
+	m.mu.Lock()
+	p := m.probes[addr]
+	m.mu.Unlock()
+	if p == nil {
+		return
+	}
+	select {
+	case p.nudge <- struct{}{}:
+	default: // one pending nudge is enough
+	}
+}
+
+func (m *Monitor) stopLocked(p *probe) {
+	if p.cancel != nil {
+		p.cancel()
+	}
+}
+
+func (m *Monitor) launchLocked(p *probe) {
+	ctx, cancel := context.WithCancel(m.ctx)
+	p.cancel = cancel
+	m.wg.Add(1)
+	m.running.Add(1)
+	go m.run(ctx, p)
+}
+
+func (m *Monitor) run(ctx context.Context, p *probe) {
+	defer m.wg.Done()
+	defer m.running.Add(-1)
+
+	t := &tracker{rise: m.cfg.Rise, fall: m.cfg.Fall, kind: m.kind, healthy: p.ep.State() != endpoint.Unhealthy}
+	s := newSchedule(m.cfg, nil)
+	wait := s.first()
+	due := m.clock.Now().Add(wait)
+	timer := m.clock.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.nudge:
+			s.nudge()
+			// Only a healthy endpoint's wait is brought forward: an
+			// unhealthy one keeps its backoff, which protects the host.
+			if now := m.clock.Now(); t.healthy && due.Sub(now) > m.cfg.Interval {
+				wait = s.jitter(m.cfg.Interval)
+				due = now.Add(wait)
+				timer.Stop()
+				timer.Reset(wait)
+			}
+		case <-timer.C():
+			cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+			err := m.checker.Check(cctx, p.ep.Address())
+			cancel()
+			if ctx.Err() != nil {
+				return // stopped mid-check: the result says nothing
+			}
+			if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+				err = fmt.Errorf("timeout after %v: %w", m.cfg.Timeout, err)
+			}
+			now := m.clock.Now()
+			if changed, reason := t.observe(err); changed {
+				m.log.Info("active health verdict", "endpoint", p.ep.Address(), "healthy", t.healthy, "reason", reason)
+				if m.onChange != nil {
+					m.onChange(p.ep, t.healthy, reason, now)
+				}
+			}
+			wait = s.next(err == nil, t.healthy)
+			due = now.Add(wait)
+			timer.Reset(wait)
+		}
+	}
+}
+
+// clock is the Monitor's seam for time, so that tests drive the schedule
+// without sleeping.
+type clock interface {
+	Now() time.Time
+	NewTimer(d time.Duration) timer
+}
+
+type timer interface {
+	C() <-chan time.Time
+	Reset(d time.Duration)
+	Stop()
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) NewTimer(d time.Duration) timer { return realTimer{time.NewTimer(d)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time   { return r.t.C }
+func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
+func (r realTimer) Stop()                 { r.t.Stop() }

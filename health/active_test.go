@@ -1,0 +1,448 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*ActiveConfig)
+		want string // substring of the error; "" for valid
+	}{
+		{"defaults", func(*ActiveConfig) {}, ""},
+		{"tcp", func(c *ActiveConfig) { c.Type = TypeTCP }, ""},
+		{"negative interval", func(c *ActiveConfig) { c.Interval = -time.Second }, "interval -1s: must be positive"},
+		{"rise 0", func(c *ActiveConfig) { c.Rise = 0 }, "rise 0: must be at least 1"},
+		{"fall 0", func(c *ActiveConfig) { c.Fall = 0 }, "fall 0: must be at least 1"},
+		{"timeout equals interval", func(c *ActiveConfig) { c.Timeout = c.Interval }, "timeout 5s: must be below interval 5s"},
+		{"unknown type", func(c *ActiveConfig) { c.Type = "icmp" }, `type "icmp": unknown check type`},
+		{"jitter 1", func(c *ActiveConfig) { c.Jitter = 1 }, "jitter 1: must be in [0, 1)"},
+		{"max interval below interval", func(c *ActiveConfig) { c.MaxInterval = time.Second }, "max_interval 1s: must be at least interval 5s"},
+		{"backoff below unhealthy interval", func(c *ActiveConfig) { c.UnhealthyInterval = 2 * time.Minute }, "max_backoff 1m0s: must be at least unhealthy_interval 2m0s"},
+		{"bad status", func(c *ActiveConfig) { c.ExpectStatus = "2xx" }, "expect_status: status range"},
+	}
+	for _, tt := range tests {
+		c := DefaultActiveConfig()
+		tt.mod(&c)
+		err := c.Validate()
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: unexpected error %v", tt.name, err)
+		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+			t.Errorf("%s: error %v, want it to contain %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestTrackerRiseAndFall(t *testing.T) {
+	boom := errors.New("status 500")
+	tr := &tracker{rise: 2, fall: 3, kind: "HTTP", healthy: true}
+	// P pass, F fail; a verdict change is shown after the result as !.
+	steps := []struct {
+		err    error
+		change string
+	}{
+		{boom, ""}, {boom, ""}, {nil, ""}, // two failures, then a pass resets the count
+		{boom, ""}, {boom, ""}, {boom, "unhealthy: 3 consecutive HTTP check failures: status 500"},
+		{boom, ""},                       // already unhealthy: no repeat
+		{nil, ""}, {boom, ""}, {nil, ""}, // a failure between passes resets rise
+		{nil, "healthy: 2 consecutive HTTP check passes"},
+		{nil, ""},
+	}
+	for i, s := range steps {
+		changed, reason := tr.observe(s.err)
+		got := ""
+		if changed {
+			got = map[bool]string{true: "healthy", false: "unhealthy"}[tr.healthy] + ": " + reason
+		}
+		if got != s.change {
+			t.Errorf("step %d: change %q, want %q", i, got, s.change)
+		}
+	}
+}
+
+func noJitter() ActiveConfig {
+	c := DefaultActiveConfig()
+	c.Jitter = 0
+	return c
+}
+
+// checkTimes runs the schedule over results from t0 and returns when each
+// next check is due (checks are taken as instantaneous).
+func checkTimes(s *schedule, t0 time.Time, results []bool, tr *tracker) []string {
+	var out []string
+	now := t0
+	for _, passed := range results {
+		var err error
+		if !passed {
+			err = errors.New("down")
+		}
+		tr.observe(err)
+		now = now.Add(s.next(passed, tr.healthy))
+		out = append(out, now.Format("15:04:05"))
+	}
+	return out
+}
+
+func TestScheduleBacksOffExponentiallyWhileUnhealthy(t *testing.T) {
+	c := noJitter()
+	c.Interval = time.Second
+	c.Timeout = 500 * time.Millisecond
+	c.UnhealthyInterval = 2 * time.Second
+	c.MaxBackoff = 20 * time.Second
+	s := newSchedule(c, nil)
+	tr := &tracker{rise: 2, fall: 3, healthy: true}
+	t0 := time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC)
+	F, P := false, true
+	got := checkTimes(s, t0, []bool{F, F, F, F, F, F, F, F, P, F, P, P, P}, tr)
+	want := []string{
+		"03:00:01", "03:00:02", // failures 1 and 2 while healthy: base interval
+		"03:00:04",                         // failure 3 makes it unhealthy: unhealthy_interval
+		"03:00:08", "03:00:16", "03:00:32", // 4s, 8s, 16s
+		"03:00:52", "03:01:12", // capped at max_backoff 20s
+		"03:01:14", // a pass while unhealthy: unhealthy_interval, backoff reset
+		"03:01:16", // so the next failure starts the backoff afresh
+		"03:01:18", // pass 1 of rise 2
+		"03:01:19", // pass 2: healthy again, base interval
+		"03:01:20",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("check times\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestScheduleAdaptiveIntervalStretchesAndSnapsBack(t *testing.T) {
+	c := noJitter()
+	c.Interval = time.Second
+	c.Timeout = 500 * time.Millisecond
+	c.MaxInterval = 8 * time.Second
+	c.StretchAfter = 2
+	s := newSchedule(c, nil)
+	var waits []time.Duration
+	for range 9 {
+		waits = append(waits, s.next(true, true))
+	}
+	want := []time.Duration{1, 2, 2, 4, 4, 8, 8, 8, 8}
+	for i := range want {
+		want[i] *= time.Second
+	}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits while passing: got %v, want %v (doubling every 2 passes up to max_interval)", waits, want)
+	}
+	if got := s.next(false, true); got != time.Second {
+		t.Errorf("first failure: wait %v, want interval 1s", got)
+	}
+	if got := s.next(true, true); got != time.Second {
+		t.Errorf("pass after the failure: wait %v, want 1s (the stretch starts over)", got)
+	}
+	for range 6 {
+		s.next(true, true)
+	}
+	s.nudge()
+	if got := s.next(true, true); got != time.Second {
+		t.Errorf("pass after Nudge: wait %v, want interval 1s", got)
+	}
+}
+
+func TestScheduleAdaptiveIntervalOffByDefault(t *testing.T) {
+	s := newSchedule(noJitter(), nil)
+	for i := range 100 {
+		if got := s.next(true, true); got != 5*time.Second {
+			t.Fatalf("pass %d: wait %v, want the fixed 5s interval", i, got)
+		}
+	}
+}
+
+func TestJitterSpreadsFirstChecks(t *testing.T) {
+	c := DefaultActiveConfig() // interval 5s, jitter 0.1: a 500ms window
+	r := rand.New(rand.NewPCG(1, 2))
+	window := time.Duration(c.Jitter * float64(c.Interval))
+	const n, buckets = 1000, 10
+	var count [buckets]int
+	lo, hi := window, time.Duration(0)
+	for range n {
+		d := newSchedule(c, r.Float64).first()
+		if d < 0 || d >= window {
+			t.Fatalf("first check at %v, outside the jitter window [0, %v)", d, window)
+		}
+		count[int(d*buckets/window)]++
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	for i, k := range count {
+		if k > 2*n/buckets {
+			t.Errorf("bucket %d of the jitter window holds %d first checks, more than twice its share %d: %v", i, k, n/buckets, count)
+		}
+	}
+	if hi-lo < window*8/10 {
+		t.Errorf("first checks span %v..%v, less than 80%% of the %v window", lo, hi, window)
+	}
+}
+
+func TestJitterVariesEachWaitWithinBounds(t *testing.T) {
+	c := DefaultActiveConfig()
+	s := newSchedule(c, rand.New(rand.NewPCG(3, 4)).Float64)
+	seen := map[time.Duration]bool{}
+	for range 100 {
+		d := s.next(true, true)
+		if d < 4750*time.Millisecond || d > 5250*time.Millisecond {
+			t.Fatalf("wait %v outside 5s ±5%%", d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 50 {
+		t.Errorf("only %d distinct waits in 100: not jittered", len(seen))
+	}
+}
+
+// instantClock fires every timer at once and records the waits asked for,
+// so a Monitor runs its schedule as fast as its checker lets it.
+type instantClock struct {
+	mu    sync.Mutex
+	waits []time.Duration
+	now   time.Time
+}
+
+func (c *instantClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *instantClock) NewTimer(d time.Duration) timer {
+	t := &instantTimer{c: c, ch: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+func (c *instantClock) recorded() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.waits)
+}
+
+type instantTimer struct {
+	c  *instantClock
+	ch chan time.Time
+}
+
+func (t *instantTimer) C() <-chan time.Time { return t.ch }
+func (t *instantTimer) Stop()               {}
+func (t *instantTimer) Reset(d time.Duration) {
+	t.c.mu.Lock()
+	t.c.waits = append(t.c.waits, d)
+	t.c.now = t.c.now.Add(d)
+	now := t.c.now
+	t.c.mu.Unlock()
+	select {
+	case t.ch <- now:
+	default:
+	}
+}
+
+type activeVerdict struct {
+	addr    string
+	healthy bool
+	reason  string
+	at      time.Time
+}
+
+func collect(ch chan<- activeVerdict) OnChangeFunc {
+	return func(ep *endpoint.Endpoint, healthy bool, reason string, now time.Time) {
+		ch <- activeVerdict{ep.Address(), healthy, reason, now}
+	}
+}
+
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("no %s within %v", what, d)
+		panic("unreachable")
+	}
+}
+
+func TestMonitorReportsVerdictsOnItsSchedule(t *testing.T) {
+	c := noJitter()
+	c.Interval = time.Second
+	c.Timeout = 500 * time.Millisecond
+	results := make(chan error)
+	checker := CheckerFunc(func(ctx context.Context, addr string) error { return <-results })
+	verdicts := make(chan activeVerdict, 4)
+	clk := &instantClock{now: time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC)}
+	m, err := NewMonitor(c, collect(verdicts), WithChecker(checker), WithLogger(quiet), withClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: "10.0.0.1:80"})})
+	m.Start(context.Background())
+	defer m.Close()
+
+	down := errors.New("connection refused")
+	for _, r := range []error{down, down, down, nil, nil} {
+		results <- r
+	}
+	v := within(t, verdicts, 5*time.Second, "unhealthy verdict")
+	if v.healthy || v.reason != "3 consecutive health check failures: connection refused" || v.at.Format("15:04:05") != "03:00:02" {
+		t.Errorf("verdict %+v, want unhealthy at 03:00:02 after 3 failures", v)
+	}
+	v = within(t, verdicts, 5*time.Second, "healthy verdict")
+	if !v.healthy || v.reason != "2 consecutive health check passes" || v.at.Format("15:04:05") != "03:00:04" {
+		t.Errorf("verdict %+v, want healthy at 03:00:04 after 2 passes", v)
+	}
+	results <- nil // the sixth check has begun: the fifth wait is recorded
+	// The first check at once, then 1s: unhealthy_interval defaults to
+	// interval, and the first failure while unhealthy waits just that.
+	want := []time.Duration{0, time.Second, time.Second, time.Second, time.Second, time.Second}
+	if got := clk.recorded()[:len(want)]; !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+}
+
+func TestMonitorHungCheckDoesNotDelayOthers(t *testing.T) {
+	release := make(chan struct{})
+	hung := serverAddr(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	t.Cleanup(func() { close(release) }) // runs before the server's Close
+	fastHits := make(chan struct{}, 100)
+	fast := serverAddr(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case fastHits <- struct{}{}:
+		default:
+		}
+	})
+
+	c := noJitter()
+	c.Interval = 100 * time.Millisecond
+	c.Timeout = 80 * time.Millisecond
+	c.Fall = 1
+	verdicts := make(chan activeVerdict, 4)
+	m, err := NewMonitor(c, collect(verdicts), WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: hung}), endpoint.New(endpoint.Spec{Address: fast})})
+	m.Start(context.Background())
+	defer m.Close()
+
+	start := time.Now()
+	for i := range 3 {
+		within(t, fastHits, 2*time.Second, fmt.Sprintf("check %d of the fast endpoint", i+1))
+	}
+	// Three checks 100ms apart: had the hung endpoint's 80ms timeouts been
+	// in the way they would still fit, so also bound the total well under
+	// what serial checking of a truly hung server would take.
+	if el := time.Since(start); el > 1500*time.Millisecond {
+		t.Errorf("3 checks of the fast endpoint took %v", el)
+	}
+	v := within(t, verdicts, 2*time.Second, "verdict on the hung endpoint")
+	if v.addr != hung || v.healthy || !strings.Contains(v.reason, "1 consecutive HTTP check failures: timeout after 80ms") {
+		t.Errorf("verdict %+v, want the hung endpoint unhealthy by timeout", v)
+	}
+}
+
+func TestMonitorNudgeBringsAStretchedCheckForward(t *testing.T) {
+	c := noJitter()
+	c.Interval = 50 * time.Millisecond
+	c.Timeout = 40 * time.Millisecond
+	c.MaxInterval = time.Hour
+	c.StretchAfter = 1
+	checks := make(chan time.Time, 100)
+	checker := CheckerFunc(func(context.Context, string) error { checks <- time.Now(); return nil })
+	m, err := NewMonitor(c, nil, WithChecker(checker), WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: "10.0.0.1:80"})})
+	m.Start(context.Background())
+	defer m.Close()
+
+	// Waits double from 100ms: checks at 0, 100, 300, 700ms; the next is due
+	// 800ms after the fourth.
+	for i := range 4 {
+		within(t, checks, 3*time.Second, fmt.Sprintf("check %d", i+1))
+	}
+	nudged := time.Now()
+	m.Nudge("10.0.0.1:80")
+	at := within(t, checks, 3*time.Second, "check after Nudge")
+	if d := at.Sub(nudged); d > 500*time.Millisecond {
+		t.Errorf("check came %v after Nudge, want about the 50ms interval, not the stretched 800ms", d)
+	}
+}
+
+func TestMonitorSyncStopsRemovedEndpoints(t *testing.T) {
+	c := noJitter()
+	c.Interval = 20 * time.Millisecond
+	c.Timeout = 10 * time.Millisecond
+	checked := make(chan string, 1000)
+	checker := CheckerFunc(func(_ context.Context, addr string) error {
+		select {
+		case checked <- addr:
+		default:
+		}
+		return nil
+	})
+	m, err := NewMonitor(c, nil, WithChecker(checker), WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	eps := []*endpoint.Endpoint{
+		endpoint.New(endpoint.Spec{Address: "10.0.0.1:80"}),
+		endpoint.New(endpoint.Spec{Address: "10.0.0.2:80"}),
+		endpoint.New(endpoint.Spec{Address: "10.0.0.3:80"}),
+	}
+	m.Sync(eps)
+	if n := m.running.Load(); n != 0 {
+		t.Fatalf("%d goroutines before Start, want 0", n)
+	}
+	m.Start(context.Background())
+	waitRunning(t, m, 3)
+	m.Sync(eps[:1])
+	waitRunning(t, m, 1)
+	m.Sync(nil)
+	waitRunning(t, m, 0)
+	for len(checked) > 0 { // drain what was checked before the stop
+		<-checked
+	}
+	m.Sync(eps[1:2])
+	if addr := within(t, checked, 2*time.Second, "check of the re-added endpoint"); addr != "10.0.0.2:80" {
+		t.Errorf("checked %s, want only the re-added 10.0.0.2:80", addr)
+	}
+	m.Close()
+	waitRunning(t, m, 0)
+}
+
+func waitRunning(t *testing.T, m *Monitor, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for m.running.Load() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d check goroutines running, want %d", m.running.Load(), want)
+		}
+		<-tick.C
+	}
+}
