@@ -17,12 +17,13 @@ import (
 const (
 	TypeHTTP = "http"
 	TypeTCP  = "tcp"
+	TypeGRPC = "grpc"
 )
 
 // ActiveConfig configures active health checks for one pool. Start from
 // DefaultActiveConfig: the zero value does not validate.
 type ActiveConfig struct {
-	// Type is the check: "http" or "tcp". Default "http".
+	// Type is the check: "http", "tcp" or "grpc". Default "http".
 	Type string
 
 	// Method, Path, Host, ExpectStatus and ExpectBody configure an HTTP
@@ -33,6 +34,11 @@ type ActiveConfig struct {
 	Host         string
 	ExpectStatus string
 	ExpectBody   string
+
+	// GRPCService is the service name a "grpc" check asks about; empty
+	// asks about the server as a whole. Host, if set, is sent as the
+	// :authority.
+	GRPCService string
 
 	// Interval is the time between the end of one check and the start of
 	// the next while the endpoint is healthy. Default 5s.
@@ -87,8 +93,8 @@ func DefaultActiveConfig() ActiveConfig {
 // Validate reports the first thing wrong with c, naming the field.
 func (c ActiveConfig) Validate() error {
 	switch {
-	case c.Type != TypeHTTP && c.Type != TypeTCP:
-		return fmt.Errorf("health: type %q: unknown check type (want %q or %q)", c.Type, TypeHTTP, TypeTCP)
+	case c.Type != TypeHTTP && c.Type != TypeTCP && c.Type != TypeGRPC:
+		return fmt.Errorf("health: type %q: unknown check type (want %q, %q or %q)", c.Type, TypeHTTP, TypeTCP, TypeGRPC)
 	case c.Interval <= 0:
 		return fmt.Errorf("health: interval %v: must be positive", c.Interval)
 	case c.Timeout <= 0:
@@ -134,8 +140,11 @@ func (c ActiveConfig) NewChecker() (Checker, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if c.Type == TypeTCP {
+	switch c.Type {
+	case TypeTCP:
 		return TCPCheck{}, nil
+	case TypeGRPC:
+		return &GRPCCheck{Service: c.GRPCService, Authority: c.Host}, nil
 	}
 	h := &HTTPCheck{Method: c.Method, Path: c.Path, Host: c.Host, Body: c.ExpectBody}
 	if c.ExpectStatus != "" {

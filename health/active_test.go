@@ -27,6 +27,7 @@ func TestValidate(t *testing.T) {
 	}{
 		{"defaults", func(*ActiveConfig) {}, ""},
 		{"tcp", func(c *ActiveConfig) { c.Type = TypeTCP }, ""},
+		{"grpc", func(c *ActiveConfig) { c.Type = TypeGRPC }, ""},
 		{"negative interval", func(c *ActiveConfig) { c.Interval = -time.Second }, "interval -1s: must be positive"},
 		{"rise 0", func(c *ActiveConfig) { c.Rise = 0 }, "rise 0: must be at least 1"},
 		{"fall 0", func(c *ActiveConfig) { c.Fall = 0 }, "fall 0: must be at least 1"},

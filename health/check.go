@@ -217,6 +217,8 @@ func checkKind(c Checker) string {
 		return "HTTP"
 	case TCPCheck, *TCPCheck:
 		return "TCP"
+	case *GRPCCheck:
+		return "gRPC"
 	}
 	return "health"
 }

@@ -1,7 +1,7 @@
 // Package health decides whether upstream endpoints can take traffic.
 //
 // Active checks (Monitor) probe each endpoint on a schedule with a Checker
-// (HTTPCheck, TCPCheck) and turn consecutive results into verdicts: Fall
+// (HTTPCheck, TCPCheck, GRPCCheck) and turn consecutive results into verdicts: Fall
 // failures in a row make an endpoint unhealthy, Rise passes in a row make it
 // healthy again. The schedule spreads probes with jitter, backs off from a
 // dead endpoint, and probes a long-healthy one less often until any failure
