@@ -1,0 +1,242 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// outlierBuckets is how many slices the failure-rate and latency window is cut
+// into. Ten keeps the sums cheap on the request path while losing at most a
+// tenth of the window when the oldest slice falls off.
+const outlierBuckets = 10
+
+// outlierLatBins is the number of latency histogram bins: four per power of two of
+// microseconds, up to about 67 s (2^26 µs); slower answers share the last bin.
+// Four sub-bins bound the median's error to about 20%, ample for comparing
+// against a factor such as 3.
+const outlierLatBins = 104
+
+// outlierBucket is one slice of an endpoint's sliding window.
+type outlierBucket struct {
+	epoch int64 // which slice of time (now / width) the counts belong to
+	req   uint32
+	fail  uint32
+}
+
+// outlierWindow counts requests, failures and (when latency outliers are on) a
+// latency histogram of successful requests over the last outlierBuckets
+// slices. It is guarded by its endpoint's mutex and never allocates after
+// creation.
+type outlierWindow struct {
+	width int64 // nanoseconds per outlierBucket
+	b     [outlierBuckets]outlierBucket
+	lat   []outlierHist // nil when latency outliers are off
+}
+
+type outlierHist [outlierLatBins]uint32
+
+func newOutlierWindow(span time.Duration, latency bool) outlierWindow {
+	w := outlierWindow{width: int64(span) / outlierBuckets}
+	if w.width < 1 {
+		w.width = 1
+	}
+	if latency {
+		w.lat = make([]outlierHist, outlierBuckets)
+	}
+	return w
+}
+
+// slot returns the outlierBucket index for now, clearing it if it last held an
+// older slice of time.
+func (w *outlierWindow) slot(now time.Time) int {
+	e := now.UnixNano() / w.width
+	i := int(uint64(e) % outlierBuckets)
+	if w.b[i].epoch != e {
+		w.b[i] = outlierBucket{epoch: e}
+		if w.lat != nil {
+			w.lat[i] = outlierHist{}
+		}
+	}
+	return i
+}
+
+// add records one outcome. Latency is recorded for successes only: a refused
+// connection fails fast and would make a dead endpoint look quick.
+func (w *outlierWindow) add(now time.Time, failed bool, latency time.Duration) {
+	i := w.slot(now)
+	w.b[i].req++
+	if failed {
+		w.b[i].fail++
+	} else if w.lat != nil {
+		w.lat[i][outlierLatBin(latency)]++
+	}
+}
+
+// live reports whether bucket i holds a slice inside the window ending at
+// epoch e.
+func (w *outlierWindow) live(i int, e int64) bool {
+	be := w.b[i].epoch
+	return be <= e && be > e-outlierBuckets
+}
+
+// sums returns the requests and failures within the window ending at now.
+func (w *outlierWindow) sums(now time.Time) (req, fail uint64) {
+	e := now.UnixNano() / w.width
+	for i := range w.b {
+		if w.live(i, e) {
+			req += uint64(w.b[i].req)
+			fail += uint64(w.b[i].fail)
+		}
+	}
+	return req, fail
+}
+
+// median returns the median latency of the successes within the window
+// ending at now, and how many there were.
+func (w *outlierWindow) median(now time.Time) (time.Duration, uint64) {
+	if w.lat == nil {
+		return 0, 0
+	}
+	e := now.UnixNano() / w.width
+	var sum outlierHist
+	var n uint64
+	for i := range w.b {
+		if !w.live(i, e) {
+			continue
+		}
+		for j, c := range w.lat[i] {
+			sum[j] += c
+			n += uint64(c)
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	half := (n + 1) / 2
+	var seen uint64
+	for j, c := range sum {
+		seen += uint64(c)
+		if seen >= half {
+			return outlierLatValue(j), n
+		}
+	}
+	return outlierLatValue(outlierLatBins - 1), n
+}
+
+func (w *outlierWindow) reset() {
+	w.b = [outlierBuckets]outlierBucket{}
+	for i := range w.lat {
+		w.lat[i] = outlierHist{}
+	}
+}
+
+// outlierLatBin maps a latency to its histogram bin: values below 4 µs get a bin
+// each, then every power of two is split into four equal sub-bins (the two
+// bits below the leading one), as HDR-style histograms do.
+func outlierLatBin(d time.Duration) int {
+	if d < 0 {
+		d = 0
+	}
+	v := uint64(d / time.Microsecond)
+	if v < 4 {
+		return int(v)
+	}
+	e := bits.Len64(v) - 1
+	mant := (v >> (e - 2)) & 3
+	bin := 4*(e-1) + int(mant)
+	if bin >= outlierLatBins {
+		bin = outlierLatBins - 1
+	}
+	return bin
+}
+
+// outlierLatValue is the middle of bin's range, the value a median in that bin is
+// reported as.
+func outlierLatValue(bin int) time.Duration {
+	if bin < 4 {
+		return time.Duration(bin) * time.Microsecond
+	}
+	e := bin/4 + 1
+	mant := uint64(bin % 4)
+	lo := (4 + mant) << (e - 2)
+	width := uint64(1) << (e - 2)
+	return time.Duration(lo)*time.Microsecond + time.Duration(width)*time.Microsecond/2
+}
+
+// outlierEjectionTime is Envoy's rule: base × the number of times the endpoint has
+// been ejected, capped at max (Envoy's outlier detection overview,
+// "base_ejection_time ... multiplied by the number of times the host has been
+// ejected", and the max_ejection_time field of config.cluster.v3.
+// OutlierDetection).
+func outlierEjectionTime(base, limit time.Duration, times int) time.Duration {
+	if times < 1 {
+		times = 1
+	}
+	if base > 0 && int64(times) > int64(limit/base) {
+		return limit // also keeps base × times from overflowing
+	}
+	return min(base*time.Duration(times), limit)
+}
+
+// outlierMaxEjected is how many of n endpoints passive ejection may hold out at
+// once: pct percent rounded down, but at least one when the pool has two or
+// more endpoints, so that a small pool (say 3 at 20%) can still shed a dead
+// node. Envoy documents the same floor for max_ejection_percent ("will eject
+// at least one host regardless of the value", v1.7 cluster_outlier_detection)
+// and grpc-java followed it (PR 9489). A pool of one is never ejected below
+// 100%: ejecting its only endpoint turns errors into 503s and removes the
+// traffic that would show it recovered.
+func outlierMaxEjected(n, pct int) int {
+	m := n * pct / 100
+	if m < 1 && n >= 2 {
+		m = 1
+	}
+	return m
+}
+
+// describeOutlierFailure names the kind of a failure for a human reason. It runs
+// only when a decision is made, never per request: errors.As is not free.
+func describeOutlierFailure(err error, status int) string {
+	if err == nil {
+		if status != 0 {
+			return "status " + strconv.Itoa(status)
+		}
+		return "failure"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return "connect error"
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout()) {
+		return "timeout"
+	}
+	if errors.Is(err, syscall.ECONNRESET) {
+		return "connection reset"
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return "connect error"
+	}
+	return "transport error"
+}
+
+// roundLatency trims a median to about three significant digits: the
+// histogram is not finer than that, and "212.992ms" would claim it is.
+func roundLatency(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= 10*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}

@@ -1,0 +1,602 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+var passiveT0 = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+
+// passiveClock is a hand-driven passiveClock for the Detector's seam.
+type passiveClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *passiveClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *passiveClock) advance(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+	return c.t
+}
+
+type passiveEvent struct {
+	addr   string
+	state  endpoint.State
+	reason string
+	at     time.Time
+}
+
+// passiveRig is a Detector over n endpoints with a manual passiveClock and a log of its
+// transitions.
+type passiveRig struct {
+	d      *Detector
+	clk    *passiveClock
+	eps    []*endpoint.Endpoint
+	mu     sync.Mutex
+	events []passiveEvent
+}
+
+func newPassiveRig(t testing.TB, n int, cfg PassiveConfig, opts ...DetectorOption) *passiveRig {
+	t.Helper()
+	r := &passiveRig{clk: &passiveClock{t: passiveT0}}
+	for i := range n {
+		r.eps = append(r.eps, endpoint.New(endpoint.Spec{Address: fmt.Sprintf("10.0.0.%d:80", i+1)}))
+	}
+	opts = append([]DetectorOption{
+		WithDetectorClock(r.clk.now),
+		WithDetectorOnChange(func(ep *endpoint.Endpoint, s endpoint.State, reason string, now time.Time) {
+			r.mu.Lock()
+			r.events = append(r.events, passiveEvent{ep.Address(), s, reason, now})
+			r.mu.Unlock()
+		}),
+	}, opts...)
+	d, err := NewDetector(cfg, opts...)
+	if err != nil {
+		t.Fatalf("NewDetector: %v", err)
+	}
+	d.Update(r.eps)
+	r.d = d
+	return r
+}
+
+func (r *passiveRig) log() []passiveEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]passiveEvent(nil), r.events...)
+}
+
+func (r *passiveRig) state(t *testing.T, i int) endpoint.State {
+	t.Helper()
+	s, ok := r.d.State(r.eps[i])
+	if !ok {
+		t.Fatalf("endpoint %d not tracked", i)
+	}
+	return s
+}
+
+func (r *passiveRig) observe(i, times int, o endpoint.Outcome) {
+	for range times {
+		r.d.Observe(r.eps[i], o)
+	}
+}
+
+var (
+	passiveConnErr = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	passiveFail    = endpoint.Outcome{Err: passiveConnErr, Latency: time.Millisecond}
+	passiveOK      = endpoint.Outcome{Status: 200, Latency: time.Millisecond}
+)
+
+func TestEjectsAfterExactlyNConsecutiveFailures(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 5})
+	r.observe(0, 4, passiveFail)
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("after 4 of 5 failures: state %v, want healthy", s)
+	}
+	r.clk.advance(12 * time.Second)
+	r.observe(0, 1, passiveFail)
+	if s := r.state(t, 0); s != endpoint.Ejected {
+		t.Fatalf("after 5 failures: state %v, want ejected", s)
+	}
+	ev := r.log()
+	want := "ejected: 5 consecutive failures (last: connect error) at 03:00:12, until 03:00:42"
+	if len(ev) != 1 || ev[0].state != endpoint.Ejected || ev[0].reason != want {
+		t.Fatalf("events %+v, want one ejection with reason %q", ev, want)
+	}
+}
+
+func TestSuccessResetsConsecutiveFailures(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 3})
+	for range 5 {
+		r.observe(0, 2, passiveFail)
+		r.observe(0, 1, passiveOK)
+	}
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("2 failures then a success, five times: state %v, want healthy", s)
+	}
+	// A status outside the failure set is an answer: it resets too.
+	r.observe(0, 2, passiveFail)
+	r.observe(0, 1, endpoint.Outcome{Status: 500})
+	r.observe(0, 2, passiveFail)
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("a 500 (not in the set) between failures: state %v, want healthy", s)
+	}
+}
+
+func TestCanceledOutcomesIgnored(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 3})
+	canceled := endpoint.Outcome{Err: errors.New("context canceled"), Canceled: true}
+	r.observe(0, 2, passiveFail)
+	r.observe(0, 10, canceled)
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("canceled outcomes counted: state %v", s)
+	}
+	r.observe(0, 1, passiveFail) // canceled ones did not reset the run either
+	if s := r.state(t, 0); s != endpoint.Ejected {
+		t.Fatalf("third real failure after canceled ones: state %v, want ejected", s)
+	}
+}
+
+func TestFailureStatusesConfigurable(t *testing.T) {
+	// Default: 503 counts, 500 does not.
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2})
+	r.observe(0, 2, endpoint.Outcome{Status: 500})
+	r.observe(1, 2, endpoint.Outcome{Status: 503})
+	if s0, s1 := r.state(t, 0), r.state(t, 1); s0 != endpoint.Healthy || s1 != endpoint.Ejected {
+		t.Fatalf("default set: 500s -> %v (want healthy), 503s -> %v (want ejected)", s0, s1)
+	}
+	if got := r.log()[0].reason; !strings.Contains(got, "(last: status 503)") {
+		t.Errorf("reason %q does not name the status", got)
+	}
+
+	// Configured: 500 counts, 503 does not.
+	r = newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2, FailureStatuses: []int{500}})
+	r.observe(0, 2, endpoint.Outcome{Status: 500})
+	r.observe(1, 2, endpoint.Outcome{Status: 503})
+	if s0, s1 := r.state(t, 0), r.state(t, 1); s0 != endpoint.Ejected || s1 != endpoint.Healthy {
+		t.Fatalf("set {500}: 500s -> %v (want ejected), 503s -> %v (want healthy)", s0, s1)
+	}
+
+	// Empty set: only transport errors count.
+	r = newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2, FailureStatuses: []int{}})
+	r.observe(0, 5, endpoint.Outcome{Status: 503})
+	r.observe(1, 2, passiveFail)
+	if s0, s1 := r.state(t, 0), r.state(t, 1); s0 != endpoint.Healthy || s1 != endpoint.Ejected {
+		t.Fatalf("empty set: 503s -> %v (want healthy), errors -> %v (want ejected)", s0, s1)
+	}
+}
+
+// ejectAndExpire ejects endpoint i with consecutive failures and returns how
+// long the ejection lasted, found by ticking a second at a time.
+func (r *passiveRig) ejectAndExpire(t *testing.T, i int, failures int) time.Duration {
+	t.Helper()
+	start := r.clk.now()
+	r.observe(i, failures, passiveFail)
+	if s := r.state(t, i); s != endpoint.Ejected {
+		t.Fatalf("state %v after %d failures, want ejected", s, failures)
+	}
+	for range 10000 {
+		r.d.Tick(r.clk.advance(time.Second))
+		if r.state(t, i) == endpoint.Probation {
+			return r.clk.now().Sub(start)
+		}
+	}
+	t.Fatal("never left ejection")
+	return 0
+}
+
+func TestEjectionTimeGrowsAndCaps(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 3, BaseEjection: 30 * time.Second, MaxEjection: 100 * time.Second})
+	// First ejection by consecutive failures, then each failure on
+	// probation re-ejects with the next multiple.
+	want := []time.Duration{30 * time.Second, 60 * time.Second, 90 * time.Second, 100 * time.Second, 100 * time.Second}
+	for k, w := range want {
+		n := 3
+		if k > 0 {
+			n = 1 // on probation, one failure is enough
+		}
+		if got := r.ejectAndExpire(t, 0, n); got != w {
+			t.Fatalf("ejection %d lasted %v, want %v", k+1, got, w)
+		}
+	}
+}
+
+func TestEjectionMultiplierDecaysWhileHealthy(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 1, RecoverySuccesses: 1})
+	r.ejectAndExpire(t, 0, 1)
+	r.observe(0, 1, passiveFail) // k = 2
+	if got := r.ejectAndExpire(t, 0, 0); got != 60*time.Second {
+		t.Fatalf("second ejection %v, want 60s", got)
+	}
+	r.observe(0, 1, passiveOK) // healthy
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("state %v, want healthy", s)
+	}
+	// Two base periods healthy take k from 2 to 0: the next is 30s again.
+	r.clk.advance(61 * time.Second)
+	if got := r.ejectAndExpire(t, 0, 1); got != 30*time.Second {
+		t.Fatalf("ejection after a long healthy spell lasted %v, want 30s", got)
+	}
+}
+
+func TestMaxEjectedPercent(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2}) // 50% of 4 = 2
+	for i := range 3 {
+		r.observe(i, 10, passiveFail)
+	}
+	var ejected []string
+	for i := range 4 {
+		if r.state(t, i) == endpoint.Ejected {
+			ejected = append(ejected, r.eps[i].Address())
+		}
+	}
+	if len(ejected) != 2 || r.state(t, 2) != endpoint.Healthy {
+		t.Fatalf("ejected %v, want exactly the first two of three failing endpoints", ejected)
+	}
+	// When one comes back, the third may go.
+	r.d.Tick(r.clk.advance(30 * time.Second))
+	r.observe(2, 2, passiveFail)
+	if s := r.state(t, 2); s != endpoint.Ejected {
+		t.Fatalf("third failing endpoint after budget freed: %v, want ejected", s)
+	}
+}
+
+func TestMaxEjectedAllowsOneInSmallPool(t *testing.T) {
+	r := newPassiveRig(t, 3, PassiveConfig{ConsecutiveFailures: 1, MaxEjectedPercent: 10}) // 10% of 3 rounds to 0
+	r.observe(0, 1, passiveFail)
+	r.observe(1, 1, passiveFail)
+	if s0, s1 := r.state(t, 0), r.state(t, 1); s0 != endpoint.Ejected || s1 != endpoint.Healthy {
+		t.Fatalf("10%% of 3: states %v, %v; want exactly one ejected", s0, s1)
+	}
+	single := newPassiveRig(t, 1, PassiveConfig{ConsecutiveFailures: 1})
+	single.observe(0, 5, passiveFail)
+	if s := single.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("pool of one at 50%%: %v, want never ejected", s)
+	}
+}
+
+func TestProbationRecoversAfterSuccesses(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2, RecoverySuccesses: 3})
+	r.observe(0, 2, passiveFail)
+	r.d.Tick(r.clk.advance(29 * time.Second))
+	if s := r.state(t, 0); s != endpoint.Ejected {
+		t.Fatalf("29s into a 30s ejection: %v", s)
+	}
+	r.d.Tick(r.clk.advance(time.Second))
+	if s := r.state(t, 0); s != endpoint.Probation {
+		t.Fatalf("at 30s: %v, want probation", s)
+	}
+	r.observe(0, 2, passiveOK)
+	if s := r.state(t, 0); s != endpoint.Probation {
+		t.Fatalf("2 of 3 successes: %v, want probation", s)
+	}
+	r.observe(0, 1, passiveOK)
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("3 successes: %v, want healthy", s)
+	}
+	ev := r.log()
+	got := []string{}
+	for _, e := range ev {
+		got = append(got, e.reason)
+	}
+	want := []string{
+		"ejected: 2 consecutive failures (last: connect error) at 03:00:00, until 03:00:30",
+		"probation: ejection time over",
+		"healthy: 3 successes on probation",
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("reasons\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestFailureOnProbationReejectsLonger(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2})
+	r.observe(0, 2, passiveFail)
+	r.d.Tick(r.clk.advance(30 * time.Second))
+	r.observe(0, 1, passiveOK)
+	r.observe(0, 1, endpoint.Outcome{Err: errors.New("read: connection reset"), Status: 0})
+	ev := r.log()
+	last := ev[len(ev)-1]
+	want := "ejected: failed on probation (transport error) at 03:00:30, until 03:01:30"
+	if last.state != endpoint.Ejected || last.reason != want {
+		t.Fatalf("last passiveEvent %+v, want ejection %q", last, want)
+	}
+}
+
+func TestOutcomesWhileEjectedIgnored(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2, RecoverySuccesses: 2})
+	r.observe(0, 2, passiveFail)
+	r.observe(0, 5, passiveOK) // in-flight stragglers
+	r.d.Tick(r.clk.advance(30 * time.Second))
+	if s := r.state(t, 0); s != endpoint.Probation {
+		t.Fatalf("%v, want probation", s)
+	}
+	r.observe(0, 1, passiveOK)
+	if s := r.state(t, 0); s != endpoint.Probation {
+		t.Fatalf("successes while ejected counted toward recovery: %v", s)
+	}
+}
+
+func TestFailureRateRespectsMinRequests(t *testing.T) {
+	cfg := PassiveConfig{ConsecutiveFailures: 100, FailureRate: 0.5, MinRequests: 20, Window: 10 * time.Second}
+	r := newPassiveRig(t, 4, cfg)
+	// 19 requests, 10 failing (53%): not enough requests yet.
+	for range 9 {
+		r.observe(0, 1, passiveOK)
+		r.observe(0, 1, passiveFail)
+		r.clk.advance(100 * time.Millisecond)
+	}
+	r.observe(0, 1, passiveFail)
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("19 requests: %v, want healthy (min_requests 20)", s)
+	}
+	r.observe(0, 1, passiveFail) // 20 requests, 11 failed
+	if s := r.state(t, 0); s != endpoint.Ejected {
+		t.Fatalf("20 requests, 11 failed: %v, want ejected", s)
+	}
+	if got, want := r.log()[0].reason, "ejected: failure rate 55% (11 of 20) over 10s at 03:00:00, until 03:00:30"; got != want {
+		t.Fatalf("reason %q, want %q", got, want)
+	}
+
+	// Below the threshold nothing happens, however many requests.
+	r = newPassiveRig(t, 4, cfg)
+	for range 100 {
+		r.observe(1, 2, passiveOK)
+		r.observe(1, 1, passiveFail)
+	}
+	if s := r.state(t, 1); s != endpoint.Healthy {
+		t.Fatalf("33%% failures: %v, want healthy", s)
+	}
+}
+
+func TestFailureRateWindowSlides(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 100, FailureRate: 0.5, MinRequests: 20, Window: 10 * time.Second})
+	r.observe(0, 15, passiveFail)
+	r.observe(0, 1, passiveOK)
+	r.clk.advance(11 * time.Second) // those fall out of the window
+	r.observe(0, 10, passiveOK)
+	r.observe(0, 9, passiveFail)
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("old failures still counted: %v", s)
+	}
+}
+
+func passiveLatencyRig(t *testing.T, factor float64) *passiveRig {
+	r := newPassiveRig(t, 4, PassiveConfig{LatencyFactor: factor, MinRequests: 20})
+	for range 50 {
+		for i := range 3 {
+			r.observe(i, 1, endpoint.Outcome{Status: 200, Latency: time.Millisecond + time.Duration(i)*50*time.Microsecond})
+		}
+		r.observe(3, 1, endpoint.Outcome{Status: 200, Latency: 201 * time.Millisecond})
+		r.clk.advance(100 * time.Millisecond)
+	}
+	r.d.Tick(r.clk.now())
+	return r
+}
+
+func TestLatencyOutlierEjected(t *testing.T) {
+	r := passiveLatencyRig(t, 3)
+	for i := range 3 {
+		if s := r.state(t, i); s != endpoint.Healthy {
+			t.Fatalf("fast endpoint %d: %v", i, s)
+		}
+	}
+	if s := r.state(t, 3); s != endpoint.Ejected {
+		t.Fatalf("endpoint 200ms slower: %v, want ejected", s)
+	}
+	// Medians are reported at the histogram's resolution (about 20%).
+	want := "ejected: median latency 213ms > 3 x pool median 1.15ms over 10s at 03:00:05, until 03:00:35"
+	if got := r.log()[0].reason; got != want {
+		t.Fatalf("reason %q, want %q", got, want)
+	}
+}
+
+func TestLatencyOutlierOffByDefault(t *testing.T) {
+	r := passiveLatencyRig(t, 0)
+	if s := r.state(t, 3); s != endpoint.Healthy {
+		t.Fatalf("latency factor off: %v, want healthy", s)
+	}
+}
+
+func TestFailureSignalOnFirstFailureOfRun(t *testing.T) {
+	var signals []string
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 5},
+		WithDetectorFailureSignal(func(ep *endpoint.Endpoint) { signals = append(signals, ep.Address()) }))
+	r.observe(0, 3, passiveFail)
+	r.observe(0, 1, passiveOK)
+	r.observe(0, 1, passiveFail)
+	if len(signals) != 2 {
+		t.Fatalf("signals %v, want 2 (one per run of failures)", signals)
+	}
+}
+
+func TestUpdateForgetsRemovedEndpoints(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 1})
+	r.observe(0, 1, passiveFail)
+	r.observe(1, 1, passiveFail)
+	r.d.Update(r.eps[1:]) // ejected endpoint 0 leaves: one ejected of three
+	if _, ok := r.d.State(r.eps[0]); ok {
+		t.Fatal("removed endpoint still tracked")
+	}
+	r.observe(2, 1, passiveFail) // 50% of 3 = 1, and endpoint 1 holds it
+	if s := r.state(t, 2); s != endpoint.Healthy {
+		t.Fatalf("budget after removal: endpoint 2 %v, want healthy", s)
+	}
+	r.d.Observe(r.eps[0], passiveFail) // untracked: ignored, no panic
+}
+
+func TestApplyToSetsStatusAndRefreshes(t *testing.T) {
+	pool := endpoint.NewPool("orders")
+	pool.Update([]endpoint.Spec{{Address: "a:80"}, {Address: "b:80"}})
+	clk := &passiveClock{t: passiveT0}
+	d, err := NewDetector(PassiveConfig{ConsecutiveFailures: 1},
+		WithDetectorClock(clk.now), WithDetectorOnChange(ApplyTo(pool)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel := pool.Subscribe(func(s *endpoint.Set) { d.Update(s.All) })
+	defer cancel()
+	a := pool.Snapshot().All[0]
+	d.Observe(a, passiveFail)
+	if got := pool.Snapshot(); len(got.Ready) != 1 || got.Ready[0].Address() != "b:80" {
+		t.Fatalf("ready after ejecting a: %v", got.Ready)
+	}
+	if st := a.Status(); st.State != endpoint.Ejected || !strings.HasPrefix(st.Reason, "ejected: 1 consecutive failures") {
+		t.Fatalf("a's status %+v", st)
+	}
+}
+
+func TestPassiveConfigValidate(t *testing.T) {
+	cases := []struct {
+		cfg  PassiveConfig
+		want string
+	}{
+		{PassiveConfig{ConsecutiveFailures: -1}, "consecutive_failures -1"},
+		{PassiveConfig{BaseEjection: -time.Second}, "base_ejection -1s"},
+		{PassiveConfig{MaxEjectedPercent: 101}, "max_ejected_percent 101"},
+		{PassiveConfig{FailureRate: 1.5}, "failure_rate 1.5"},
+		{PassiveConfig{LatencyFactor: 0.5}, "latency_factor 0.5: must be above 1"},
+		{PassiveConfig{FailureStatuses: []int{5030}}, "5030 is not an HTTP status"},
+		{PassiveConfig{BaseEjection: time.Minute, MaxEjection: time.Second}, "max_ejection 1s is below base_ejection 1m0s"},
+		{PassiveConfig{Window: time.Millisecond}, "window 1ms"},
+		{PassiveConfig{RecoverySuccesses: -2}, "recovery_successes -2"},
+	}
+	for _, c := range cases {
+		err := c.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(%+v) = %v, want an error containing %q", c.cfg, err, c.want)
+		}
+	}
+	if err := (PassiveConfig{}).Validate(); err != nil {
+		t.Errorf("zero config (all defaults): %v", err)
+	}
+	d, _ := NewDetector(PassiveConfig{BaseEjection: 10 * time.Minute})
+	if got := d.Config().MaxEjection; got != 10*time.Minute {
+		t.Errorf("default max_ejection with a 10m base: %v, want raised to 10m", got)
+	}
+}
+
+func TestObserveConcurrent(t *testing.T) {
+	r := newPassiveRig(t, 8, PassiveConfig{ConsecutiveFailures: 3, FailureRate: 0.5, LatencyFactor: 3, RecoverySuccesses: 1})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				o := passiveOK
+				if (i+g)%3 == 0 {
+					o = passiveFail
+				}
+				r.d.Observe(r.eps[(i+g)%len(r.eps)], o)
+				if i%100 == 0 {
+					r.d.Tick(r.clk.advance(time.Second))
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range 50 {
+			r.d.Update(r.eps)
+			r.d.Update(r.eps[:7])
+		}
+	}()
+	wg.Wait()
+	r.d.Update(r.eps)
+	ejected := 0
+	for i := range r.eps {
+		if r.state(t, i) == endpoint.Ejected {
+			ejected++
+		}
+	}
+	if ejected > 4 {
+		t.Fatalf("%d of 8 ejected, max 50%%", ejected)
+	}
+}
+
+func TestObserveDoesNotAllocate(t *testing.T) {
+	// Every endpoint sees a mix (2 failures in 5 counted outcomes) that stays
+	// below every threshold: this measures the path almost every request
+	// takes. Ejections allocate their reason, rarely.
+	r := newPassiveRig(t, 4, PassiveConfig{FailureRate: 0.9, LatencyFactor: 3, ConsecutiveFailures: 1 << 30})
+	outcomes := []endpoint.Outcome{passiveOK, passiveFail, {Status: 503}, {Err: passiveConnErr, Canceled: true}, passiveOK, passiveOK}
+	i := 0
+	allocs := testing.AllocsPerRun(1000, func() {
+		r.d.Observe(r.eps[i%4], outcomes[(i/4)%len(outcomes)])
+		i++
+	})
+	if allocs != 0 {
+		t.Fatalf("Observe allocates %v times per call, want 0", allocs)
+	}
+	if ev := r.log(); len(ev) != 0 {
+		t.Fatalf("the allocation test made decisions (%v); it must measure the plain path", ev)
+	}
+}
+
+func BenchmarkObserve(b *testing.B) {
+	r := newPassiveRig(b, 16, PassiveConfig{FailureRate: 0.5, LatencyFactor: 3, ConsecutiveFailures: 1 << 30})
+	r.d.now = time.Now
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			o := passiveOK
+			if i%10 == 0 {
+				o = passiveFail
+			}
+			r.d.Observe(r.eps[i%len(r.eps)], o)
+			i++
+		}
+	})
+}
+
+func TestDescribeOutlierFailure(t *testing.T) {
+	cases := []struct {
+		err    error
+		status int
+		want   string
+	}{
+		{nil, 503, "status 503"},
+		{passiveConnErr, 0, "connect error"},
+		{fmt.Errorf("proxy: %w", context.DeadlineExceeded), 0, "timeout"},
+		{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, 0, "connection reset"},
+		{errors.New("tls: bad certificate"), 0, "transport error"},
+	}
+	for _, c := range cases {
+		if got := describeOutlierFailure(c.err, c.status); got != c.want {
+			t.Errorf("describeOutlierFailure(%v, %d) = %q, want %q", c.err, c.status, got, c.want)
+		}
+	}
+}
+
+func TestOutlierLatencyBinsAreMonotonicAndClose(t *testing.T) {
+	prev := -1
+	for us := 0; us < 1<<22; us = us*9/8 + 1 {
+		d := time.Duration(us) * time.Microsecond
+		b := outlierLatBin(d)
+		if b < prev {
+			t.Fatalf("bin of %v is %d, below the bin of a shorter latency (%d)", d, b, prev)
+		}
+		prev = b
+		if v := outlierLatValue(b); us >= 4 && (float64(v) < 0.8*float64(d) || float64(v) > 1.25*float64(d)) {
+			t.Fatalf("%v reported as %v: off by more than 25%%", d, v)
+		}
+	}
+}
