@@ -318,6 +318,43 @@ func TestMonitorReportsVerdictsOnItsSchedule(t *testing.T) {
 }
 
 func TestMonitorHungCheckDoesNotDelayOthers(t *testing.T) {
+	fastHits := make(chan struct{}, 100)
+	fast := serverAddr(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case fastHits <- struct{}{}:
+		default:
+		}
+	})
+	// The worst case: a check that ignores its context and hangs until the
+	// test ends. Checking endpoints one after another would never reach
+	// the fast one.
+	const hung = "10.0.0.1:80"
+	release := make(chan struct{})
+	var http HTTPCheck
+	checker := CheckerFunc(func(ctx context.Context, addr string) error {
+		if addr == hung {
+			<-release
+			return nil
+		}
+		return http.Check(ctx, addr)
+	})
+	c := noJitter()
+	c.Interval = 20 * time.Millisecond
+	c.Timeout = 10 * time.Millisecond
+	m, err := NewMonitor(c, nil, WithChecker(checker), WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	defer close(release) // runs first: Close waits for the hung check
+	m.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: hung}), endpoint.New(endpoint.Spec{Address: fast})})
+	m.Start(context.Background())
+	for i := range 3 {
+		within(t, fastHits, 2*time.Second, fmt.Sprintf("check %d of the fast endpoint while the other hangs", i+1))
+	}
+}
+
+func TestMonitorTimesOutAHungServer(t *testing.T) {
 	release := make(chan struct{})
 	hung := serverAddr(t, func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -326,14 +363,6 @@ func TestMonitorHungCheckDoesNotDelayOthers(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { close(release) }) // runs before the server's Close
-	fastHits := make(chan struct{}, 100)
-	fast := serverAddr(t, func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case fastHits <- struct{}{}:
-		default:
-		}
-	})
-
 	c := noJitter()
 	c.Interval = 100 * time.Millisecond
 	c.Timeout = 80 * time.Millisecond
@@ -343,24 +372,47 @@ func TestMonitorHungCheckDoesNotDelayOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: hung}), endpoint.New(endpoint.Spec{Address: fast})})
+	m.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: hung})})
 	m.Start(context.Background())
 	defer m.Close()
-
-	start := time.Now()
-	for i := range 3 {
-		within(t, fastHits, 2*time.Second, fmt.Sprintf("check %d of the fast endpoint", i+1))
-	}
-	// Three checks 100ms apart: had the hung endpoint's 80ms timeouts been
-	// in the way they would still fit, so also bound the total well under
-	// what serial checking of a truly hung server would take.
-	if el := time.Since(start); el > 1500*time.Millisecond {
-		t.Errorf("3 checks of the fast endpoint took %v", el)
-	}
 	v := within(t, verdicts, 2*time.Second, "verdict on the hung endpoint")
-	if v.addr != hung || v.healthy || !strings.Contains(v.reason, "1 consecutive HTTP check failures: timeout after 80ms") {
-		t.Errorf("verdict %+v, want the hung endpoint unhealthy by timeout", v)
+	if v.healthy || !strings.Contains(v.reason, "1 consecutive HTTP check failures: timeout after 80ms") {
+		t.Errorf("verdict %+v, want unhealthy by timeout", v)
 	}
+}
+
+func TestMonitorChecksAReplacedEndpointAfresh(t *testing.T) {
+	c := noJitter()
+	c.Interval = 20 * time.Millisecond
+	c.Timeout = 10 * time.Millisecond
+	checked := make(chan struct{}, 1000)
+	checker := CheckerFunc(func(context.Context, string) error {
+		select {
+		case checked <- struct{}{}:
+		default:
+		}
+		return errors.New("down")
+	})
+	verdicts := make(chan activeVerdict, 4)
+	c.Fall = 1
+	m, err := NewMonitor(c, collect(verdicts), WithChecker(checker), WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	old := endpoint.New(endpoint.Spec{Address: "10.0.0.1:80", Weight: 1})
+	m.Sync([]*endpoint.Endpoint{old})
+	m.Start(context.Background())
+	within(t, verdicts, 2*time.Second, "verdict on the first endpoint")
+	// Same address, new spec: Pool.Update made a fresh Endpoint, which
+	// starts healthy, so it needs its own verdict.
+	replaced := endpoint.New(endpoint.Spec{Address: "10.0.0.1:80", Weight: 5})
+	m.Sync([]*endpoint.Endpoint{replaced})
+	v := within(t, verdicts, 2*time.Second, "verdict on the replaced endpoint")
+	if v.healthy {
+		t.Errorf("verdict %+v, want unhealthy", v)
+	}
+	waitRunning(t, m, 1)
 }
 
 func TestMonitorNudgeBringsAStretchedCheckForward(t *testing.T) {
