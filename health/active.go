@@ -256,7 +256,8 @@ func (s *schedule) jitter(d time.Duration) time.Duration {
 
 // OnChangeFunc receives an endpoint's active-check verdict when it changes:
 // healthy false after Fall consecutive failures, true after Rise consecutive
-// passes from unhealthy. now is when the deciding check ended.
+// passes from unhealthy. now is when the deciding check ended. A check that
+// was running when its endpoint left may still report once.
 type OnChangeFunc func(ep *endpoint.Endpoint, healthy bool, reason string, now time.Time)
 
 // Monitor runs active checks for a changing set of endpoints, one goroutine
@@ -265,6 +266,11 @@ type OnChangeFunc func(ep *endpoint.Endpoint, healthy bool, reason string, now t
 // The Monitor never calls SetStatus: an endpoint's state also depends on
 // passive health, its breaker and draining, so the integrator combines the
 // verdicts, sets the state, and refreshes the pool.
+//
+// An endpoint is taken as healthy when its checks begin unless its state is
+// already Unhealthy, so adding endpoints does not empty a pool while the
+// first checks run. Each check gets its own Timeout; a Checker that ignores
+// its context delays only its own endpoint (and Close).
 type Monitor struct {
 	cfg      ActiveConfig
 	checker  Checker
@@ -385,7 +391,8 @@ func (m *Monitor) Sync(endpoints []*endpoint.Endpoint) {
 
 // Nudge tells the Monitor that passive health saw addr fail: its adaptive
 // interval snaps back to Interval, and a check already scheduled further
-// out is brought forward. It never blocks.
+// out is brought forward. It never blocks, so passive health may call it on
+// the request path.
 func (m *Monitor) Nudge(addr string) {
 	m.mu.Lock()
 	p := m.probes[addr]
