@@ -494,6 +494,26 @@ func (d *Detector) Tick(now time.Time) {
 	d.flush()
 }
 
+// Uneject ends ep's ejection now, as when an active health check sees the
+// endpoint healthy again (Envoy's successful_active_health_check_uneject_host):
+// the endpoint goes on probation and must still prove itself on traffic.
+// An endpoint that is not ejected is left alone.
+func (d *Detector) Uneject(ep *endpoint.Endpoint, why string, now time.Time) {
+	d.mu.Lock()
+	if st := (*d.eps.Load())[ep]; st != nil {
+		st.mu.Lock()
+		if st.state == endpoint.Ejected {
+			st.state = endpoint.Probation
+			st.probeOK, st.consec = 0, 0
+			d.ejected.Add(-1)
+			d.pending = append(d.pending, outlierChange{ep, endpoint.Probation, "probation: " + why, now})
+		}
+		st.mu.Unlock()
+	}
+	d.mu.Unlock()
+	d.flush()
+}
+
 // latencyOutliersLocked ejects endpoints whose median latency is above
 // LatencyFactor × the median of the medians. A median of medians, unlike a
 // mean, is not dragged up by the outlier it is meant to expose. Three

@@ -600,3 +600,26 @@ func TestOutlierLatencyBinsAreMonotonicAndClose(t *testing.T) {
 		}
 	}
 }
+
+func TestUnejectPutsAnEjectedEndpointOnProbation(t *testing.T) {
+	p := endpoint.NewPool("u")
+	p.Update([]endpoint.Spec{{Address: "a:1"}, {Address: "b:1"}})
+	eps := p.Snapshot().All
+	now := time.Unix(1000, 0)
+	var got []endpoint.State
+	d, err := NewDetector(PassiveConfig{ConsecutiveFailures: 2, BaseEjection: time.Minute},
+		WithDetectorClock(func() time.Time { return now }),
+		WithDetectorOnChange(func(ep *endpoint.Endpoint, st endpoint.State, _ string, _ time.Time) { got = append(got, st) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Update(eps)
+	d.Uneject(eps[0], "active check passed", now) // not ejected: nothing happens
+	for i := 0; i < 2; i++ {
+		d.Observe(eps[0], endpoint.Outcome{Err: errors.New("refused")})
+	}
+	d.Uneject(eps[0], "active check passed", now.Add(time.Second))
+	if st, _ := d.State(eps[0]); st != endpoint.Probation || len(got) != 2 || got[0] != endpoint.Ejected || got[1] != endpoint.Probation {
+		t.Fatalf("state %v, changes %v; want ejected then probation", st, got)
+	}
+}

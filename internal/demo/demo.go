@@ -84,7 +84,7 @@ switchboard demo is running.
 Try:
   curl -s http://%[1]s/                      # each call names the backend that answered
   for i in 1 2 3 4 5 6; do curl -s http://%[1]s/; done
-  curl -s -X POST http://%[5]s/_demo/fail    # make backend-1 answer 500
+  curl -s -X POST http://%[5]s/_demo/fail    # backend-1 answers 500: out of rotation within seconds
   curl -s -X POST http://%[5]s/_demo/slow?delay=500ms
   curl -s -X POST http://%[5]s/_demo/recover
   switchboard status --admin %[2]s
@@ -113,6 +113,9 @@ listeners:
 upstreams:
   demo:
     balance: {policy: round_robin}
+    health:
+      active: {type: http, path: /healthz, interval: 1s, timeout: 500ms, rise: 2, fall: 2}
+      passive: {consecutive_failures: 3, failure_statuses: [500, 502, 503, 504], base_ejection: 10s}
     targets:
 `, admin, listen)
 	for _, a := range backends {

@@ -17,6 +17,7 @@ type Metrics struct {
 	retries  *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	limits   *limitMetrics
+	states   *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -46,6 +47,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.requests, m.duration, m.inflight, m.retries, m.errors)
 	m.limits = newLimitMetrics(reg)
+	m.states = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "switchboard_endpoint_state_changes_total",
+		Help: "Endpoint state changes made by health checking, by upstream, endpoint and the state entered.",
+	}, []string{"upstream", "endpoint", "state"})
+	reg.MustRegister(m.states)
 	return m
 }
 

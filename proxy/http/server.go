@@ -71,7 +71,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 	// Prepare.
 	ups := make(map[string]*Upstream, len(cfg.Upstreams))
 	for name, uc := range cfg.Upstreams {
-		u, err := buildUpstream(name, uc, s.upstreams[name])
+		u, err := buildUpstream(name, uc, s.upstreams[name], s.log, s.metrics)
 		if err != nil {
 			return fmt.Errorf("upstream %q: %w", name, err)
 		}

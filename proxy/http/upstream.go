@@ -3,7 +3,9 @@ package httpproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"reflect"
@@ -33,6 +35,9 @@ type Upstream struct {
 	loadHeader string
 	// bulkhead caps requests in flight to the upstream; nil for none.
 	bulkhead *bulkhead
+	// health runs active checks and passive ejection; nil for none.
+	health *healthState
+	log    *slog.Logger
 
 	h1 *h1Client       // protocol http1
 	h2 *http.Transport // protocol h2c
@@ -71,8 +76,8 @@ func specs(c *config.Upstream) []endpoint.Spec {
 // from the running config) exists, its pool is kept, so endpoints keep their
 // live state across a reload, and so are its balancer and client when their
 // settings did not change.
-func buildUpstream(name string, c *config.Upstream, prev *Upstream) (*Upstream, error) {
-	u := &Upstream{name: name, cfg: *c}
+func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Logger, m *Metrics) (*Upstream, error) {
+	u := &Upstream{name: name, cfg: *c, log: log}
 	if prev != nil {
 		u.pool = prev.pool
 	} else {
@@ -95,6 +100,15 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream) (*Upstream, 
 			return nil, err
 		}
 		u.hashKey = &k
+	}
+	if prev != nil && reflect.DeepEqual(prev.cfg.Health, c.Health) {
+		u.health = prev.health
+	} else {
+		h, err := newHealthState(name, u.pool, c.Health, log, m.states)
+		if err != nil {
+			return nil, fmt.Errorf("health: %w", err)
+		}
+		u.health = h
 	}
 	if c.Concurrency != nil {
 		if prev != nil && prev.bulkhead != nil && prev.bulkhead.cfg == *c.Concurrency {
@@ -143,20 +157,39 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream) (*Upstream, 
 // activate starts feeding the balancer from the pool and applies the
 // configured targets. It runs once the whole new config has been built.
 func (u *Upstream) activate(prev *Upstream) {
-	if prev != nil && prev.bal == u.bal {
+	samePanic := prev != nil && prev.cfg.Health.PanicThreshold == u.cfg.Health.PanicThreshold
+	if prev != nil && prev.bal == u.bal && samePanic {
 		u.unsub, u.stopRun = prev.unsub, prev.stopRun
 	} else {
 		if prev != nil {
-			prev.stopBalancer()
+			if prev.bal == u.bal {
+				// Only the panic threshold changed: keep the background
+				// work, feed the balancer anew.
+				prev.unsub()
+				u.stopRun = prev.stopRun
+			} else {
+				prev.stopBalancer()
+			}
 		}
-		u.unsub = u.pool.Subscribe(u.bal.Update)
-		if r, ok := u.bal.(balance.Runner); ok {
+		feed := &panicFeed{upstream: u.name, threshold: u.cfg.Health.PanicThreshold, update: u.bal.Update, log: u.log}
+		u.unsub = u.pool.Subscribe(feed.feed)
+		if r, ok := u.bal.(balance.Runner); ok && u.stopRun == nil {
 			ctx, cancel := context.WithCancel(context.Background())
 			u.stopRun = cancel
 			go r.Run(ctx)
 		}
 	}
 	removed := u.pool.Update(specs(&u.cfg))
+	all := u.pool.Snapshot().All
+	if prev != nil && prev.health != nil && prev.health != u.health {
+		prev.health.close(all, "health checking reconfigured")
+	}
+	if u.health != nil {
+		u.health.sync(all)
+		if prev == nil || prev.health != u.health {
+			u.health.start()
+		}
+	}
 	if u.h1 != nil && len(removed) > 0 {
 		addrs := make([]string, len(removed))
 		for i, ep := range removed {
@@ -187,6 +220,9 @@ func (u *Upstream) stopBalancer() {
 // retire stops an upstream that the new config no longer has.
 func (u *Upstream) retire() {
 	u.stopBalancer()
+	if u.health != nil {
+		u.health.close(u.pool.Snapshot().All, "upstream removed")
+	}
 	if u.h1 != nil {
 		u.h1.close()
 	}
