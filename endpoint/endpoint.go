@@ -44,6 +44,17 @@ type Observer interface {
 	Observe(ep *Endpoint, o Outcome)
 }
 
+// Observers fans one outcome out to several observers (passive health and
+// a breaker, say), in order.
+type Observers []Observer
+
+// Observe implements Observer.
+func (os Observers) Observe(ep *Endpoint, o Outcome) {
+	for _, x := range os {
+		x.Observe(ep, o)
+	}
+}
+
 // State is the single answer to "can this endpoint take traffic, and if not,
 // why not".
 type State uint8

@@ -121,3 +121,14 @@ func Example() {
 	// 10.0.0.2:8080 weight=1 ejected: 5 consecutive connect failures at 03:00:12
 	// ready: 1
 }
+
+func TestObserversFanOut(t *testing.T) {
+	e := endpoint.New(endpoint.Spec{Address: "a:1"})
+	a, b := &recorder{}, &recorder{}
+	e.SetObserver(endpoint.Observers{a, b})
+	e.Acquire()
+	e.Release(endpoint.Outcome{Status: 503})
+	if len(a.got) != 1 || len(b.got) != 1 || b.got[0].Status != 503 {
+		t.Fatalf("a %v, b %v", a.got, b.got)
+	}
+}
