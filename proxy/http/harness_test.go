@@ -169,7 +169,11 @@ upstreams:
 	}
 	b.WriteString("    targets:\n")
 	for _, t := range targets {
-		fmt.Fprintf(&b, "      - {address: %s}\n", t)
+		if strings.HasPrefix(t, "{") {
+			fmt.Fprintf(&b, "      - %s\n", t) // a whole target entry
+		} else {
+			fmt.Fprintf(&b, "      - {address: %s}\n", t)
+		}
 	}
 	return b.String()
 }

@@ -137,24 +137,7 @@ func (p *proxy) waitState(addr string, timeout time.Duration, states ...endpoint
 }
 
 func healthYAML(health string, targets ...string) string {
-	var b strings.Builder
-	b.WriteString(`admin: {enabled: false}
-listeners:
-  - name: web
-    listen: 127.0.0.1:0
-    routes:
-      - match: {path_prefix: /}
-        upstream: app
-upstreams:
-  app:
-    health:
-` + health + `
-    targets:
-`)
-	for _, t := range targets {
-		fmt.Fprintf(&b, "      - {address: %s}\n", t)
-	}
-	return b.String()
+	return upstreamYAML("    health:\n"+health+"\n", targets...)
 }
 
 // TestBackendDeathUnderLoadIsInvisible is the 3 a.m. story: one of three

@@ -16,23 +16,7 @@ import (
 // in-flight counts, latencies, hash keys, load reports).
 
 func policyYAML(balance string, targets ...string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `admin: {enabled: false}
-listeners:
-  - name: web
-    listen: 127.0.0.1:0
-    routes:
-      - match: {path_prefix: /}
-        upstream: app
-upstreams:
-  app:
-    balance: %s
-    targets:
-`, balance)
-	for _, t := range targets {
-		fmt.Fprintf(&b, "      - %s\n", t)
-	}
-	return b.String()
+	return upstreamYAML("    balance: "+balance+"\n", targets...)
 }
 
 // hit sends n sequential GETs with the given header and returns who
