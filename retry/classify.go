@@ -1,0 +1,56 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+)
+
+// Classify names the retry condition of a transport error, or returns 0
+// when the error is not one worth retrying (including the caller's own
+// cancellation, which no retry can fix). It sees only the error: a reset
+// or EOF is reported as Reset, and the caller must not retry one that came
+// after the first response byte.
+func Classify(err error) Condition {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return 0
+	case errors.Is(err, context.DeadlineExceeded):
+		return Timeout
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		// Even a dial timeout is a connect failure: the upstream never saw
+		// the request, which is what ConnectFailure promises.
+		return ConnectFailure
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return ConnectFailure
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return Timeout
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return Reset
+	}
+	return 0
+}
+
+// Retryable reports whether a request may be sent again: its method is
+// idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE, as RFC 9110 §9.2.2
+// defines them), it carries an Idempotency-Key header, or the route opts
+// in. Anything else (POST, PATCH, CONNECT, unknown methods) might apply
+// twice if the first attempt reached the upstream before it failed.
+func Retryable(method string, header http.Header, routeOptIn bool) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace,
+		http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return routeOptIn || header.Get("Idempotency-Key") != ""
+}
