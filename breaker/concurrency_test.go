@@ -1,0 +1,213 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// Under concurrent Allow/Done from many goroutines with a shared moving
+// clock, the breaker must stay consistent: run with -race. Every
+// transition is announced exactly once, so the announced sequence is a
+// valid path through the state machine.
+func TestBreakerConcurrentAllowDone(t *testing.T) {
+	b, err := New(Config{WindowSize: 50, MinRequests: 10, OpenFor: time.Millisecond, MaxOpenFor: 4 * time.Millisecond, HalfOpenProbes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var moves []State // to-states, in announcement order of each from→to pair checked below
+	var bad []string
+	b.OnStateChange(func(from, to State, reason string, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		moves = append(moves, to)
+		legal := (from == Closed && to == Open) || (from == Open && to == HalfOpen) ||
+			(from == HalfOpen && (to == Open || to == Closed))
+		if !legal {
+			bad = append(bad, fmt.Sprintf("%v→%v (%s)", from, to, reason))
+		}
+	})
+	var clock atomic.Int64
+	var admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 5000 {
+				now := t0.Add(time.Duration(clock.Add(int64(time.Microsecond))))
+				tk, err := b.Allow(now)
+				if err != nil {
+					refused.Add(1)
+					continue
+				}
+				admitted.Add(1)
+				o := endpoint.Outcome{Status: 200}
+				switch (i + g) % 4 {
+				case 0, 1:
+					o.Err = errBoom
+				case 2:
+					o.Canceled, o.Err = true, context.Canceled
+				}
+				tk.Done(o, now)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bad) > 0 {
+		t.Errorf("illegal transitions announced: %v", bad)
+	}
+	if admitted.Load()+refused.Load() != 40000 {
+		t.Errorf("admitted %d + refused %d != 40000 calls", admitted.Load(), refused.Load())
+	}
+	if len(moves) == 0 || refused.Load() == 0 {
+		t.Errorf("with 2 of 3 counted calls failing: %d transitions and %d refusals, want some of each", len(moves), refused.Load())
+	}
+}
+
+func TestBreakerAllowDoneAllocatesNothing(t *testing.T) {
+	for _, wt := range []string{WindowCount, WindowTime} {
+		b, err := New(Config{WindowType: wt, SlowThreshold: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := t0
+		o := endpoint.Outcome{Status: 200, Latency: time.Millisecond}
+		allocs := testing.AllocsPerRun(1000, func() {
+			now = now.Add(time.Millisecond)
+			tk, err := b.Allow(now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tk.Done(o, now)
+		})
+		if allocs != 0 {
+			t.Errorf("%s window: Allow+Done allocates %v times per call, want 0", wt, allocs)
+		}
+		// The refused path too.
+		b.mu.Lock()
+		b.openLocked(now, time.Hour, "test")
+		b.mu.Unlock()
+		allocs = testing.AllocsPerRun(1000, func() {
+			if _, err := b.Allow(now); err == nil {
+				t.Fatal("Allow on an open breaker succeeded")
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s window: a refused Allow allocates %v times per call, want 0", wt, allocs)
+		}
+	}
+}
+
+func TestBreakerDo(t *testing.T) {
+	b, err := New(Config{WindowSize: 4, MinRequests: 2, OpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	ok := func(context.Context) error { calls++; return nil }
+	fail := func(context.Context) error { calls++; return errBoom }
+	ctx := context.Background()
+
+	if err := b.Do(ctx, ok); err != nil {
+		t.Fatalf("Do(ok) = %v", err)
+	}
+	// The caller's own cancellation counts neither way.
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	for range 5 {
+		if err := b.Do(canceled, func(ctx context.Context) error { calls++; return ctx.Err() }); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do(canceled) = %v, want context.Canceled", err)
+		}
+	}
+	if s := b.State(time.Now()); s != Closed {
+		t.Fatalf("after 1 success and 5 caller cancellations: %v, want closed", s)
+	}
+	if err := b.Do(ctx, fail); !errors.Is(err, errBoom) {
+		t.Fatalf("Do(fail) = %v, want fn's error", err)
+	}
+	if s := b.State(time.Now()); s != Open {
+		t.Fatalf("after 1 success and 1 failure (50%% of min_requests 2): %v, want open", s)
+	}
+	before := calls
+	if err := b.Do(ctx, ok); !errors.Is(err, ErrOpen) {
+		t.Fatalf("Do on an open breaker = %v, want ErrOpen", err)
+	}
+	if calls != before {
+		t.Errorf("Do on an open breaker called fn")
+	}
+}
+
+// A context deadline is a timeout, and timeouts are failures.
+func TestBreakerDoCountsDeadlineAsFailure(t *testing.T) {
+	b, _ := New(Config{WindowSize: 1, MinRequests: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	b.Do(ctx, func(ctx context.Context) error { return ctx.Err() })
+	if s := b.State(time.Now()); s != Open {
+		t.Fatalf("after a deadline-exceeded call: %v, want open", s)
+	}
+}
+
+// A panicking fn must not leak a half-open probe slot.
+func TestBreakerDoPanicCountsAsFailure(t *testing.T) {
+	b, _ := New(Config{WindowSize: 1, MinRequests: 1})
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("Do swallowed the panic")
+			}
+		}()
+		b.Do(context.Background(), func(context.Context) error { panic("boom") })
+	}()
+	if s := b.State(time.Now()); s != Open {
+		t.Fatalf("after a panicking call: %v, want open", s)
+	}
+}
+
+func TestBreakerClassifierOption(t *testing.T) {
+	// Count 429 as a failure and ignore errors entirely.
+	b, _ := New(Config{WindowSize: 1, MinRequests: 1}, WithClassifier(func(o endpoint.Outcome) Verdict {
+		switch {
+		case o.Err != nil:
+			return Ignore
+		case o.Status == 429:
+			return Failure
+		}
+		return Success
+	}))
+	tk, _ := b.Allow(t0)
+	tk.Done(endpoint.Outcome{Err: errBoom}, t0)
+	if s := b.State(t0); s != Closed {
+		t.Fatalf("after an ignored error: %v, want closed", s)
+	}
+	tk, _ = b.Allow(t0)
+	tk.Done(endpoint.Outcome{Status: 429}, t0)
+	if s := b.State(t0); s != Open {
+		t.Fatalf("after a 429 classified as failure: %v, want open", s)
+	}
+}
+
+// A listener may call back into the breaker: it runs outside the lock.
+func TestBreakerListenerMayCallBreaker(t *testing.T) {
+	b, _ := New(Config{WindowSize: 1, MinRequests: 1})
+	var seen []State
+	b.OnStateChange(func(_, to State, _ string, at time.Time) { seen = append(seen, b.State(at)) })
+	tk, _ := b.Allow(t0)
+	tk.Done(endpoint.Outcome{Err: errBoom}, t0)
+	if len(seen) != 1 || seen[0] != Open {
+		t.Fatalf("listener saw %v, want [open]", seen)
+	}
+}
+
+func TestTicketZeroValueDoneIsNoOp(t *testing.T) {
+	var tk Ticket
+	tk.Done(endpoint.Outcome{Err: errBoom}, t0) // must not panic
+}

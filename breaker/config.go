@@ -1,0 +1,231 @@
+package breaker
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The window types of Config.WindowType.
+const (
+	WindowCount = "count" // the last WindowSize calls
+	WindowTime  = "time"  // the calls of the last Window, in Buckets buckets
+)
+
+// Defaults of Config, applied to zero fields.
+const (
+	DefaultWindowSize     = 100
+	DefaultWindow         = time.Minute
+	DefaultBuckets        = 10
+	DefaultMinRequests    = 20
+	DefaultFailureRate    = 0.5
+	DefaultSlowRate       = 1.0
+	DefaultOpenFor        = 30 * time.Second
+	DefaultMaxOpenFor     = 5 * time.Minute
+	DefaultHalfOpenProbes = 3
+)
+
+// DefaultFailureStatuses is the status set counted as failures when
+// Config.FailureStatuses is empty.
+var DefaultFailureStatuses = []string{"500-599"}
+
+// Config configures a Breaker. The yaml tags are the keys of a breaker
+// block; every zero field takes its default.
+type Config struct {
+	// WindowType is "count" (default: the last WindowSize calls) or "time"
+	// (the calls of the last Window).
+	WindowType string `yaml:"window_type"`
+	// WindowSize is how many of the most recent calls a count window holds.
+	// Default 100.
+	WindowSize int `yaml:"window_size"`
+	// Window is how far back a time window looks. Default 1m.
+	Window time.Duration `yaml:"window"`
+	// Buckets is how many slices a time window is cut into; the oldest
+	// slice drops out whole, so more buckets slide more smoothly.
+	// Default 10.
+	Buckets int `yaml:"buckets"`
+	// MinRequests is how many calls the window must hold before the
+	// failure and slow-call rates can open the breaker. Default 20.
+	MinRequests int `yaml:"min_requests"`
+	// FailureRate is the share of failed calls in the window (0-1) at or
+	// above which the breaker opens. Default 0.5.
+	FailureRate float64 `yaml:"failure_rate"`
+	// SlowThreshold is the latency at or above which a call is slow.
+	// Default 0: slow calls are not tracked.
+	SlowThreshold time.Duration `yaml:"slow_threshold"`
+	// SlowRate is the share of slow calls in the window (0-1) at or above
+	// which the breaker opens. Default 1 (every call slow). Only with
+	// SlowThreshold.
+	SlowRate float64 `yaml:"slow_rate"`
+	// ConsecutiveFailures opens the breaker after that many failures in a
+	// row, whatever the window holds. Default 0: off.
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
+	// OpenFor is how long the breaker stays open before it lets probes
+	// through. Default 30s.
+	OpenFor time.Duration `yaml:"open_for"`
+	// MaxOpenFor caps the open period, which doubles each time the probes
+	// fail. Default 5m (at least OpenFor).
+	MaxOpenFor time.Duration `yaml:"max_open_for"`
+	// HalfOpenProbes is how many trial calls the half-open breaker admits;
+	// all must succeed to close it. Default 3.
+	HalfOpenProbes int `yaml:"half_open_probes"`
+	// FailureStatuses are the HTTP statuses that count as failures, each
+	// a code ("429") or an inclusive range ("500-599"). Default 500-599.
+	FailureStatuses []string `yaml:"failure_statuses"`
+}
+
+// FieldError is a problem with one Config field. Validate returns them
+// joined (errors.Join); unwrap with interface{ Unwrap() []error } to get
+// them all, for example to report each at its line.
+type FieldError struct {
+	Key string // the yaml key: "failure_rate", "open_for"
+	Err error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Validate reports every problem in c, or nil.
+func (c Config) Validate() error {
+	_, err := c.build()
+	return err
+}
+
+// settings is a validated Config with its defaults applied.
+type settings struct {
+	Config
+	statuses statusSet
+}
+
+// statusSet is a bitmap of the statuses 0-639, so that classifying an
+// outcome is a shift and a mask.
+type statusSet [10]uint64
+
+func (s *statusSet) add(lo, hi int) {
+	for c := lo; c <= hi; c++ {
+		s[c/64] |= 1 << (c % 64)
+	}
+}
+
+func (s *statusSet) has(code int) bool {
+	return code >= 0 && code < 640 && s[code/64]&(1<<(code%64)) != 0
+}
+
+func (c Config) build() (settings, error) {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &FieldError{key, fmt.Errorf(key+" "+format, args...)})
+	}
+	switch c.WindowType {
+	case "":
+		c.WindowType = WindowCount
+	case WindowCount, WindowTime:
+	default:
+		bad("window_type", "%q: must be %q or %q", c.WindowType, WindowCount, WindowTime)
+	}
+	if c.WindowSize < 0 {
+		bad("window_size", "%d: must not be negative", c.WindowSize)
+	} else if c.WindowSize == 0 {
+		c.WindowSize = DefaultWindowSize
+	}
+	if c.Window < 0 {
+		bad("window", "%v: must not be negative", c.Window)
+	} else if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Buckets < 0 {
+		bad("buckets", "%d: must not be negative", c.Buckets)
+	} else if c.Buckets == 0 {
+		c.Buckets = DefaultBuckets
+	}
+	if c.WindowType == WindowTime && c.Window > 0 && c.Buckets > 0 && c.Window/time.Duration(c.Buckets) < time.Millisecond {
+		bad("buckets", "%d: window %v cut into %d buckets leaves less than 1ms each", c.Buckets, c.Window, c.Buckets)
+	}
+	if c.MinRequests < 0 {
+		bad("min_requests", "%d: must not be negative", c.MinRequests)
+	} else if c.MinRequests == 0 {
+		c.MinRequests = DefaultMinRequests
+	}
+	if c.WindowType == WindowCount && c.WindowSize > 0 && c.MinRequests > c.WindowSize {
+		bad("min_requests", "%d: more than window_size %d, the failure rate could never open the breaker", c.MinRequests, c.WindowSize)
+	}
+	rate := func(key string, v *float64, def float64) {
+		switch {
+		case *v < 0 || *v > 1 || *v != *v:
+			bad(key, "%g: must be between 0 and 1", *v)
+		case *v == 0:
+			*v = def
+		}
+	}
+	rate("failure_rate", &c.FailureRate, DefaultFailureRate)
+	rate("slow_rate", &c.SlowRate, DefaultSlowRate)
+	if c.SlowThreshold < 0 {
+		bad("slow_threshold", "%v: must not be negative", c.SlowThreshold)
+	}
+	if c.ConsecutiveFailures < 0 {
+		bad("consecutive_failures", "%d: must not be negative", c.ConsecutiveFailures)
+	}
+	if c.OpenFor < 0 {
+		bad("open_for", "%v: must not be negative", c.OpenFor)
+	} else if c.OpenFor == 0 {
+		c.OpenFor = DefaultOpenFor
+	}
+	if c.MaxOpenFor < 0 {
+		bad("max_open_for", "%v: must not be negative", c.MaxOpenFor)
+	} else if c.MaxOpenFor == 0 {
+		c.MaxOpenFor = max(DefaultMaxOpenFor, c.OpenFor)
+	} else if c.OpenFor > 0 && c.MaxOpenFor < c.OpenFor {
+		bad("max_open_for", "%v: must not be less than open_for %v", c.MaxOpenFor, c.OpenFor)
+	}
+	if c.HalfOpenProbes < 0 {
+		bad("half_open_probes", "%d: must not be negative", c.HalfOpenProbes)
+	} else if c.HalfOpenProbes == 0 {
+		c.HalfOpenProbes = DefaultHalfOpenProbes
+	}
+	s := settings{}
+	statuses := c.FailureStatuses
+	if len(statuses) == 0 {
+		statuses = DefaultFailureStatuses
+	}
+	for _, st := range statuses {
+		lo, hi, err := parseStatusRange(st)
+		if err != nil {
+			bad("failure_statuses", "%q: %v", st, err)
+			continue
+		}
+		s.statuses.add(lo, hi)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return settings{}, err
+	}
+	s.Config = c
+	return s, nil
+}
+
+// parseStatusRange parses "503" or "500-599".
+func parseStatusRange(s string) (lo, hi int, err error) {
+	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	if lo, err = parseStatus(a); err != nil {
+		return 0, 0, err
+	}
+	hi = lo
+	if isRange {
+		if hi, err = parseStatus(b); err != nil {
+			return 0, 0, err
+		}
+		if hi < lo {
+			return 0, 0, fmt.Errorf("range ends before it starts")
+		}
+	}
+	return lo, hi, nil
+}
+
+func parseStatus(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 100 || n > 599 {
+		return 0, fmt.Errorf("not a status code or range of them (100-599)")
+	}
+	return n, nil
+}
