@@ -23,6 +23,10 @@ const (
 // empty: the gateway errors, which say the upstream (not the request) failed.
 var DefaultStatuses = []int{502, 503, 504}
 
+// defaultRetryOn is shared, not rebuilt, so that WithDefaults (called on
+// every backoff) does not allocate.
+var defaultRetryOn = []string{"connect_failure", "reset", "timeout"}
+
 // Condition is a bit set of transport failures worth retrying.
 type Condition uint8
 
@@ -127,7 +131,7 @@ func (p Policy) WithDefaults() Policy {
 		p.BackoffMax = DefaultBackoffMax
 	}
 	if len(p.RetryOn) == 0 {
-		p.RetryOn = []string{"connect_failure", "reset", "timeout"}
+		p.RetryOn = defaultRetryOn
 	}
 	if len(p.Statuses) == 0 {
 		p.Statuses = DefaultStatuses
