@@ -277,6 +277,11 @@ func TestInlineProblems(t *testing.T) {
 			}},
 		{"health rise 0", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health: {active: {rise: 0}}\n",
 			[]string{`8:29: rise 0: must be at least 1`}},
+		{"breaker and fallback", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        breaker: {failure_rate: 1.5}\n        fallback: {steps: [{type: backup, upstream: nope}]}\n" + upstreams,
+			[]string{
+				`6:33: failure_rate 1.5: must be between 0 and 1`,
+				`7:53: backup upstream "nope" is not defined`,
+			}},
 		{"negative duration", "shutdown_timeout: -5s\n",
 			[]string{`1:19: duration must not be negative, got "-5s"`}},
 		{"duration without unit", "shutdown_timeout: 30\n",

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
@@ -20,7 +21,10 @@ import (
 
 var (
 	durationType = reflect.TypeFor[Duration]()
-	sizeType     = reflect.TypeFor[Size]()
+	// stdDurationType lets library config structs (breaker.Config,
+	// fallback.StepConfig) be decoded in place, with the same syntax.
+	stdDurationType = reflect.TypeFor[time.Duration]()
+	sizeType        = reflect.TypeFor[Size]()
 )
 
 // maxValues bounds the number of values decoded from one file, counting
@@ -48,7 +52,7 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, s *site) {
 	n = resolve(n)
 
 	switch v.Type() {
-	case durationType:
+	case durationType, stdDurationType:
 		if text, ok := d.scalar(n, s, `a duration like "250ms"`); ok {
 			dur, err := parseDuration(text)
 			d.set(n, s, err, func() { v.SetInt(int64(dur)) })

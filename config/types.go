@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/health"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 	rlredis "github.com/switchboard-dev/switchboard/ratelimit/redis"
@@ -114,6 +116,14 @@ type Route struct {
 	// Concurrency caps the route's requests in flight (a bulkhead), with an
 	// optional bounded queue. A request over the cap gets 503.
 	Concurrency *Concurrency `yaml:"concurrency"`
+	// Breaker is the route's circuit breaker: while it is open, requests go
+	// straight to the fallback chain (or get 503) without touching the
+	// upstream. Keys: docs/breaker.md.
+	Breaker *breaker.Config `yaml:"breaker"`
+	// Fallback is the chain of steps tried when the route cannot answer
+	// (breaker open, no healthy endpoint, configured statuses). Keys:
+	// docs/retry.md.
+	Fallback *fallback.Config `yaml:"fallback"`
 }
 
 // RateLimit is one limit on a route. docs/ratelimit.md describes the

@@ -7,12 +7,15 @@ import (
 	"net"
 	"net/netip"
 	"net/textproto"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 )
 
@@ -302,6 +305,88 @@ func (v *validator) checkLimits(r *Route) {
 	if c := r.Concurrency; c != nil {
 		v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
 	}
+	if b := r.Breaker; b != nil && !v.bad(b) {
+		v.pathErrors(b.Validate(), b)
+	}
+	if f := r.Fallback; f != nil && !v.bad(f) {
+		v.pathErrors(f.Validate(), f)
+		v.pathErrors(f.CheckUpstreams(func(name string) bool { return v.cfg.Upstreams[name] != nil }), f)
+	}
+}
+
+// pathErrors reports each keyed error of a library config (breaker,
+// fallback) at the value its key path names ("open_for", "steps[1].status"),
+// found through the yaml tags of root's struct.
+func (v *validator) pathErrors(err error, root any) {
+	if err == nil {
+		return
+	}
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		key, inner := "", e
+		var be *breaker.FieldError
+		var fe *fallback.FieldError
+		switch {
+		case errors.As(e, &be):
+			key, inner = be.Key, be.Err
+		case errors.As(e, &fe):
+			key, inner = fe.Key, fe.Err
+		}
+		if at := fieldByPath(root, key); at != nil && v.present(at) {
+			v.errorf(at, "%v", inner)
+			continue
+		}
+		v.keyErrorf(root, "%v", e)
+	}
+}
+
+// fieldByPath follows a yaml key path ("a.b", "steps[2].status") from the
+// struct root points to and returns a pointer to that field, or nil.
+func fieldByPath(root any, path string) any {
+	if path == "" {
+		return nil
+	}
+	cur := reflect.ValueOf(root)
+	for _, part := range strings.Split(path, ".") {
+		name, idx := part, -1
+		if i := strings.IndexByte(part, '['); i > 0 && strings.HasSuffix(part, "]") {
+			n, err := strconv.Atoi(part[i+1 : len(part)-1])
+			if err != nil {
+				return nil
+			}
+			name, idx = part[:i], n
+		}
+		for cur.Kind() == reflect.Pointer {
+			if cur.IsNil() {
+				return nil
+			}
+			cur = cur.Elem()
+		}
+		if cur.Kind() != reflect.Struct {
+			return nil
+		}
+		found := false
+		for i := 0; i < cur.NumField(); i++ {
+			tag, _, _ := strings.Cut(cur.Type().Field(i).Tag.Get("yaml"), ",")
+			if tag == name {
+				cur, found = cur.Field(i), true
+				break
+			}
+		}
+		if !found {
+			return nil
+		}
+		if idx >= 0 {
+			if cur.Kind() != reflect.Slice || idx >= cur.Len() {
+				return nil
+			}
+			cur = cur.Index(idx)
+		}
+	}
+	return cur.Addr().Interface()
 }
 
 // checkHealth checks an upstream's health block. The health package judges

@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/fallback"
 )
 
 // HeaderLoad is the response header in which an endpoint may report its own
@@ -60,11 +61,31 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// serveRoute passes the route's limits, then forwards.
+// serveRoute passes the route's limits and breaker, then forwards.
 func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, t *table, rt *route, start time.Time) result {
 	if ok, status := h.limit(w, r, rt, start); !ok {
 		return result{status: status}
 	}
+	if rt.brk == nil {
+		return h.guarded(w, r, t, rt, start)
+	}
+	ticket, err := rt.brk.Allow(start)
+	if err != nil {
+		// Open: the upstream is not touched at all.
+		if st, ok := h.degrade(w, r, rt, fallback.BreakerOpen, "breaker_open"); ok {
+			return result{status: st}
+		}
+		WriteError(w, http.StatusServiceUnavailable, CodeBreakerOpen, "route "+rt.name+": circuit breaker open")
+		return result{status: http.StatusServiceUnavailable}
+	}
+	res := h.guarded(w, r, t, rt, start)
+	now := time.Now()
+	ticket.Done(endpoint.Outcome{Status: res.status, Canceled: res.status == statusClientClosed, Latency: now.Sub(start)}, now)
+	return res
+}
+
+// guarded forwards inside the route's and upstream's bulkheads.
+func (h *Handler) guarded(w http.ResponseWriter, r *http.Request, t *table, rt *route, start time.Time) result {
 	if rt.bulkhead == nil && rt.up.bulkhead == nil {
 		return h.forward(w, r, t, rt, start)
 	}
@@ -145,6 +166,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 	for attempt := 0; ; attempt++ {
 		pick, err := rt.up.bal.Pick(info)
 		if err != nil {
+			if st, ok := h.degrade(w, r, rt, fallback.NoHealthyEndpoint, "no_healthy_endpoint"); ok {
+				return result{status: st}
+			}
 			WriteError(w, http.StatusServiceUnavailable, CodeNoEndpoint, "upstream "+rt.up.name+" has no endpoint that can take traffic")
 			return result{status: http.StatusServiceUnavailable}
 		}
@@ -176,7 +200,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 			}
 			delete(resp.Header, rt.up.loadHeader)
 		}
-		res := h.respond(w, r, t, resp, st.vals[2:3:3], out.upgrade != "")
+		res := h.respond(w, r, t, rt, resp, st.vals[2:3:3], out.upgrade != "")
 		res.ep = ep
 		o := endpoint.Outcome{Status: resp.StatusCode, Latency: hdrLatency, LoadReport: load}
 		if res.abort && ctx.Err() == nil {
@@ -211,6 +235,14 @@ func (h *Handler) upstreamError(rt *route, ep *endpoint.Endpoint, kind string) {
 // fail answers a request whose upstream exchange failed before a response.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rt *route, ep *endpoint.Endpoint, err error) result {
 	res := result{ep: ep}
+	var mbErr *http.MaxBytesError
+	if r.Context().Err() == nil && !isBodyError(err) && !errors.As(err, &mbErr) {
+		// Every attempt failed at the transport level.
+		if st, ok := h.degrade(w, r, rt, fallback.RetriesExhausted, "retries_exhausted"); ok {
+			res.status = st
+			return res
+		}
+	}
 	var ce *connectError
 	var mbe *http.MaxBytesError
 	switch {
@@ -247,7 +279,7 @@ func isTimeout(err error) bool {
 }
 
 // respond relays the upstream's response to the client.
-func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, resp *http.Response, reqID []string, upgrade bool) result {
+func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, rt *route, resp *http.Response, reqID []string, upgrade bool) result {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if !upgrade {
 			resp.Body.Close()
@@ -255,6 +287,18 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, resp
 			return result{status: http.StatusBadGateway}
 		}
 		return h.tunnel(w, t, resp)
+	}
+	if rt.fb != nil && rt.fb.Triggers().OnStatus(resp.StatusCode) {
+		if st, ok := h.degrade(w, r, rt, fallback.StatusCode, fallback.StatusReason(resp.StatusCode)); ok {
+			resp.Body.Close()
+			return result{status: st}
+		}
+	}
+	var stale *staleRecorder
+	var staleHeader http.Header
+	if rt.fb != nil && rt.fb.Cache() != nil && r.Method == http.MethodGet && resp.StatusCode == http.StatusOK {
+		// A good answer is kept for the stale step, if small enough.
+		stale, staleHeader = &staleRecorder{max: rt.staleMax}, resp.Header.Clone()
 	}
 	dst := w.Header()
 	copyResponseHeader(dst, resp.Header)
@@ -276,7 +320,11 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, resp
 	// A response of unknown length is a stream (server-sent events, gRPC
 	// over h2c, chunked progress): every piece goes out as it arrives.
 	flush := resp.ContentLength < 0
-	rerr, werr := copyBody(w, resp.Body, flush)
+	var body io.Reader = resp.Body
+	if stale != nil {
+		body = io.TeeReader(resp.Body, stale)
+	}
+	rerr, werr := copyBody(w, body, flush)
 	resp.Body.Close()
 	res := result{status: resp.StatusCode}
 	switch {
@@ -288,6 +336,9 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, resp
 	default:
 		for k, vv := range resp.Trailer {
 			dst[http.TrailerPrefix+k] = vv
+		}
+		if stale != nil && !stale.over {
+			rt.fb.Store(cacheKey(r), resp.StatusCode, staleHeader, stale.buf.Bytes(), time.Now())
 		}
 	}
 	return res

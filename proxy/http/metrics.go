@@ -11,13 +11,14 @@ import (
 // are resolved once per route and status code and cached, so a request
 // costs atomic adds, not label lookups.
 type Metrics struct {
-	requests *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	inflight *prometheus.GaugeVec
-	retries  *prometheus.CounterVec
-	errors   *prometheus.CounterVec
-	limits   *limitMetrics
-	states   *prometheus.CounterVec
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	inflight   *prometheus.GaugeVec
+	retries    *prometheus.CounterVec
+	errors     *prometheus.CounterVec
+	limits     *limitMetrics
+	states     *prometheus.CounterVec
+	resilience *resilienceMetrics
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -52,6 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "Endpoint state changes made by health checking, by upstream, endpoint and the state entered.",
 	}, []string{"upstream", "endpoint", "state"})
 	reg.MustRegister(m.states)
+	m.resilience = newResilienceMetrics(reg)
 	return m
 }
 

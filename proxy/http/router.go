@@ -4,6 +4,9 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/fallback"
 	"strings"
 	"time"
 )
@@ -24,6 +27,10 @@ type route struct {
 	bulkhead           *bulkhead  // nil: no concurrency limit
 	bulkheadRejected   prometheus.Counter
 	upBulkheadRejected prometheus.Counter
+
+	brk      *breaker.Breaker // route breaker; nil for none
+	fb       *fallback.Chain  // fallback chain; nil for none
+	staleMax int64            // largest response body kept for stale
 }
 
 // table is one listener's routes, swapped whole on reload.

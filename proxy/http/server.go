@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/fallback"
 )
 
 // Server runs the HTTP listeners and upstreams of a configuration and moves
@@ -255,6 +256,15 @@ func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limit
 		var err error
 		if rt.limiters, rt.bulkhead, err = s.buildLimits(&rc, s.limits, limits); err != nil {
 			return nil, err
+		}
+		if err := s.buildResilience(rt, rc.Breaker, rc.Fallback, ups); err != nil {
+			return nil, fmt.Errorf("route %q: %w", rc.Name, err)
+		}
+		if rc.Fallback != nil {
+			rt.staleMax = rc.Fallback.Cache.MaxResponseBytes
+			if rt.staleMax == 0 {
+				rt.staleMax = fallback.DefaultMaxResponseBytes
+			}
 		}
 		rt.bulkheadRejected = s.limitMetrics.bulkhead.WithLabelValues(rc.Name, "route")
 		rt.upBulkheadRejected = s.limitMetrics.bulkhead.WithLabelValues(rc.Name, "upstream")

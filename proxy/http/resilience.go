@@ -1,0 +1,141 @@
+package httpproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/fallback"
+)
+
+// CodeBreakerOpen is the error code of a request refused because the
+// route's circuit breaker is open and no fallback step could answer.
+const CodeBreakerOpen = "breaker_open"
+
+// resilienceMetrics are the route breakers' and fallbacks' metrics.
+type resilienceMetrics struct {
+	breakerState       *prometheus.GaugeVec
+	breakerTransitions *prometheus.CounterVec
+	fallbacks          *prometheus.CounterVec
+}
+
+func newResilienceMetrics(reg prometheus.Registerer) *resilienceMetrics {
+	m := &resilienceMetrics{
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchboard_breaker_state",
+			Help: "A route breaker's state: 0 closed, 1 open, 2 half-open.",
+		}, []string{"route"}),
+		breakerTransitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_breaker_transitions_total",
+			Help: "Route breaker state changes, by route and the state entered.",
+		}, []string{"route", "to"}),
+		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_fallback_responses_total",
+			Help: "Degraded responses served by a fallback step, by route, step and trigger.",
+		}, []string{"route", "step", "reason"}),
+	}
+	reg.MustRegister(m.breakerState, m.breakerTransitions, m.fallbacks)
+	return m
+}
+
+// buildResilience makes a route's breaker and fallback chain.
+func (s *Server) buildResilience(rt *route, brk *breaker.Config, fb *fallback.Config, ups map[string]*Upstream) error {
+	if brk != nil {
+		b, err := breaker.New(*brk)
+		if err != nil {
+			return err
+		}
+		name, m, log := rt.name, s.metrics.resilience, s.log
+		m.breakerState.WithLabelValues(name).Set(0)
+		b.OnStateChange(func(from, to breaker.State, reason string, _ time.Time) {
+			m.breakerState.WithLabelValues(name).Set(float64(to))
+			m.breakerTransitions.WithLabelValues(name, to.String()).Inc()
+			log.Warn("route breaker changed state", "route", name, "from", from.String(), "to", to.String(), "reason", reason)
+		})
+		rt.brk = b
+	}
+	if fb != nil {
+		c, err := fallback.New(*fb, fallback.SenderFunc(func(ctx context.Context, name string, req *http.Request) (*http.Response, error) {
+			u := ups[name]
+			if u == nil {
+				return nil, errors.New("no upstream " + name)
+			}
+			return sendTo(ctx, u, req)
+		}))
+		if err != nil {
+			return err
+		}
+		rt.fb = c
+	}
+	return nil
+}
+
+// sendTo sends a body-less copy of req to one endpoint of u (a backup step).
+func sendTo(ctx context.Context, u *Upstream, req *http.Request) (*http.Response, error) {
+	var info balance.Info
+	pick, err := u.bal.Pick(&info)
+	if err != nil {
+		return nil, err
+	}
+	out := &outRequest{req: req, uri: requestURI(req), host: req.Host, header: req.Header, length: 0}
+	t0 := time.Now()
+	resp, err := u.roundTrip(ctx, time.Time{}, pick.Endpoint, out)
+	if err != nil {
+		pick.Done(endpoint.Outcome{Err: err, Latency: time.Since(t0)})
+		return nil, err
+	}
+	pick.Done(endpoint.Outcome{Status: resp.StatusCode, Latency: time.Since(t0)})
+	return resp, nil
+}
+
+// degrade answers through the route's fallback chain for the given trigger.
+// It reports false, writing nothing, when there is no chain for it or every
+// step failed.
+func (h *Handler) degrade(w http.ResponseWriter, r *http.Request, rt *route, trigger fallback.Trigger, reason string) (int, bool) {
+	// A status trigger was checked by the caller (Triggers.OnStatus).
+	if rt.fb == nil || (trigger != fallback.StatusCode && !rt.fb.Triggers().On(trigger)) {
+		return 0, false
+	}
+	resp, step, err := rt.fb.Serve(r.Context(), r, cacheKey(r), reason, time.Now())
+	if err != nil {
+		h.log.Debug("fallback chain failed", "route", rt.name, "reason", reason, "error", err)
+		return 0, false
+	}
+	defer resp.Body.Close()
+	rt.metrics.m.resilience.fallbacks.WithLabelValues(rt.name, step, reason).Inc()
+	copyResponseHeader(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+	return resp.StatusCode, true
+}
+
+// cacheKey is the stale cache's key for a request.
+func cacheKey(r *http.Request) string { return r.Method + " " + r.Host + r.URL.RequestURI() }
+
+// staleRecorder tees a good response's body for the stale cache, up to max
+// bytes; past that it gives up.
+type staleRecorder struct {
+	buf  bytes.Buffer
+	max  int64
+	over bool
+}
+
+func (s *staleRecorder) Write(p []byte) (int, error) {
+	if !s.over {
+		if int64(s.buf.Len()+len(p)) > s.max {
+			s.over = true
+			s.buf = bytes.Buffer{}
+		} else {
+			s.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}
