@@ -9,6 +9,7 @@ import (
 	"github.com/switchboard-dev/switchboard/health"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 	rlredis "github.com/switchboard-dev/switchboard/ratelimit/redis"
+	"github.com/switchboard-dev/switchboard/retry"
 )
 
 // Config is a whole switchboard configuration file. The field comments are
@@ -120,6 +121,11 @@ type Route struct {
 	// straight to the fallback chain (or get 503) without touching the
 	// upstream. Keys: docs/breaker.md.
 	Breaker *breaker.Config `yaml:"breaker"`
+	// Retry is the route's retry policy: attempts, per-try timeout,
+	// backoff with full jitter, what is retried, and the retry budget.
+	// Without it only a connect failure is tried once more elsewhere.
+	// Keys: docs/retry.md.
+	Retry *retry.Policy `yaml:"retry"`
 	// Fallback is the chain of steps tried when the route cannot answer
 	// (breaker open, no healthy endpoint, configured statuses). Keys:
 	// docs/retry.md.

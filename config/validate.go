@@ -17,6 +17,7 @@ import (
 	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/ratelimit"
+	"github.com/switchboard-dev/switchboard/retry"
 )
 
 // validator runs the semantic checks on a decoded Config.
@@ -305,6 +306,9 @@ func (v *validator) checkLimits(r *Route) {
 	if c := r.Concurrency; c != nil {
 		v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
 	}
+	if p := r.Retry; p != nil && !v.bad(p) {
+		v.pathErrors(p.Validate(), p)
+	}
 	if b := r.Breaker; b != nil && !v.bad(b) {
 		v.pathErrors(b.Validate(), b)
 	}
@@ -329,7 +333,10 @@ func (v *validator) pathErrors(err error, root any) {
 		key, inner := "", e
 		var be *breaker.FieldError
 		var fe *fallback.FieldError
+		var re *retry.FieldError
 		switch {
+		case errors.As(e, &re):
+			key, inner = re.Key, re.Err
 		case errors.As(e, &be):
 			key, inner = be.Key, be.Err
 		case errors.As(e, &fe):

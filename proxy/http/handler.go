@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +17,8 @@ import (
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/ratelimit"
+	"github.com/switchboard-dev/switchboard/retry"
 )
 
 // HeaderLoad is the response header in which an endpoint may report its own
@@ -80,7 +83,11 @@ func (h *Handler) serveRoute(w http.ResponseWriter, r *http.Request, t *table, r
 	}
 	res := h.guarded(w, r, t, rt, start)
 	now := time.Now()
-	ticket.Done(endpoint.Outcome{Status: res.status, Canceled: res.status == statusClientClosed, Latency: now.Sub(start)}, now)
+	o := endpoint.Outcome{Status: res.status, Canceled: res.status == statusClientClosed, Latency: now.Sub(start)}
+	if res.degraded {
+		o.Err = errDegraded
+	}
+	ticket.Done(o, now)
 	return res
 }
 
@@ -114,6 +121,9 @@ type result struct {
 	status int // as sent to the client; 499 when the client went away first
 	ep     *endpoint.Endpoint
 	abort  bool
+	// degraded: a fallback step answered in place of a failed upstream;
+	// the route breaker counts the failure, not the fallback's status.
+	degraded bool
 }
 
 // statusClientClosed is recorded (not sent) when the client went away
@@ -163,11 +173,32 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 	if rt.up.hashKey != nil {
 		info.Key, info.HasKey = rt.up.requestKey(r)
 	}
+	pol := rt.retry
+	maxAttempts := 2 // without a policy: one more try after a connect failure
+	var rb *retry.ReplayableBody
+	idempotent := true
+	if pol != nil {
+		maxAttempts = pol.Attempts
+		idempotent = retry.Retryable(r.Method, r.Header, pol.RetryNonIdempotent)
+		rt.budget.Deposit(start)
+		if body != nil && idempotent {
+			// Kept while it is first sent (never read ahead), so that it
+			// can go again; past body_limit it cannot.
+			rb = retry.NewReplayableBody(io.NopCloser(body), pol.BodyLimit)
+		}
+	}
 	for attempt := 0; ; attempt++ {
+		if rb != nil {
+			rd, err := rb.NewReader()
+			if err != nil {
+				break // cannot happen on the first attempt; retries check Replayable first
+			}
+			out.body = rd
+		}
 		pick, err := rt.up.bal.Pick(info)
 		if err != nil {
 			if st, ok := h.degrade(w, r, rt, fallback.NoHealthyEndpoint, "no_healthy_endpoint"); ok {
-				return result{status: st}
+				return result{status: st, degraded: true}
 			}
 			WriteError(w, http.StatusServiceUnavailable, CodeNoEndpoint, "upstream "+rt.up.name+" has no endpoint that can take traffic")
 			return result{status: http.StatusServiceUnavailable}
@@ -177,20 +208,39 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 		if attempt > 0 {
 			t0 = time.Now()
 		}
-		resp, err := rt.up.roundTrip(ctx, deadline, ep, out)
+		tryDeadline := deadline
+		if pol != nil && pol.PerTryTimeout > 0 {
+			if d := t0.Add(pol.PerTryTimeout); tryDeadline.IsZero() || d.Before(tryDeadline) {
+				tryDeadline = d
+			}
+		}
+		resp, err := rt.up.roundTrip(ctx, tryDeadline, ep, out)
 		if err != nil {
 			clientGone := ctx.Err() != nil
 			pick.Done(endpoint.Outcome{Err: err, Latency: time.Since(t0), Canceled: clientGone || isBodyError(err)})
-			var ce *connectError
-			if errors.As(err, &ce) && attempt == 0 && !clientGone && len(rt.up.pool.Snapshot().Ready) > 1 {
-				// Nothing was sent: always safe to try another endpoint.
-				h.upstreamError(rt, ep, "connect")
-				rt.metrics.m.retries.WithLabelValues(rt.up.name, "connect_failure").Inc()
-				st.tried[0] = ep
-				info.Tried = st.tried[:1]
-				continue
+			if reason := h.retryAfterError(rt, pol, err, attempt, maxAttempts, idempotent, rb, clientGone, deadline); reason != "" {
+				h.upstreamError(rt, ep, reason)
+				if h.retryWait(ctx, rt, pol, attempt, reason, deadline) {
+					st.tried = append(st.tried, ep)
+					info.Tried = st.tried
+					continue
+				}
 			}
 			return h.fail(w, r, rt, ep, err)
+		}
+		if pol != nil && pol.RetryStatus(resp.StatusCode) && attempt+1 < maxAttempts && idempotent &&
+			(rb == nil || rb.Replayable()) && rt.budget.TryWithdraw(time.Now()) {
+			// A status worth another try: this answer is dropped unseen.
+			io.CopyN(io.Discard, resp.Body, 64<<10)
+			resp.Body.Close()
+			pick.Done(endpoint.Outcome{Status: resp.StatusCode, Latency: time.Since(t0)})
+			if h.retryWait(ctx, rt, pol, attempt, "status", deadline) {
+				st.tried = append(st.tried, ep)
+				info.Tried = st.tried
+				continue
+			}
+			WriteError(w, http.StatusGatewayTimeout, CodeUpstreamTimeout, "upstream "+rt.up.name+": no time left to retry")
+			return result{status: http.StatusGatewayTimeout, ep: ep}
 		}
 		hdrLatency := time.Since(t0)
 		load := ""
@@ -209,15 +259,78 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 		pick.Done(o)
 		return res
 	}
+	WriteError(w, http.StatusBadGateway, CodeUpstreamError, "upstream "+rt.up.name+": the request body cannot be sent again")
+	return result{status: http.StatusBadGateway}
 }
 
-var errUpstreamBody = errors.New("upstream broke off the response body")
+// retryAfterError decides whether a failed attempt is tried again and says
+// why ("connect", "reset", "timeout"), or "" when it is not. A connect
+// failure sent nothing and is always safe; anything else needs a policy that
+// retries it, an idempotent request and a body that can be sent again.
+// Every retry under a policy is paid from the route's retry budget.
+func (h *Handler) retryAfterError(rt *route, pol *retry.Policy, err error, attempt, maxAttempts int, idempotent bool, rb *retry.ReplayableBody, clientGone bool, deadline time.Time) string {
+	if clientGone || attempt+1 >= maxAttempts || isBodyError(err) {
+		return ""
+	}
+	now := time.Now()
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return "" // the route's own time is up
+	}
+	var ce *connectError
+	isConnect := errors.As(err, &ce)
+	if pol == nil {
+		if isConnect && len(rt.up.pool.Snapshot().Ready) > 1 {
+			return "connect"
+		}
+		return ""
+	}
+	reason := "connect"
+	if !isConnect {
+		if !pol.RetryError(err) || !idempotent || (rb != nil && !rb.Replayable()) {
+			return ""
+		}
+		reason = "reset"
+		if isTimeout(err) {
+			reason = "timeout"
+		}
+	} else if !pol.RetryError(err) {
+		return ""
+	}
+	if !rt.budget.TryWithdraw(now) {
+		rt.metrics.m.retries.WithLabelValues(rt.up.name, "budget_exhausted").Inc()
+		return ""
+	}
+	return reason
+}
+
+// retryWait counts a retry and waits its backoff (full jitter). It reports
+// false when the client went away or the route's deadline would pass.
+func (h *Handler) retryWait(ctx context.Context, rt *route, pol *retry.Policy, attempt int, reason string, deadline time.Time) bool {
+	label := reason
+	if reason == "connect" {
+		label = "connect_failure"
+	}
+	rt.metrics.m.retries.WithLabelValues(rt.up.name, label).Inc()
+	if pol == nil {
+		return true
+	}
+	d := pol.Backoff(attempt, nil)
+	if !deadline.IsZero() && time.Now().Add(d).After(deadline) {
+		return false
+	}
+	return ratelimit.Sleep(ctx, d) == nil
+}
+
+var (
+	errUpstreamBody = errors.New("upstream broke off the response body")
+	errDegraded     = errors.New("upstream failed; a fallback step answered")
+)
 
 // reqState is the per-request state that must live on the heap.
 type reqState struct {
 	out   outRequest
 	info  balance.Info
-	tried [1]*endpoint.Endpoint
+	tried []*endpoint.Endpoint // endpoints already used, for retries
 	// vals backs the values of X-Forwarded-For, X-Forwarded-Host and
 	// X-Request-Id.
 	vals [3]string
@@ -239,7 +352,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, rt *route, ep *en
 	if r.Context().Err() == nil && !isBodyError(err) && !errors.As(err, &mbErr) {
 		// Every attempt failed at the transport level.
 		if st, ok := h.degrade(w, r, rt, fallback.RetriesExhausted, "retries_exhausted"); ok {
-			res.status = st
+			res.status, res.degraded = st, true
 			return res
 		}
 	}
@@ -291,7 +404,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, t *table, rt *
 	if rt.fb != nil && rt.fb.Triggers().OnStatus(resp.StatusCode) {
 		if st, ok := h.degrade(w, r, rt, fallback.StatusCode, fallback.StatusReason(resp.StatusCode)); ok {
 			resp.Body.Close()
-			return result{status: st}
+			return result{status: st, degraded: true}
 		}
 	}
 	var stale *staleRecorder

@@ -1,8 +1,11 @@
 package httpproxy_test
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,5 +97,125 @@ func TestFallbackOnNoHealthyEndpoint(t *testing.T) {
 	resp, body := doGet(t, p.url("web")+"/", nil)
 	if resp.StatusCode != 200 || body != "maintenance" || !strings.HasPrefix(resp.Header.Get("X-Switchboard-Degraded"), "static: no_healthy_endpoint") {
 		t.Fatalf("%d %q %q", resp.StatusCode, body, resp.Header.Get("X-Switchboard-Degraded"))
+	}
+}
+
+// statusBackend answers every request with status (200: its name).
+func statusBackend(t *testing.T, name string, status int, hits *atomic.Int64) *backend {
+	return newBackend(t, name, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.Copy(io.Discard, r.Body)
+		if status != 200 {
+			http.Error(w, name+" failing", status)
+			return
+		}
+		io.WriteString(w, name)
+	})
+}
+
+func TestRetryOnStatusGoesToAnotherEndpoint(t *testing.T) {
+	var badHits, goodHits atomic.Int64
+	bad := statusBackend(t, "bad", http.StatusServiceUnavailable, &badHits)
+	good := statusBackend(t, "good", 200, &goodHits)
+	p := startProxy(t, limitYAML(`        retry: {attempts: 2, statuses: [503], backoff_base: 1ms, backoff_max: 2ms}`, bad.addr()+"}, {address: "+good.addr()))
+	for i := 0; i < 6; i++ {
+		if resp, body := doGet(t, p.url("web")+"/", nil); resp.StatusCode != 200 || body != "good" {
+			t.Fatalf("request %d: %d %q; a 503 must be retried on the other endpoint", i, resp.StatusCode, body)
+		}
+	}
+	if got := p.metric("switchboard_upstream_retries_total", map[string]string{"upstream": "app", "reason": "status"}); got != float64(badHits.Load()) {
+		t.Fatalf("status retries %v, bad endpoint hits %d", got, badHits.Load())
+	}
+}
+
+func TestPostIsRetriedOnlyWithIdempotencyKey(t *testing.T) {
+	var badHits, goodHits atomic.Int64
+	bad := statusBackend(t, "bad", http.StatusServiceUnavailable, &badHits)
+	good := statusBackend(t, "good", 200, &goodHits)
+	// Round robin starts at bad: every first attempt fails.
+	p := startProxy(t, limitYAML(`        retry: {attempts: 2, statuses: [503], backoff_base: 1ms, backoff_max: 2ms}`, bad.addr()+"}, {address: "+good.addr()))
+	post := func(key string) (int, string) {
+		req, _ := http.NewRequest("POST", p.url("web")+"/orders", strings.NewReader(`{"item": 1}`))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := post(""); code != 503 || badHits.Load() != 1 || goodHits.Load() != 0 {
+		t.Fatalf("POST without Idempotency-Key: %d, bad %d good %d; it must not be re-sent", code, badHits.Load(), goodHits.Load())
+	}
+	if code, body := post("k-1"); code != 200 || body != "good" {
+		t.Fatalf("POST with Idempotency-Key: %d %q; it may be retried", code, body)
+	}
+}
+
+func TestRetryBudgetBoundsAttemptsWhenEverythingFails(t *testing.T) {
+	var hits atomic.Int64
+	a := statusBackend(t, "a", http.StatusServiceUnavailable, &hits)
+	b := statusBackend(t, "b", http.StatusServiceUnavailable, &hits)
+	p := startProxy(t, limitYAML(`        retry: {attempts: 3, statuses: [503], backoff_base: 1ms, backoff_max: 1ms, budget_ratio: 0.2, budget_window: 10s, min_retries_per_second: 0.1}`, a.addr()+"}, {address: "+b.addr()))
+	const n = 8
+	const requests = 200
+	var wg sync.WaitGroup
+	for w := 0; w < n; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < requests/n; i++ {
+				resp, err := http.Get(p.url("web") + "/")
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// At most (1 + 0.2) x requests, plus the floor's 0.1/s x 10 s = 1.
+	if got, bound := hits.Load(), int64(1.2*requests)+1; got > bound {
+		t.Fatalf("%d upstream attempts for %d requests; the budget allows at most %d", got, requests, bound)
+	}
+	if hits.Load() <= requests {
+		t.Fatalf("no retry at all (%d attempts): the budget should allow some", hits.Load())
+	}
+}
+
+// TestCompositionRateLimitBreakerRetryFallback pins the order of one
+// route's protections: rate limit, then breaker, then retry, then fallback.
+func TestCompositionRateLimitBreakerRetryFallback(t *testing.T) {
+	var hits atomic.Int64
+	b := statusBackend(t, "b", http.StatusServiceUnavailable, &hits)
+	p := startProxy(t, limitYAML(`        rate_limit: [{name: cap, rate: 1/h, burst: 7}]
+        breaker: {window_size: 10, min_requests: 3, failure_rate: 0.5, open_for: 1h}
+        retry: {attempts: 2, statuses: [503], backoff_base: 1ms, backoff_max: 1ms}
+        fallback:
+          on: [breaker_open, status:503]
+          steps: [{type: static, status: 200, body: sorry}]`, b.addr()))
+	var got []string
+	for i := 0; i < 8; i++ {
+		resp, body := doGet(t, p.url("web")+"/", nil)
+		got = append(got, fmt.Sprintf("%d %s %s", resp.StatusCode, strings.TrimSpace(body), resp.Header.Get("X-Switchboard-Degraded")))
+	}
+	want := []string{
+		// Three requests reach the upstream twice each (the retry), then
+		// the fallback answers for the 503; the breaker counts each as a
+		// failure, and three failures open it.
+		"200 sorry static: status:503", "200 sorry static: status:503", "200 sorry static: status:503",
+		// Open: the fallback answers without an upstream call.
+		"200 sorry static: breaker_open", "200 sorry static: breaker_open", "200 sorry static: breaker_open", "200 sorry static: breaker_open",
+		// The rate limit comes first of all: the 8th request is over its burst of 7.
+		`429 {"error":"rate limit cap of route api exceeded","code":"rate_limited"} `,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if hits.Load() != 6 {
+		t.Fatalf("upstream attempts %d, want 6 (3 requests x 2 attempts)", hits.Load())
 	}
 }

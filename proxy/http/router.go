@@ -7,6 +7,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/retry"
 	"strings"
 	"time"
 )
@@ -31,6 +32,9 @@ type route struct {
 	brk      *breaker.Breaker // route breaker; nil for none
 	fb       *fallback.Chain  // fallback chain; nil for none
 	staleMax int64            // largest response body kept for stale
+
+	retry  *retry.Policy // nil: only the connect-failure retry
+	budget *retry.Budget
 }
 
 // table is one listener's routes, swapped whole on reload.

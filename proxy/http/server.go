@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/retry"
 )
 
 // Server runs the HTTP listeners and upstreams of a configuration and moves
@@ -259,6 +260,10 @@ func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limit
 		}
 		if err := s.buildResilience(rt, rc.Breaker, rc.Fallback, ups); err != nil {
 			return nil, fmt.Errorf("route %q: %w", rc.Name, err)
+		}
+		if rc.Retry != nil {
+			p := rc.Retry.WithDefaults()
+			rt.retry, rt.budget = &p, retry.NewBudget(p)
 		}
 		if rc.Fallback != nil {
 			rt.staleMax = rc.Fallback.Cache.MaxResponseBytes
