@@ -219,3 +219,47 @@ func TestCompositionRateLimitBreakerRetryFallback(t *testing.T) {
 		t.Fatalf("upstream attempts %d, want 6 (3 requests x 2 attempts)", hits.Load())
 	}
 }
+
+func TestRouteBreakerProbesAfterOpenForAndClosesWhenTheBackendRecovers(t *testing.T) {
+	var hits atomic.Int64
+	var failing atomic.Bool
+	failing.Store(true)
+	b := newBackend(t, "b", func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if failing.Load() {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	p := startProxy(t, limitYAML(`        breaker: {window_size: 10, min_requests: 4, failure_rate: 0.5, open_for: 200ms, half_open_probes: 3}`, b.addr()))
+	for i := 0; i < 4; i++ {
+		doGet(t, p.url("web")+"/", nil)
+	}
+	if resp, _ := doGet(t, p.url("web")+"/", nil); resp.StatusCode != 503 || hits.Load() != 4 {
+		t.Fatalf("open: %d with %d upstream hits, want 503 and 4", resp.StatusCode, hits.Load())
+	}
+	failing.Store(false)
+	time.Sleep(250 * time.Millisecond) // letting open_for pass: time itself is what is tested
+	for i := 0; i < 3; i++ {
+		if resp, body := doGet(t, p.url("web")+"/", nil); resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("probe %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	if got := p.metric("switchboard_breaker_state", map[string]string{"route": "api"}); got != 0 {
+		t.Fatalf("after 3 good probes the breaker is %v, want 0 (closed)", got)
+	}
+	for i := 0; i < 5; i++ {
+		if resp, _ := doGet(t, p.url("web")+"/", nil); resp.StatusCode != 200 {
+			t.Fatalf("traffic after closing: %d", resp.StatusCode)
+		}
+	}
+	if hits.Load() != 4+3+5 {
+		t.Fatalf("upstream hits %d, want 12", hits.Load())
+	}
+	for _, to := range []string{"open", "half-open", "closed"} {
+		if got := p.metric("switchboard_breaker_transitions_total", map[string]string{"route": "api", "to": to}); got != 1 {
+			t.Errorf("transitions to %s: %v, want 1", to, got)
+		}
+	}
+}
