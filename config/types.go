@@ -258,6 +258,10 @@ type Upstream struct {
 	Concurrency *Concurrency `yaml:"concurrency"`
 	// Health configures active checks, passive ejection and panic mode.
 	Health Health `yaml:"health"`
+	// Breaker gives every endpoint a circuit breaker of its own: an open
+	// breaker puts its endpoint in the breaker_open state, and picks skip
+	// it. Keys: docs/breaker.md.
+	Breaker *breaker.Config `yaml:"breaker"`
 }
 
 // Health configures how endpoints are judged. docs/health.md describes

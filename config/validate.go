@@ -554,6 +554,9 @@ func (v *validator) checkUpstreams() {
 			v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
 		}
 		v.checkHealth(&u.Health)
+		if b := u.Breaker; b != nil && !v.bad(b) {
+			v.pathErrors(b.Validate(), b)
+		}
 		if len(u.Targets) == 0 && !v.bad(&u.Targets) {
 			v.errorf(&u.Targets, "upstream %q has no targets", name)
 		}

@@ -2,12 +2,15 @@ package httpproxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/health"
@@ -16,7 +19,8 @@ import (
 // healthState runs an upstream's active checks and passive ejection and
 // folds their verdicts into the one state each endpoint has.
 //
-// Precedence, most severe first: ejected (passive), unhealthy (active),
+// Precedence, most severe first: ejected (passive), breaker_open (the
+// endpoint's breaker), unhealthy (active),
 // probation (passive, back from ejection), healthy. An endpoint that active
 // checks find healthy again leaves a passive ejection early, on probation. An endpoint starts
 // healthy: with active checks it is taken out after `fall` failures, not
@@ -33,11 +37,13 @@ type healthState struct {
 
 	monitor  *health.Monitor
 	detector *health.Detector
+	brkCfg   *breaker.Config // per-endpoint breakers; nil for none
 	stop     context.CancelFunc
 	done     chan struct{}
 
-	mu      sync.Mutex
-	verdict map[*endpoint.Endpoint]*verdicts
+	mu       sync.Mutex
+	verdict  map[*endpoint.Endpoint]*verdicts
+	breakers atomic.Pointer[map[*endpoint.Endpoint]*breaker.Breaker]
 }
 
 type verdicts struct {
@@ -45,15 +51,24 @@ type verdicts struct {
 	activeReason  string
 	passive       endpoint.State // Healthy, Ejected or Probation
 	passiveReason string
+	breakerOpen   bool
+	breakerReason string
 }
 
 // newHealthState builds (but does not start) the health machinery of an
 // upstream. It returns nil when the upstream has neither kind of check.
-func newHealthState(upstream string, pool *endpoint.Pool, cfg config.Health, log *slog.Logger, changes *prometheus.CounterVec) (*healthState, error) {
-	if cfg.Active == nil && cfg.Passive == nil {
+func newHealthState(upstream string, pool *endpoint.Pool, cfg config.Health, brk *breaker.Config, log *slog.Logger, changes *prometheus.CounterVec) (*healthState, error) {
+	if cfg.Active == nil && cfg.Passive == nil && brk == nil {
 		return nil, nil
 	}
-	h := &healthState{upstream: upstream, pool: pool, cfg: cfg, log: log, changes: changes, verdict: map[*endpoint.Endpoint]*verdicts{}}
+	if brk != nil {
+		if _, err := breaker.New(*brk); err != nil {
+			return nil, fmt.Errorf("breaker: %w", err)
+		}
+	}
+	h := &healthState{upstream: upstream, pool: pool, cfg: cfg, brkCfg: brk, log: log, changes: changes, verdict: map[*endpoint.Endpoint]*verdicts{}}
+	empty := map[*endpoint.Endpoint]*breaker.Breaker{}
+	h.breakers.Store(&empty)
 	if cfg.Active != nil {
 		m, err := health.NewMonitor(cfg.Active.Library(), h.onActive, health.WithLogger(log))
 		if err != nil {
@@ -86,13 +101,25 @@ func (h *healthState) start() {
 	}
 	go func() {
 		defer close(h.done)
-		if h.detector == nil {
+		if h.detector == nil && h.brkCfg == nil {
 			<-ctx.Done()
 			return
 		}
-		// Ejections end, and latency outliers are judged, on this tick.
-		tick := h.detector.Config().BaseEjection / 20
-		tick = min(max(tick, 50*time.Millisecond), time.Second)
+		// Ejections end, latency outliers are judged, and open endpoint
+		// breakers turn half-open (no traffic reaches them to do it) on
+		// this tick.
+		tick := time.Second
+		if h.detector != nil {
+			tick = min(tick, h.detector.Config().BaseEjection/20)
+		}
+		if h.brkCfg != nil {
+			openFor := h.brkCfg.OpenFor
+			if openFor == 0 {
+				openFor = breaker.DefaultOpenFor
+			}
+			tick = min(tick, openFor/10)
+		}
+		tick = max(tick, 20*time.Millisecond)
 		t := time.NewTicker(tick)
 		defer t.Stop()
 		for {
@@ -100,7 +127,12 @@ func (h *healthState) start() {
 			case <-ctx.Done():
 				return
 			case now := <-t.C:
-				h.detector.Tick(now)
+				if h.detector != nil {
+					h.detector.Tick(now)
+				}
+				for _, b := range *h.breakers.Load() {
+					b.State(now)
+				}
 			}
 		}
 	}()
@@ -119,11 +151,36 @@ func (h *healthState) sync(eps []*endpoint.Endpoint) {
 		next[ep] = v
 	}
 	h.verdict = next
+	if h.brkCfg != nil {
+		old := *h.breakers.Load()
+		brks := make(map[*endpoint.Endpoint]*breaker.Breaker, len(eps))
+		for _, ep := range eps {
+			b := old[ep]
+			if b == nil {
+				b, _ = breaker.New(*h.brkCfg) // validated in newHealthState
+				ep := ep
+				b.OnStateChange(func(_, to breaker.State, reason string, at time.Time) { h.onBreaker(ep, to, reason, at) })
+			}
+			brks[ep] = b
+		}
+		h.breakers.Store(&brks)
+	}
 	h.mu.Unlock()
+	var obs endpoint.Observers
 	if h.detector != nil {
 		h.detector.Update(eps)
+		obs = append(obs, h.detector)
+	}
+	if h.brkCfg != nil {
+		obs = append(obs, breakerObserver{h})
+	}
+	if len(obs) > 0 {
+		var o endpoint.Observer = obs
+		if len(obs) == 1 {
+			o = obs[0]
+		}
 		for _, ep := range eps {
-			ep.SetObserver(h.detector)
+			ep.SetObserver(o)
 		}
 	}
 	if h.monitor != nil {
@@ -143,7 +200,7 @@ func (h *healthState) close(eps []*endpoint.Endpoint, why string) {
 	}
 	changed := false
 	for _, ep := range eps {
-		if h.detector != nil {
+		if h.detector != nil || h.brkCfg != nil {
 			ep.SetObserver(nil)
 		}
 		if ep.SetStatus(endpoint.Healthy, why, time.Now()) {
@@ -185,6 +242,34 @@ func (h *healthState) onPassive(ep *endpoint.Endpoint, st endpoint.State, reason
 	h.apply(ep, now)
 }
 
+// breakerObserver feeds every outcome of an endpoint to its breaker. An
+// outcome the breaker does not admit (its half-open probe slots are taken)
+// is not counted.
+type breakerObserver struct{ h *healthState }
+
+func (o breakerObserver) Observe(ep *endpoint.Endpoint, out endpoint.Outcome) {
+	b := (*o.h.breakers.Load())[ep]
+	if b == nil {
+		return
+	}
+	now := time.Now()
+	if t, err := b.Allow(now); err == nil {
+		t.Done(out, now)
+	}
+}
+
+func (h *healthState) onBreaker(ep *endpoint.Endpoint, to breaker.State, reason string, now time.Time) {
+	h.mu.Lock()
+	v := h.verdict[ep]
+	if v == nil {
+		h.mu.Unlock()
+		return
+	}
+	v.breakerOpen, v.breakerReason = to == breaker.Open, "breaker "+reason
+	h.mu.Unlock()
+	h.apply(ep, now)
+}
+
 // apply folds ep's verdicts into its state.
 func (h *healthState) apply(ep *endpoint.Endpoint, now time.Time) {
 	h.mu.Lock()
@@ -197,12 +282,17 @@ func (h *healthState) apply(ep *endpoint.Endpoint, now time.Time) {
 	switch {
 	case v.passive == endpoint.Ejected:
 		st, reason = endpoint.Ejected, v.passiveReason
+	case v.breakerOpen:
+		st, reason = endpoint.BreakerOpen, v.breakerReason
 	case v.activeDown:
 		st, reason = endpoint.Unhealthy, v.activeReason
 	case v.passive == endpoint.Probation:
 		st, reason = endpoint.Probation, v.passiveReason
 	default:
 		reason = v.activeReason
+		if v.breakerReason != "" {
+			reason = v.breakerReason
+		}
 		if v.passiveReason != "" && (reason == "" || v.passive == endpoint.Healthy) {
 			reason = v.passiveReason
 		}

@@ -263,3 +263,39 @@ func TestRouteBreakerProbesAfterOpenForAndClosesWhenTheBackendRecovers(t *testin
 		}
 	}
 }
+
+func TestEndpointBreakerTakesAnEndpointOutAndBack(t *testing.T) {
+	a, b, c := newRestartable(t, "a"), newRestartable(t, "b"), newRestartable(t, "c")
+	b.fail.Store(true)
+	p := startProxy(t, strings.Replace(healthYAML(`      panic_threshold: 0`, a.addr, b.addr, c.addr),
+		"    health:", "    breaker: {window_size: 10, min_requests: 3, failure_rate: 0.5, open_for: 300ms, half_open_probes: 1}\n    health:", 1))
+	for i := 0; i < 9; i++ {
+		doGet(t, p.url("web")+"/", nil) // b answers its three with 500
+	}
+	st := p.waitState(b.addr, time.Second, endpoint.BreakerOpen)
+	if !strings.Contains(st.Reason, "open") {
+		t.Fatalf("reason %q", st.Reason)
+	}
+	hits := b.hits.Load()
+	for i := 0; i < 6; i++ {
+		if resp, body := doGet(t, p.url("web")+"/", nil); resp.StatusCode != 200 || body == "b" {
+			t.Fatalf("request %d while b's breaker is open: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	if b.hits.Load() != hits {
+		t.Fatal("picks did not skip the endpoint whose breaker is open")
+	}
+	b.fail.Store(false)
+	// After open_for the breaker turns half-open on its own tick and the
+	// endpoint takes traffic again; one good probe closes it.
+	p.waitState(b.addr, 3*time.Second, endpoint.Healthy)
+	for i := 0; i < 6; i++ {
+		doGet(t, p.url("web")+"/", nil)
+	}
+	if b.hits.Load() == hits {
+		t.Fatal("b took no traffic after its breaker let it back")
+	}
+	if st := p.endpointOf(b.addr).Status(); st.State != endpoint.Healthy {
+		t.Fatalf("b: %s (%s)", st.State, st.Reason)
+	}
+}

@@ -101,10 +101,10 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 		}
 		u.hashKey = &k
 	}
-	if prev != nil && reflect.DeepEqual(prev.cfg.Health, c.Health) {
+	if prev != nil && reflect.DeepEqual(prev.cfg.Health, c.Health) && reflect.DeepEqual(prev.cfg.Breaker, c.Breaker) {
 		u.health = prev.health
 	} else {
-		h, err := newHealthState(name, u.pool, c.Health, log, m.states)
+		h, err := newHealthState(name, u.pool, c.Health, c.Breaker, log, m.states)
 		if err != nil {
 			return nil, fmt.Errorf("health: %w", err)
 		}
