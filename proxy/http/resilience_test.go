@@ -299,3 +299,30 @@ func TestEndpointBreakerTakesAnEndpointOutAndBack(t *testing.T) {
 		t.Fatalf("b: %s (%s)", st.State, st.Reason)
 	}
 }
+
+func TestBackupUpstreamAnswersWhenThePrimaryFails(t *testing.T) {
+	var hits atomic.Int64
+	primary := statusBackend(t, "primary", http.StatusServiceUnavailable, &hits)
+	backup := newBackend(t, "backup", nil)
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - name: api
+        match: {path_prefix: /}
+        upstream: app
+        fallback:
+          on: [status:503]
+          steps: [{type: backup, upstream: spare}]
+upstreams:
+  app:
+    targets: [{address: `+primary.addr()+`}]
+  spare:
+    targets: [{address: `+backup.addr()+`}]
+`)
+	resp, body := doGet(t, p.url("web")+"/x", nil)
+	if resp.StatusCode != 200 || body != "backup" || resp.Header.Get("X-Switchboard-Degraded") != "backup: status:503" {
+		t.Fatalf("%d %q degraded %q", resp.StatusCode, body, resp.Header.Get("X-Switchboard-Degraded"))
+	}
+}
