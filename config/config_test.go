@@ -282,9 +282,9 @@ func TestInlineProblems(t *testing.T) {
 				`6:33: failure_rate 1.5: must be between 0 and 1`,
 				`7:53: backup upstream "nope" is not defined`,
 			}},
-		{"retry problems", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {attempts: 0, budget_ratio: -1}\n" + upstreams,
+		{"retry problems", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {attempts: 0, budget_percent: -1}\n" + upstreams,
 			[]string{
-				`6:44: must be between 0 and 1 (0.2 = one retry per five requests), got -1`,
+				`6:46: must be between 0 and 100 (20 = one retry per five requests), got -1`,
 			}},
 		{"negative duration", "shutdown_timeout: -5s\n",
 			[]string{`1:19: duration must not be negative, got "-5s"`}},

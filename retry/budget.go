@@ -37,14 +37,14 @@ type Budget struct {
 	sumWd      int64
 }
 
-// NewBudget returns an empty budget with p's budget_ratio, budget_window
+// NewBudget returns an empty budget with p's budget_percent, budget_window
 // and min_retries_per_second (defaults for zero fields). Share one per
 // upstream (or route): the budget is about the load on what is retried.
 func NewBudget(p Policy) *Budget {
 	p = p.WithDefaults()
 	return &Budget{
 		slot:       max(int64(p.BudgetWindow)/budgetSlots, 1),
-		ratioMilli: int64(math.Round(p.BudgetRatio * 1000)),
+		ratioMilli: int64(math.Round(p.BudgetPercent * 10)),
 		floorMilli: int64(math.Round(p.MinRetriesPerSecond * p.BudgetWindow.Seconds() * 1000)),
 	}
 }

@@ -46,11 +46,11 @@ func ExampleRetryable() {
 }
 
 func ExamplePolicy_Validate() {
-	err := retry.Policy{Attempts: -1, BudgetRatio: -0.2}.Validate()
+	err := retry.Policy{Attempts: -1, BudgetPercent: -20}.Validate()
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
 		fmt.Println(e)
 	}
 	// Output:
 	// attempts: must be at least 1 (the first try counts), got -1
-	// budget_ratio: must be between 0 and 1 (0.2 = one retry per five requests), got -0.2
+	// budget_percent: must be between 0 and 100 (20 = one retry per five requests), got -20
 }

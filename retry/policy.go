@@ -13,7 +13,7 @@ const (
 	DefaultAttempts            = 3
 	DefaultBackoffBase         = 25 * time.Millisecond
 	DefaultBackoffMax          = 250 * time.Millisecond
-	DefaultBudgetRatio         = 0.2
+	DefaultBudgetPercent       = 20
 	DefaultBudgetWindow        = 10 * time.Second
 	DefaultMinRetriesPerSecond = 10
 	DefaultBodyLimit           = 64 << 10
@@ -107,9 +107,9 @@ type Policy struct {
 	// Default 65536 (64 KiB).
 	BodyLimit int `yaml:"body_limit"`
 
-	// BudgetRatio is the fraction of recent requests that may be retried:
+	// BudgetPercent is the share, in percent, of recent requests that may be retried:
 	// 0.2 allows one retry per five requests over BudgetWindow. Default 0.2.
-	BudgetRatio float64 `yaml:"budget_ratio"`
+	BudgetPercent float64 `yaml:"budget_percent"`
 	// BudgetWindow is how far back the budget counts requests and retries.
 	// Default 10s.
 	BudgetWindow time.Duration `yaml:"budget_window"`
@@ -139,8 +139,8 @@ func (p Policy) WithDefaults() Policy {
 	if p.BodyLimit == 0 {
 		p.BodyLimit = DefaultBodyLimit
 	}
-	if p.BudgetRatio == 0 {
-		p.BudgetRatio = DefaultBudgetRatio
+	if p.BudgetPercent == 0 {
+		p.BudgetPercent = DefaultBudgetPercent
 	}
 	if p.BudgetWindow == 0 {
 		p.BudgetWindow = DefaultBudgetWindow
@@ -154,7 +154,7 @@ func (p Policy) WithDefaults() Policy {
 // FieldError is a problem with one Policy field. Validate returns them
 // joined (errors.Join), so that each can be reported at its line.
 type FieldError struct {
-	Key string // the yaml key: "attempts", "budget_ratio"
+	Key string // the yaml key: "attempts", "budget_percent"
 	Err error
 }
 
@@ -196,8 +196,8 @@ func (p Policy) Validate() error {
 	if p.BodyLimit < 0 {
 		bad("body_limit", "must not be negative, got %d", p.BodyLimit)
 	}
-	if p.BudgetRatio < 0 || p.BudgetRatio > 1 {
-		bad("budget_ratio", "must be between 0 and 1 (0.2 = one retry per five requests), got %g", p.BudgetRatio)
+	if p.BudgetPercent < 0 || p.BudgetPercent > 100 {
+		bad("budget_percent", "must be between 0 and 100 (20 = one retry per five requests), got %g", p.BudgetPercent)
 	}
 	if p.BudgetWindow < 0 {
 		bad("budget_window", "must not be negative, got %s", p.BudgetWindow)

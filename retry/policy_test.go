@@ -63,7 +63,7 @@ func TestValidateReportsEachBadKey(t *testing.T) {
 	p := Policy{
 		Attempts: -1, PerTryTimeout: -time.Second, BackoffBase: time.Second, BackoffMax: time.Millisecond,
 		RetryOn: []string{"timeout", "sometimes"}, Statuses: []int{503, 42}, BodyLimit: -5,
-		BudgetRatio: -0.1, BudgetWindow: -time.Second, MinRetriesPerSecond: -1,
+		BudgetPercent: -10, BudgetWindow: -time.Second, MinRetriesPerSecond: -1,
 	}
 	err := p.Validate()
 	if err == nil {
@@ -77,17 +77,17 @@ func TestValidateReportsEachBadKey(t *testing.T) {
 		}
 		keys = append(keys, fe.Key)
 	}
-	want := "attempts per_try_timeout backoff_max retry_on statuses body_limit budget_ratio budget_window min_retries_per_second"
+	want := "attempts per_try_timeout backoff_max retry_on statuses body_limit budget_percent budget_window min_retries_per_second"
 	if got := strings.Join(keys, " "); got != want {
 		t.Fatalf("Validate reported keys %q, want %q\nerror: %v", got, want, err)
 	}
-	if !strings.Contains(err.Error(), "budget_ratio: must be between 0 and 1") {
+	if !strings.Contains(err.Error(), "budget_percent: must be between 0 and 100") {
 		t.Fatalf("budget error does not explain itself: %v", err)
 	}
 }
 
 func TestValidateAcceptsZeroAndDefaults(t *testing.T) {
-	for _, p := range []Policy{{}, Policy{}.WithDefaults(), {Attempts: 1, BudgetRatio: 1}} {
+	for _, p := range []Policy{{}, Policy{}.WithDefaults(), {Attempts: 1, BudgetPercent: 100}} {
 		if err := p.Validate(); err != nil {
 			t.Fatalf("Validate(%+v) = %v, want nil", p, err)
 		}

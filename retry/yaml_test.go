@@ -18,7 +18,7 @@ retry_on: [connect_failure, timeout]
 statuses: [503]
 retry_non_idempotent: true
 body_limit: 1024
-budget_ratio: 0.1
+budget_percent: 10
 budget_window: 30s
 min_retries_per_second: 5
 `
@@ -29,7 +29,7 @@ min_retries_per_second: 5
 	want := Policy{
 		Attempts: 4, PerTryTimeout: 2 * time.Second, BackoffBase: 10 * time.Millisecond, BackoffMax: time.Second,
 		RetryOn: []string{"connect_failure", "timeout"}, Statuses: []int{503}, RetryNonIdempotent: true,
-		BodyLimit: 1024, BudgetRatio: 0.1, BudgetWindow: 30 * time.Second, MinRetriesPerSecond: 5,
+		BodyLimit: 1024, BudgetPercent: 10, BudgetWindow: 30 * time.Second, MinRetriesPerSecond: 5,
 	}
 	if !reflect.DeepEqual(p, want) {
 		t.Fatalf("decoded %+v\nwant    %+v", p, want)

@@ -159,7 +159,7 @@ func TestRetryBudgetBoundsAttemptsWhenEverythingFails(t *testing.T) {
 	var hits atomic.Int64
 	a := statusBackend(t, "a", http.StatusServiceUnavailable, &hits)
 	b := statusBackend(t, "b", http.StatusServiceUnavailable, &hits)
-	p := startProxy(t, limitYAML(`        retry: {attempts: 3, statuses: [503], backoff_base: 1ms, backoff_max: 1ms, budget_ratio: 0.2, budget_window: 10s, min_retries_per_second: 0.1}`, a.addr()+"}, {address: "+b.addr()))
+	p := startProxy(t, limitYAML(`        retry: {attempts: 3, statuses: [503], backoff_base: 1ms, backoff_max: 1ms, budget_percent: 20, budget_window: 10s, min_retries_per_second: 0.1}`, a.addr()+"}, {address: "+b.addr()))
 	const n = 8
 	const requests = 200
 	var wg sync.WaitGroup
