@@ -286,6 +286,8 @@ func TestInlineProblems(t *testing.T) {
 			[]string{
 				`6:46: must be between 0 and 100 (20 = one retry per five requests), got -1`,
 			}},
+		{"bad hedge", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {hedge_after: soon}\n" + upstreams,
+			[]string{`6:30: must be a positive duration like "50ms" or "p95", got "soon"`}},
 		{"negative duration", "shutdown_timeout: -5s\n",
 			[]string{`1:19: duration must not be negative, got "-5s"`}},
 		{"duration without unit", "shutdown_timeout: 30\n",

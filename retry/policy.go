@@ -107,8 +107,9 @@ type Policy struct {
 	// Default 65536 (64 KiB).
 	BodyLimit int `yaml:"body_limit"`
 
-	// BudgetPercent is the share, in percent, of recent requests that may be retried:
-	// 0.2 allows one retry per five requests over BudgetWindow. Default 0.2.
+	// BudgetPercent is the share, in percent, of recent requests that may
+	// be retried: 20 allows one retry per five requests over BudgetWindow.
+	// Default 20.
 	BudgetPercent float64 `yaml:"budget_percent"`
 	// BudgetWindow is how far back the budget counts requests and retries.
 	// Default 10s.
@@ -117,6 +118,27 @@ type Policy struct {
 	// little traffic can still retry: MinRetriesPerSecond × BudgetWindow
 	// retries are allowed on top of the ratio. Default 10.
 	MinRetriesPerSecond float64 `yaml:"min_retries_per_second"`
+
+	// HedgeAfter turns on hedging for idempotent requests without a body:
+	// when no response header has come this long after the first attempt,
+	// a second one goes to another endpoint; the first response wins and
+	// the other attempt is cancelled. A duration ("50ms"), or "p95" for the
+	// route's recent 95th-percentile latency. Hedges are paid from the same
+	// budget as retries. Default "": off.
+	HedgeAfter string `yaml:"hedge_after"`
+}
+
+// Hedge returns the fixed hedge delay, whether the delay is the recent p95
+// instead, and whether hedging is on at all.
+func (p Policy) Hedge() (after time.Duration, p95, on bool) {
+	switch p.HedgeAfter {
+	case "":
+		return 0, false, false
+	case "p95":
+		return 0, true, true
+	}
+	d, err := time.ParseDuration(p.HedgeAfter)
+	return d, false, err == nil && d > 0
 }
 
 // WithDefaults returns p with every zero field set to its default.
@@ -169,6 +191,11 @@ func (p Policy) Validate() error {
 	}
 	if p.Attempts < 0 {
 		bad("attempts", "must be at least 1 (the first try counts), got %d", p.Attempts)
+	}
+	if h := p.HedgeAfter; h != "" && h != "p95" {
+		if d, err := time.ParseDuration(h); err != nil || d <= 0 {
+			bad("hedge_after", `must be a positive duration like "50ms" or "p95", got %q`, h)
+		}
 	}
 	if p.PerTryTimeout < 0 {
 		bad("per_try_timeout", "must not be negative, got %s", p.PerTryTimeout)

@@ -214,7 +214,16 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 				tryDeadline = d
 			}
 		}
-		resp, err := rt.up.roundTrip(ctx, tryDeadline, ep, out)
+		var resp *http.Response
+		if hedgeAfter := h.hedgeDelay(rt, pol, attempt, body, idempotent, out); hedgeAfter > 0 {
+			resp, pick, t0, err = h.hedge(ctx, rt, info, out, tryDeadline, hedgeAfter, pick, t0)
+			ep = pick.Endpoint
+		} else {
+			resp, err = rt.up.roundTrip(ctx, tryDeadline, ep, out)
+		}
+		if err == nil && rt.p95 != nil {
+			rt.p95.add(time.Since(t0))
+		}
 		if err != nil {
 			clientGone := ctx.Err() != nil
 			pick.Done(endpoint.Outcome{Err: err, Latency: time.Since(t0), Canceled: clientGone || isBodyError(err)})
@@ -261,6 +270,23 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 	}
 	WriteError(w, http.StatusBadGateway, CodeUpstreamError, "upstream "+rt.up.name+": the request body cannot be sent again")
 	return result{status: http.StatusBadGateway}
+}
+
+// hedgeDelay is how long the first attempt may go unanswered before a hedge
+// is sent, or 0 for no hedge: only the first attempt of an idempotent
+// request without a body (nothing to replay) that switches no protocol.
+func (h *Handler) hedgeDelay(rt *route, pol *retry.Policy, attempt int, body io.Reader, idempotent bool, out *outRequest) time.Duration {
+	if pol == nil || attempt > 0 || body != nil || !idempotent || out.upgrade != "" {
+		return 0
+	}
+	after, p95, on := pol.Hedge()
+	if !on {
+		return 0
+	}
+	if p95 {
+		return rt.p95.get() // 0 until enough has been seen
+	}
+	return after
 }
 
 // retryAfterError decides whether a failed attempt is tried again and says

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,3 +142,112 @@ func (s *staleRecorder) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// hedge runs the first attempt of an idempotent, body-less request and, if
+// it has no response header after the hedge delay (and the retry budget
+// allows), a second one on another endpoint. The first response wins; the
+// other attempt is cancelled and reported as such (a cancellation says
+// nothing about its endpoint).
+func (h *Handler) hedge(ctx context.Context, rt *route, info *balance.Info, out *outRequest, deadline time.Time, after time.Duration, first balance.Result, t0 time.Time) (*http.Response, balance.Result, time.Time, error) {
+	type attempt struct {
+		resp *http.Response
+		err  error
+		pick balance.Result
+		t0   time.Time
+		idx  int
+	}
+	results := make(chan attempt, 2)
+	var cancels []context.CancelFunc
+	launch := func(pick balance.Result, t0 time.Time) {
+		actx, cancel := context.WithCancel(ctx)
+		idx := len(cancels)
+		cancels = append(cancels, cancel)
+		go func() {
+			resp, err := rt.up.roundTrip(actx, deadline, pick.Endpoint, out)
+			results <- attempt{resp, err, pick, t0, idx}
+		}()
+	}
+	launch(first, t0)
+	pending := 1
+	timer := time.NewTimer(after)
+	defer timer.Stop()
+	var firstErr *attempt
+	for {
+		select {
+		case <-timer.C:
+			if pending == 1 && len(cancels) == 1 && rt.budget.TryWithdraw(time.Now()) {
+				info.Tried = append(info.Tried[:0:0], first.Endpoint)
+				if second, err := rt.up.bal.Pick(info); err == nil && second.Endpoint != first.Endpoint {
+					rt.metrics.m.retries.WithLabelValues(rt.up.name, "hedge").Inc()
+					launch(second, time.Now())
+					pending++
+				} else if err == nil {
+					second.Done(endpoint.Outcome{Canceled: true})
+				}
+			}
+			continue
+		case a := <-results:
+			pending--
+			if a.err == nil || pending == 0 {
+				// The winner (or the last to fail). The rest is cancelled;
+				// whatever it still returns is dropped.
+				for i, c := range cancels {
+					if i != a.idx {
+						c()
+					}
+				}
+				if pending > 0 {
+					go func(n int) {
+						for ; n > 0; n-- {
+							l := <-results
+							if l.resp != nil {
+								l.resp.Body.Close()
+							}
+							l.pick.Done(endpoint.Outcome{Err: context.Canceled, Canceled: true})
+						}
+					}(pending)
+				}
+				if a.err != nil && firstErr != nil {
+					firstErr.pick.Done(endpoint.Outcome{Err: firstErr.err, Latency: time.Since(firstErr.t0)})
+				}
+				// The winner's context stays live while its body is read;
+				// the request's own context ends it.
+				return a.resp, a.pick, a.t0, a.err
+			}
+			// One attempt failed while the other runs: wait for it.
+			fa := a
+			firstErr = &fa
+		}
+	}
+}
+
+// p95Tracker keeps a route's recent response-header latencies and their
+// 95th percentile, recomputed every 64 samples off a ring of the last 256.
+type p95Tracker struct {
+	mu    sync.Mutex
+	ring  [256]time.Duration
+	n, i  int
+	since int
+	cur   atomic.Int64
+}
+
+func (t *p95Tracker) add(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ring[t.i] = d
+	t.i = (t.i + 1) % len(t.ring)
+	if t.n < len(t.ring) {
+		t.n++
+	}
+	if t.since++; t.since < 64 {
+		return
+	}
+	t.since = 0
+	s := make([]time.Duration, t.n)
+	copy(s, t.ring[:t.n])
+	slices.Sort(s)
+	t.cur.Store(int64(s[t.n*95/100]))
+}
+
+// get returns the latest p95, 0 before 64 samples.
+func (t *p95Tracker) get() time.Duration { return time.Duration(t.cur.Load()) }

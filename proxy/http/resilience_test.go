@@ -326,3 +326,37 @@ upstreams:
 		t.Fatalf("%d %q degraded %q", resp.StatusCode, body, resp.Header.Get("X-Switchboard-Degraded"))
 	}
 }
+
+func TestHedgedRequestTakesTheFirstAnswer(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	var slowCanceled atomic.Bool
+	slow := newBackend(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			slowCanceled.Store(true)
+			return
+		}
+		io.WriteString(w, "slow")
+	})
+	fast := newBackend(t, "fast", nil)
+	p := startProxy(t, limitYAML(`        retry: {attempts: 2, hedge_after: 30ms}`, slow.addr()+"}, {address: "+fast.addr()))
+	// Round robin sends the first attempt to slow, which never answers in
+	// time: the hedge to fast wins.
+	resp, body := doGet(t, p.url("web")+"/", nil)
+	if resp.StatusCode != 200 || body != "fast" {
+		t.Fatalf("%d %q, want the hedge's answer", resp.StatusCode, body)
+	}
+	if got := p.metric("switchboard_upstream_retries_total", map[string]string{"upstream": "app", "reason": "hedge"}); got != 1 {
+		t.Fatalf("hedges counted: %v", got)
+	}
+	// The losing attempt is cancelled: the slow backend sees its client go.
+	deadline := time.Now().Add(5 * time.Second)
+	for !slowCanceled.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the losing attempt was not cancelled")
+		}
+		time.Sleep(5 * time.Millisecond) // polling a flag set by another goroutine
+	}
+}

@@ -35,6 +35,7 @@ type route struct {
 
 	retry  *retry.Policy // nil: only the connect-failure retry
 	budget *retry.Budget
+	p95    *p95Tracker // recent latency, for hedge_after: p95; nil otherwise
 }
 
 // table is one listener's routes, swapped whole on reload.

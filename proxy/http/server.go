@@ -264,6 +264,9 @@ func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limit
 		if rc.Retry != nil {
 			p := rc.Retry.WithDefaults()
 			rt.retry, rt.budget = &p, retry.NewBudget(p)
+			if _, p95, on := p.Hedge(); on && p95 {
+				rt.p95 = &p95Tracker{}
+			}
 		}
 		if rc.Fallback != nil {
 			rt.staleMax = rc.Fallback.Cache.MaxResponseBytes
