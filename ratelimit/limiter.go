@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/ctxtime"
 )
 
 // InfDuration is the RetryAfter of a request that can never be allowed:
@@ -73,19 +75,7 @@ func Wait(ctx context.Context, l Limiter, n int) (Result, error) {
 // Sleep waits for d on a timer, or until ctx ends, in which case it returns
 // ctx's error. A caller holding several reservations sleeps for the largest
 // Delay.
-func Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func Sleep(ctx context.Context, d time.Duration) error { return ctxtime.Sleep(ctx, d) }
 
 // SetHeaders sets the RateLimit-Limit, RateLimit-Remaining and
 // RateLimit-Reset headers of the IETF draft "RateLimit header fields for

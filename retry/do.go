@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/ctxtime"
 )
 
 // ErrAttemptsExhausted wraps the last error when every attempt failed.
@@ -32,7 +34,7 @@ type AttemptFunc func(ctx context.Context, attempt int) (retryable bool, err err
 // wrapped with ErrAttemptsExhausted or ErrBudgetExhausted otherwise, or
 // ctx's error joined with it.
 func Do(ctx context.Context, p Policy, budget *Budget, fn AttemptFunc) error {
-	return runner{now: time.Now, rnd: rand.Int64N, sleep: sleepCtx}.do(ctx, p, budget, fn)
+	return runner{now: time.Now, rnd: rand.Int64N, sleep: ctxtime.Sleep}.do(ctx, p, budget, fn)
 }
 
 // runner holds the seams of Do: the clock, the jitter source and the sleep.
@@ -75,19 +77,5 @@ func (r runner) do(ctx context.Context, p Policy, budget *Budget, fn AttemptFunc
 		if serr := r.sleep(ctx, p.Backoff(attempt, r.rnd)); serr != nil {
 			return errors.Join(serr, err)
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
