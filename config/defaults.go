@@ -30,6 +30,14 @@ const (
 	DefaultConnectTimeout        = Duration(2 * time.Second)
 	DefaultResponseHeaderTimeout = Duration(30 * time.Second)
 	DefaultWeight                = 1
+
+	DefaultRegistryListen       = "127.0.0.1:8500"
+	DefaultRegistryMaxBodyBytes = 1 * MiB
+	DefaultEmptyGrace           = Duration(30 * time.Second)
+
+	DefaultTCPIdleTimeout  = Duration(10 * time.Minute)
+	DefaultConnectAttempts = 3
+	DefaultTCPQueueTimeout = Duration(time.Second)
 )
 
 // MaxWeight is the largest target weight.
@@ -53,6 +61,14 @@ func applyDefaults(cfg *Config) {
 		l := &cfg.Listeners[i]
 		setDefault(&l.Protocol, DefaultListenerProtocol)
 		setDefault(&l.Timeouts.ReadHeader, DefaultReadHeaderTimeout)
+		if l.Protocol == "tcp" {
+			setDefault(&l.Timeouts.Idle, DefaultTCPIdleTimeout)
+			setDefault(&l.ConnectAttempts, DefaultConnectAttempts)
+			if l.Queue != nil {
+				setDefault(&l.Queue.Timeout, DefaultTCPQueueTimeout)
+			}
+			continue
+		}
 		setDefault(&l.Timeouts.Idle, DefaultClientIdleTimeout)
 		setDefault(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
 		for j := range l.Routes {
@@ -65,7 +81,19 @@ func applyDefaults(cfg *Config) {
 		}
 	}
 
+	if r := cfg.Registry; r != nil {
+		if r.Enabled == nil {
+			r.Enabled = ptr(true)
+		}
+		setDefault(&r.Listen, DefaultRegistryListen)
+		setDefault(&r.MaxBodyBytes, DefaultRegistryMaxBodyBytes)
+	}
+	setDefault(&cfg.Discovery.EmptyGrace, DefaultEmptyGrace)
+
 	for _, u := range cfg.Upstreams {
+		if d := u.Discovery; d != nil && d.PassingOnly == nil {
+			d.PassingOnly = ptr(true)
+		}
 		setDefault(&u.Balance.Policy, DefaultBalancePolicy)
 		setDefault(&u.Protocol, DefaultUpstreamProtocol)
 		if u.MaxIdlePerEndpoint == nil {

@@ -26,6 +26,15 @@ type Config struct {
 	Listeners []Listener `yaml:"listeners"`
 	// Upstreams are the named pools that routes send traffic to.
 	Upstreams map[string]*Upstream `yaml:"upstreams"`
+	// Registry, when present, runs the embedded, Consul-compatible
+	// registry in this process. Keys: docs/registry.md.
+	Registry *Registry `yaml:"registry"`
+	// Registries are the external registries (consul, etcd, dns, static)
+	// that upstreams discover their endpoints from, by name. The name
+	// "embedded" is reserved for the embedded registry.
+	Registries map[string]*RegistryBackend `yaml:"registries"`
+	// Discovery tunes the cached view every discovery goes through.
+	Discovery Discovery `yaml:"discovery"`
 
 	// File is the path the configuration was loaded from, or the name
 	// given to Parse ("" if none). Not a YAML key.
@@ -57,8 +66,7 @@ type Log struct {
 type Listener struct {
 	// Name identifies the listener in metrics and logs. Required, unique.
 	Name string `yaml:"name"`
-	// Protocol is http (the default) or tcp. tcp comes in a later release
-	// and is refused by validation until then.
+	// Protocol is http (the default) or tcp.
 	Protocol string `yaml:"protocol"`
 	// Listen is host:port. Required, unique across listeners. An empty
 	// host means all interfaces; port 0 asks for any free port (tests).
@@ -75,8 +83,156 @@ type Listener struct {
 	MaxBodyBytes Size `yaml:"max_body_bytes"`
 	// AccessLog writes one line per request to the process log. Default off.
 	AccessLog bool `yaml:"access_log"`
-	// Routes are tried in order; the first match wins.
+	// Routes are tried in order; the first match wins. http only.
 	Routes []Route `yaml:"routes"`
+	// AutoRoutes adds routes from the embedded registry's registrations:
+	// a service tagged urlprefix-/orders (or urlprefix-host/orders) gets a
+	// route to its instances, after the listener's own routes. http only;
+	// needs the registry block.
+	AutoRoutes bool `yaml:"auto_routes"`
+
+	// The keys below are for tcp listeners (docs/tcp.md).
+
+	// Upstream is where a tcp listener forwards connections (the default
+	// when SNI routes are set).
+	Upstream string `yaml:"upstream"`
+	// TLSPassthrough reads the TLS ClientHello's server name, without
+	// terminating TLS, so that SNI can route by it.
+	TLSPassthrough bool `yaml:"tls_passthrough"`
+	// SNI routes connections by the ClientHello's server name: exact names
+	// and one-label wildcards (*.example.com). Needs tls_passthrough.
+	SNI []SNIRoute `yaml:"sni"`
+	// ConnectAttempts is how many endpoints a connection tries before it
+	// is closed (a failed connect moves on to the next). Default 3.
+	ConnectAttempts int `yaml:"connect_attempts"`
+	// MaxConns caps the listener's open connections; 0 means no cap.
+	MaxConns int `yaml:"max_conns"`
+	// MaxConnsPerEndpoint caps the connections to each endpoint; full
+	// endpoints are skipped. 0 means no cap.
+	MaxConnsPerEndpoint int `yaml:"max_conns_per_endpoint"`
+	// Queue lets connections over max_conns wait for a slot.
+	Queue *TCPQueue `yaml:"queue"`
+	// ProxyProtocol sends and accepts PROXY protocol headers.
+	ProxyProtocol *ProxyProtocol `yaml:"proxy_protocol"`
+}
+
+// SNIRoute sends TLS connections whose server name matches to an upstream.
+type SNIRoute struct {
+	// Names are exact server names or *.suffix wildcards. Required.
+	Names []string `yaml:"names"`
+	// Upstream serves the matching connections. Required.
+	Upstream string `yaml:"upstream"`
+}
+
+// TCPQueue is the bounded wait for a connection slot.
+type TCPQueue struct {
+	// Size is how many connections may wait. Required, at least 1.
+	Size int `yaml:"size"`
+	// Timeout closes a connection that waited this long. Default 1s.
+	Timeout Duration `yaml:"timeout"`
+}
+
+// ProxyProtocol configures HAProxy's PROXY protocol on a tcp listener.
+type ProxyProtocol struct {
+	// Send is v1 or v2: the header sent to upstreams. Default: none.
+	Send string `yaml:"send"`
+	// Accept reads a header from connections whose source is one of
+	// trusted_proxies (they must send one); others are not parsed.
+	Accept bool `yaml:"accept"`
+	// TrustedProxies are addresses or CIDR prefixes. Required with accept.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// Registry is the embedded registry's settings.
+type Registry struct {
+	// Enabled turns the embedded registry on or off. Default true when the
+	// block is present.
+	Enabled *bool `yaml:"enabled"`
+	// Listen is its HTTP API's host:port. Default 127.0.0.1:8500.
+	Listen string `yaml:"listen"`
+	// ACLToken makes writes (and reads with acl_reads) require the token
+	// in X-Consul-Token or Authorization: Bearer. Required when listen is
+	// not a loopback address, unless insecure is true.
+	ACLToken string `yaml:"acl_token"`
+	// ACLTokenFile reads the token from a file instead.
+	ACLTokenFile string `yaml:"acl_token_file"`
+	// ACLReads makes reads require the token too.
+	ACLReads bool `yaml:"acl_reads"`
+	// Insecure allows a non-loopback listen address without a token.
+	Insecure bool `yaml:"insecure"`
+	// DataDir keeps a snapshot of the registrations so a restart keeps
+	// them. Default: memory only.
+	DataDir string `yaml:"data_dir"`
+	// MaxBodyBytes caps a request body. Default 1MiB.
+	MaxBodyBytes Size `yaml:"max_body_bytes"`
+}
+
+// RegistryBackend is one external registry.
+type RegistryBackend struct {
+	// Kind is consul, etcd, dns or static. Required.
+	Kind string `yaml:"kind"`
+	// Address is consul's host:port (or http(s)://host:port), etcd's
+	// endpoint, or the DNS server's host:port (default: /etc/resolv.conf).
+	Address string `yaml:"address"`
+	// Addresses lists several etcd endpoints.
+	Addresses []string `yaml:"addresses"`
+	// Token is consul's ACL token.
+	Token string `yaml:"token"`
+	// Username and Password authenticate to etcd.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// Datacenter is consul's datacenter. Default: the agent's.
+	Datacenter string `yaml:"datacenter"`
+	// Prefix is etcd's key prefix. Default /switchboard.
+	Prefix string `yaml:"prefix"`
+	// TLS configures a TLS connection to consul or etcd.
+	TLS *ClientTLS `yaml:"tls"`
+	// File is the static registry's YAML or JSON file, watched for changes.
+	File string `yaml:"file"`
+	// Record is dns's record type: srv (default) or a (A and AAAA).
+	Record string `yaml:"record"`
+	// Port is the port of instances found by record a. Required with it.
+	Port int `yaml:"port"`
+	// MinTTL and MaxTTL clamp how often DNS answers are refreshed.
+	// Defaults 1s and 5m.
+	MinTTL Duration `yaml:"min_ttl"`
+	MaxTTL Duration `yaml:"max_ttl"`
+}
+
+// ClientTLS configures TLS to a registry.
+type ClientTLS struct {
+	// CAFile verifies the server; default: the system roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile present a client certificate.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ServerName overrides the name verified in the server's certificate.
+	ServerName string `yaml:"server_name"`
+	// InsecureSkipVerify turns verification off (tests only).
+	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+}
+
+// Discovery tunes the discovery cache.
+type Discovery struct {
+	// CacheDir keeps the last good view of every service on disk and
+	// loads it at start when a registry is unreachable. Default: off.
+	CacheDir string `yaml:"cache_dir"`
+	// EmptyGrace keeps a service's previous instances this long when the
+	// registry suddenly reports none. Default 30s.
+	EmptyGrace Duration `yaml:"empty_grace"`
+}
+
+// UpstreamDiscovery feeds an upstream's endpoints from a registry.
+type UpstreamDiscovery struct {
+	// Registry names an entry of registries, or "embedded". Required.
+	Registry string `yaml:"registry"`
+	// Service is the service name (for dns: the name to resolve). Required.
+	Service string `yaml:"service"`
+	// Tags: an instance must carry every one.
+	Tags []string `yaml:"tags"`
+	// PassingOnly keeps only instances whose registry health is passing.
+	// Default true.
+	PassingOnly *bool `yaml:"passing_only"`
 }
 
 // TLS names a certificate and key in PEM files. Relative paths are
@@ -244,6 +400,8 @@ type Upstream struct {
 	Protocol string `yaml:"protocol"`
 	// Targets are static endpoints.
 	Targets []Target `yaml:"targets"`
+	// Discovery takes the endpoints from a registry instead of targets.
+	Discovery *UpstreamDiscovery `yaml:"discovery"`
 	// Timeouts for upstream connections.
 	Timeouts UpstreamTimeouts `yaml:"timeouts"`
 	// MaxIdlePerEndpoint caps idle keep-alive connections kept per endpoint.

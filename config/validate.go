@@ -49,6 +49,9 @@ var checks = []func(*validator){
 	(*validator).checkLog,
 	(*validator).checkListeners,
 	(*validator).checkUpstreams,
+	(*validator).checkRegistry,
+	(*validator).checkRegistries,
+	(*validator).checkDiscovery,
 }
 
 // errorf reports a problem at the value at points to.
@@ -133,6 +136,24 @@ func (v *validator) checkListeners() {
 			bound = append(bound, binding{addr: normalizeListen(h, p), desc: desc})
 		}
 	}
+	if r := cfg.Registry; registryEnabled(r) && !v.bad(r) {
+		raw := r.Listen
+		desc := fmt.Sprintf("registry.listen (%q at line %d)", raw, v.line(&r.Listen))
+		if raw == "" {
+			raw = DefaultRegistryListen
+			desc = "the embedded registry's default address " + raw + " (set registry.listen to move it)"
+		}
+		if h, p, err := splitAddr(raw, listenPort); err == nil {
+			b := binding{addr: normalizeListen(h, p), desc: desc}
+			for _, o := range bound {
+				if o.addr.clashes(b.addr) {
+					v.errorf(&r.Listen, "%s clashes with %s", desc, o.desc)
+					break
+				}
+			}
+			bound = append(bound, b)
+		}
+	}
 	names := map[string]*string{}
 	routeNames := map[string]any{}
 	for i := range cfg.Listeners {
@@ -154,11 +175,12 @@ func (v *validator) checkListeners() {
 		isHTTP := true
 		switch l.Protocol {
 		case "", "http":
+			v.checkHTTPOnlyKeys(l)
 		case "tcp":
-			v.errorf(&l.Protocol, "protocol tcp is not supported yet")
 			isHTTP = false
+			v.checkTCPListener(l)
 		default:
-			v.errorf(&l.Protocol, "unknown protocol %q (supported: http)", l.Protocol)
+			v.errorf(&l.Protocol, "unknown protocol %q (supported: http, tcp)", l.Protocol)
 			isHTTP = false
 		}
 
@@ -186,7 +208,7 @@ func (v *validator) checkListeners() {
 		if l.TLS != nil {
 			v.checkTLS(l.TLS)
 		}
-		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) {
+		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) && !l.AutoRoutes {
 			if l.Name != "" {
 				v.errorf(&l.Routes, "listener %q has no routes", l.Name)
 			} else {
@@ -557,8 +579,13 @@ func (v *validator) checkUpstreams() {
 		if b := u.Breaker; b != nil && !v.bad(b) {
 			v.pathErrors(b.Validate(), b)
 		}
-		if len(u.Targets) == 0 && !v.bad(&u.Targets) {
-			v.errorf(&u.Targets, "upstream %q has no targets", name)
+		switch {
+		case u.Discovery != nil && len(u.Targets) > 0:
+			v.errorf(&u.Targets, "upstream %q has both targets and discovery; use one", name)
+		case u.Discovery != nil:
+			v.checkUpstreamDiscovery(name, u.Discovery)
+		case len(u.Targets) == 0 && !v.bad(&u.Targets):
+			v.errorf(&u.Targets, "upstream %q has no targets (or discovery)", name)
 		}
 		seen := map[string]*string{}
 		for i := range u.Targets {
