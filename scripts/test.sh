@@ -27,15 +27,28 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null || die "apt-get install $* failed"
 }
 
-# The global rate-limit tests (ratelimit/redis) start their own redis-server
-# on a free loopback port; under CI=true they fail rather than skip without it.
-if ! command -v redis-server >/dev/null; then
-  if [ "$(id -u)" = 0 ]; then
-    say "installing redis-server"
-    apt_install redis-server
-  else
-    die "redis-server is not installed and we are not root: install the Debian package redis-server (the ratelimit/redis tests need it), or run this script as root"
-  fi
+# need_pkg installs a Debian package when the check command fails.
+need_pkg() { # need_pkg PACKAGE WHY CHECK...
+  local pkg=$1 why=$2; shift 2
+  "$@" >/dev/null 2>&1 && return 0
+  [ "$(id -u)" = 0 ] || die "the Debian package $pkg is not installed and we are not root: install it ($why), or run this script as root"
+  say "installing $pkg ($why)"
+  apt_install "$pkg"
+}
+
+# Servers and clients the tests start themselves, on loopback; under CI=true
+# the tests fail rather than skip without them.
+need_pkg redis-server "the ratelimit/redis tests start a redis-server" command -v redis-server
+need_pkg etcd-server "the registry/etcd tests start an etcd" test -x /usr/bin/etcd
+need_pkg python3-consul "registryd's conformance test runs python-consul" /usr/bin/python3 -c 'import consul'
+need_pkg nodejs "registryd's conformance test runs node-consul" command -v node
+need_pkg npm "installs node-consul for registryd's conformance test" command -v npm
+
+# node-consul, pinned by its package-lock.json.
+nodeclient=registryd/testdata/nodeclient
+if [ -f "$nodeclient/package-lock.json" ] && [ ! -d "$nodeclient/node_modules" ]; then
+  say "npm ci ($nodeclient)"
+  npm ci --prefix "$nodeclient" --no-audit --no-fund >/dev/null || die "npm ci in $nodeclient failed"
 fi
 
 say "gofmt"
