@@ -14,6 +14,7 @@ import (
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/health"
+	"github.com/switchboard-dev/switchboard/registry"
 )
 
 // healthState runs an upstream's active checks and passive ejection and
@@ -53,12 +54,15 @@ type verdicts struct {
 	passiveReason string
 	breakerOpen   bool
 	breakerReason string
+	// registry is the registry's verdict for an endpoint from discovery
+	// ("" or passing when fine).
+	registry registry.Health
 }
 
 // newHealthState builds (but does not start) the health machinery of an
 // upstream. It returns nil when the upstream has neither kind of check.
-func newHealthState(upstream string, pool *endpoint.Pool, cfg config.Health, brk *breaker.Config, log *slog.Logger, changes *prometheus.CounterVec) (*healthState, error) {
-	if cfg.Active == nil && cfg.Passive == nil && brk == nil {
+func newHealthState(upstream string, pool *endpoint.Pool, cfg config.Health, brk *breaker.Config, discovered bool, log *slog.Logger, changes *prometheus.CounterVec) (*healthState, error) {
+	if cfg.Active == nil && cfg.Passive == nil && brk == nil && !discovered {
 		return nil, nil
 	}
 	if brk != nil {
@@ -212,6 +216,19 @@ func (h *healthState) close(eps []*endpoint.Endpoint, why string) {
 	}
 }
 
+// onRegistry records the registry's verdict on ep (discovery).
+func (h *healthState) onRegistry(ep *endpoint.Endpoint, verdict registry.Health, now time.Time) {
+	h.mu.Lock()
+	v := h.verdict[ep]
+	if v == nil || v.registry == verdict {
+		h.mu.Unlock()
+		return
+	}
+	v.registry = verdict
+	h.mu.Unlock()
+	h.apply(ep, now)
+}
+
 func (h *healthState) onActive(ep *endpoint.Endpoint, healthy bool, reason string, now time.Time) {
 	h.mu.Lock()
 	v := h.verdict[ep]
@@ -286,6 +303,8 @@ func (h *healthState) apply(ep *endpoint.Endpoint, now time.Time) {
 		st, reason = endpoint.BreakerOpen, v.breakerReason
 	case v.activeDown:
 		st, reason = endpoint.Unhealthy, v.activeReason
+	case v.registry == registry.Critical:
+		st, reason = endpoint.Unhealthy, "registry: critical"
 	case v.passive == endpoint.Probation:
 		st, reason = endpoint.Probation, v.passiveReason
 	default:

@@ -35,6 +35,24 @@ type Server struct {
 	limitMetrics    *limitMetrics
 
 	ups atomic.Pointer[[]*Upstream] // sorted by name, for the admin API
+
+	disc Discovery // registries for upstreams with discovery; nil for none
+
+	// Auto routes: the source, the services last read from it, the
+	// configuration without them, and the watch's cancel.
+	routeSrc  RouteSource
+	services  map[string][]string
+	base      *config.Config
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+}
+
+// SetDiscovery gives upstreams with discovery their registries. Call it
+// before the Apply that first needs it.
+func (s *Server) SetDiscovery(d Discovery) {
+	s.mu.Lock()
+	s.disc = d
+	s.mu.Unlock()
 }
 
 // NewServer returns a server with nothing running.
@@ -69,12 +87,43 @@ func (s *Server) Apply(cfg *config.Config) error {
 	if s.closed {
 		return errors.New("server is shut down")
 	}
+	auto := wantsAutoRoutes(cfg)
+	if auto && s.routeSrc == nil {
+		return errors.New("auto_routes needs the embedded registry, which is not running")
+	}
+	if err := s.applyLocked(withAutoRoutes(cfg, s.services)); err != nil {
+		return err
+	}
+	s.base = cfg
+	switch {
+	case auto && s.stopWatch == nil:
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stopWatch, s.watchDone = cancel, make(chan struct{})
+		go func() {
+			defer close(s.watchDone)
+			s.watchRoutes(ctx, s.routeSrc)
+		}()
+	case !auto && s.stopWatch != nil:
+		s.stopWatch()
+		s.stopWatch, s.services = nil, nil
+	}
+	return nil
+}
+
+// applyLocked is Apply's work; s.mu is held.
+func (s *Server) applyLocked(cfg *config.Config) error {
 
 	// Prepare.
 	ups := make(map[string]*Upstream, len(cfg.Upstreams))
+	discard := func() { // what the prepare phase opened, on failure
+		for name, u := range ups {
+			u.closeNewFeed(s.upstreams[name])
+		}
+	}
 	for name, uc := range cfg.Upstreams {
-		u, err := buildUpstream(name, uc, s.upstreams[name], s.log, s.metrics)
+		u, err := buildUpstream(name, uc, s.upstreams[name], s.log, s.metrics, s.disc)
 		if err != nil {
+			discard()
 			return fmt.Errorf("upstream %q: %w", name, err)
 		}
 		ups[name] = u
@@ -91,6 +140,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		for _, lp := range bound {
 			lp.stop()
 		}
+		discard()
 	}
 	for i := range cfg.Listeners {
 		lc := &cfg.Listeners[i]
@@ -198,6 +248,14 @@ func (s *Server) Apply(cfg *config.Config) error {
 func (s *Server) Shutdown() {
 	s.mu.Lock()
 	s.closed = true
+	if s.stopWatch != nil {
+		s.stopWatch()
+		done := s.watchDone
+		s.mu.Unlock()
+		<-done // it takes s.mu to apply; let it see closed and leave
+		s.mu.Lock()
+		s.stopWatch = nil
+	}
 	ls := s.listeners
 	s.listeners = map[string]*listener{}
 	timeout := s.shutdownTimeout

@@ -9,12 +9,14 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/ratelimit"
+	"github.com/switchboard-dev/switchboard/registry"
 )
 
 // Upstream is the running form of one configured upstream: its pool of
@@ -41,6 +43,16 @@ type Upstream struct {
 
 	h1 *h1Client       // protocol http1
 	h2 *http.Transport // protocol h2c
+
+	// feed streams the endpoints of an upstream with discovery; nil for
+	// one with targets. feedKey names its settings, unfeed stops this
+	// generation's subscription to it.
+	feed    Feed
+	feedKey string
+	unfeed  func()
+	// epMu orders membership changes (reloads, feeds); shared by every
+	// generation of the upstream, like the pool.
+	epMu *sync.Mutex
 }
 
 // Name is the upstream's configured name.
@@ -76,12 +88,26 @@ func specs(c *config.Upstream) []endpoint.Spec {
 // from the running config) exists, its pool is kept, so endpoints keep their
 // live state across a reload, and so are its balancer and client when their
 // settings did not change.
-func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Logger, m *Metrics) (*Upstream, error) {
-	u := &Upstream{name: name, cfg: *c, log: log}
+func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Logger, m *Metrics, disc Discovery) (*Upstream, error) {
+	u := &Upstream{name: name, cfg: *c, log: log, feedKey: discoveryKey(c.Discovery)}
 	if prev != nil {
-		u.pool = prev.pool
+		u.pool, u.epMu = prev.pool, prev.epMu
 	} else {
-		u.pool = endpoint.NewPool(name)
+		u.pool, u.epMu = endpoint.NewPool(name), &sync.Mutex{}
+	}
+	if c.Discovery != nil {
+		if prev != nil && prev.feed != nil && prev.feedKey == u.feedKey {
+			u.feed = prev.feed
+		} else {
+			if disc == nil {
+				return nil, errors.New("discovery: no registries are running in this process")
+			}
+			f, err := disc.Watch(c.Discovery.Registry, discoveryQuery(c.Discovery))
+			if err != nil {
+				return nil, fmt.Errorf("discovery: %w", err)
+			}
+			u.feed = f
+		}
 	}
 	bc := c.Balance.Library()
 	sameBalance := prev != nil && reflect.DeepEqual(prev.cfg.Balance, c.Balance)
@@ -90,6 +116,7 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 	} else {
 		b, err := balance.New(bc)
 		if err != nil {
+			u.closeNewFeed(prev)
 			return nil, err
 		}
 		u.bal = b
@@ -97,15 +124,17 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 	if bc.HashKey != "" {
 		k, err := balance.ParseHashKey(bc.HashKey)
 		if err != nil {
+			u.closeNewFeed(prev)
 			return nil, err
 		}
 		u.hashKey = &k
 	}
-	if prev != nil && reflect.DeepEqual(prev.cfg.Health, c.Health) && reflect.DeepEqual(prev.cfg.Breaker, c.Breaker) {
+	if prev != nil && reflect.DeepEqual(prev.cfg.Health, c.Health) && reflect.DeepEqual(prev.cfg.Breaker, c.Breaker) && (prev.cfg.Discovery != nil) == (c.Discovery != nil) {
 		u.health = prev.health
 	} else {
-		h, err := newHealthState(name, u.pool, c.Health, c.Breaker, log, m.states)
+		h, err := newHealthState(name, u.pool, c.Health, c.Breaker, c.Discovery != nil, log, m.states)
 		if err != nil {
+			u.closeNewFeed(prev)
 			return nil, fmt.Errorf("health: %w", err)
 		}
 		u.health = h
@@ -116,6 +145,7 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 		} else {
 			lim, err := ratelimit.NewConcurrency(c.Concurrency.Library())
 			if err != nil {
+				u.closeNewFeed(prev)
 				return nil, err
 			}
 			u.bulkhead = &bulkhead{cfg: *c.Concurrency, c: lim}
@@ -179,23 +209,25 @@ func (u *Upstream) activate(prev *Upstream) {
 			go r.Run(ctx)
 		}
 	}
-	removed := u.pool.Update(specs(&u.cfg))
-	all := u.pool.Snapshot().All
+	if prev != nil && prev.unfeed != nil {
+		prev.unfeed() // this generation follows the feed from here on
+	}
+	if prev != nil && prev.feed != nil && prev.feed != u.feed {
+		prev.feed.Close()
+	}
 	if prev != nil && prev.health != nil && prev.health != u.health {
-		prev.health.close(all, "health checking reconfigured")
+		prev.health.close(u.pool.Snapshot().All, "health checking reconfigured")
 	}
-	if u.health != nil {
-		u.health.sync(all)
-		if prev == nil || prev.health != u.health {
-			u.health.start()
-		}
+	if u.health != nil && (prev == nil || prev.health != u.health) {
+		defer u.health.start()
 	}
-	if u.h1 != nil && len(removed) > 0 {
-		addrs := make([]string, len(removed))
-		for i, ep := range removed {
-			addrs[i] = ep.Address()
-		}
-		u.h1.forget(addrs)
+	if u.feed != nil {
+		// Subscribe delivers the current set at once and every later one.
+		u.unfeed = u.feed.Subscribe(func(in []registry.Instance) {
+			u.setEndpoints(instanceSpecs(in), registryHealth(in))
+		})
+	} else {
+		u.setEndpoints(u.currentSpecs())
 	}
 	if prev != nil {
 		if prev.h1 != nil && prev.h1 != u.h1 {
@@ -204,6 +236,14 @@ func (u *Upstream) activate(prev *Upstream) {
 		if prev.h2 != nil && prev.h2 != u.h2 {
 			prev.h2.CloseIdleConnections()
 		}
+	}
+}
+
+// closeNewFeed closes a feed this build opened (not one taken over from
+// prev) when the build fails.
+func (u *Upstream) closeNewFeed(prev *Upstream) {
+	if u.feed != nil && (prev == nil || prev.feed != u.feed) {
+		u.feed.Close()
 	}
 }
 
@@ -220,6 +260,12 @@ func (u *Upstream) stopBalancer() {
 // retire stops an upstream that the new config no longer has.
 func (u *Upstream) retire() {
 	u.stopBalancer()
+	if u.unfeed != nil {
+		u.unfeed()
+	}
+	if u.feed != nil {
+		u.feed.Close()
+	}
 	if u.health != nil {
 		u.health.close(u.pool.Snapshot().All, "upstream removed")
 	}

@@ -1,0 +1,183 @@
+package httpproxy
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+)
+
+// RouteSource lists the embedded registry's services with the tags of
+// their passing instances, blocking until the index moves past index (as
+// a Consul blocking query does).
+type RouteSource interface {
+	WatchServices(ctx context.Context, index uint64) (services map[string][]string, newIndex uint64, err error)
+}
+
+// AutoRoutePrefix starts the tags that ask for a route, as in fabio:
+// urlprefix-/orders or urlprefix-api.example.com/orders.
+const AutoRoutePrefix = "urlprefix-"
+
+// SetRouteSource gives listeners with auto_routes their registry. Call it
+// before the first Apply; the server watches the source while running.
+func (s *Server) SetRouteSource(src RouteSource) {
+	s.mu.Lock()
+	s.routeSrc = src
+	s.mu.Unlock()
+}
+
+// autoRoute is one route asked for by a registration's tag.
+type autoRoute struct {
+	service string
+	host    string // "" for any
+	prefix  string
+}
+
+// parseAutoRoute reads a urlprefix- tag; ok is false for other tags and for
+// tags this version does not understand (fabio's options after a space).
+func parseAutoRoute(service, tag string) (autoRoute, bool) {
+	rest, ok := strings.CutPrefix(tag, AutoRoutePrefix)
+	if !ok || rest == "" || strings.ContainsAny(rest, " \t") {
+		return autoRoute{}, false
+	}
+	i := strings.IndexByte(rest, '/')
+	if i < 0 {
+		return autoRoute{}, false
+	}
+	host := strings.ToLower(rest[:i])
+	if host != "" && (strings.Contains(host, ":") || strings.Contains(strings.TrimPrefix(host, "*."), "*")) {
+		return autoRoute{}, false
+	}
+	return autoRoute{service: service, host: host, prefix: rest[i:]}, true
+}
+
+// autoRoutes turns the registry's services into routes: host-specific
+// before any-host, longer prefixes first, then by service name.
+func autoRoutes(services map[string][]string) []autoRoute {
+	var out []autoRoute
+	seen := map[[2]string]bool{}
+	for _, svc := range slices.Sorted(maps.Keys(services)) {
+		for _, tag := range services[svc] {
+			r, ok := parseAutoRoute(svc, tag)
+			if !ok || seen[[2]string{r.host, r.prefix}] {
+				continue // the first service (by name) to ask for a route keeps it
+			}
+			seen[[2]string{r.host, r.prefix}] = true
+			out = append(out, r)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if (a.host != "") != (b.host != "") {
+			return a.host != ""
+		}
+		if len(a.prefix) != len(b.prefix) {
+			return len(a.prefix) > len(b.prefix)
+		}
+		return a.service < b.service
+	})
+	return out
+}
+
+// AutoUpstreamName is the upstream that serves a service's auto routes.
+func AutoUpstreamName(service string) string { return "auto:" + service }
+
+// withAutoRoutes returns cfg with the auto routes appended to the routes of
+// every listener that asks for them, and their upstreams added. cfg itself
+// is not changed.
+func withAutoRoutes(cfg *config.Config, services map[string][]string) *config.Config {
+	routes := autoRoutes(services)
+	if len(routes) == 0 {
+		return cfg
+	}
+	out := *cfg
+	out.Listeners = slices.Clone(cfg.Listeners)
+	out.Upstreams = maps.Clone(cfg.Upstreams)
+	if out.Upstreams == nil {
+		out.Upstreams = map[string]*config.Upstream{}
+	}
+	used := map[string]bool{}
+	for i := range out.Listeners {
+		l := &out.Listeners[i]
+		if !l.AutoRoutes {
+			continue
+		}
+		l.Routes = slices.Clip(l.Routes)
+		for _, r := range routes {
+			timeout := config.DefaultRouteTimeout
+			l.Routes = append(l.Routes, config.Route{
+				Name:     l.Name + "/auto/" + r.host + r.prefix,
+				Match:    config.Match{Host: r.host, PathPrefix: r.prefix},
+				Upstream: AutoUpstreamName(r.service),
+				Timeout:  &timeout,
+			})
+			used[r.service] = true
+		}
+	}
+	for svc := range used {
+		maxIdle := config.DefaultMaxIdlePerEndpoint
+		passing := true
+		out.Upstreams[AutoUpstreamName(svc)] = &config.Upstream{
+			Balance:            config.Balance{Policy: config.DefaultBalancePolicy},
+			Protocol:           config.DefaultUpstreamProtocol,
+			Discovery:          &config.UpstreamDiscovery{Registry: config.EmbeddedRegistry, Service: svc, PassingOnly: &passing},
+			Timeouts:           config.UpstreamTimeouts{Connect: config.DefaultConnectTimeout, ResponseHeader: config.DefaultResponseHeaderTimeout},
+			MaxIdlePerEndpoint: &maxIdle,
+			IdleTimeout:        config.DefaultUpstreamIdleTimeout,
+		}
+	}
+	return &out
+}
+
+func wantsAutoRoutes(cfg *config.Config) bool {
+	for _, l := range cfg.Listeners {
+		if l.AutoRoutes {
+			return true
+		}
+	}
+	return false
+}
+
+// watchRoutes follows the route source and re-applies the configuration
+// with the new auto routes whenever the registry's services change. It
+// runs until ctx ends.
+func (s *Server) watchRoutes(ctx context.Context, src RouteSource) {
+	var index uint64
+	backoff := 100 * time.Millisecond
+	for {
+		services, next, err := src.WatchServices(ctx, index)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.Warn("auto routes: reading the registry failed; keeping the current routes", "err", err)
+			if ctxtime.Sleep(ctx, backoff) != nil {
+				return
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if next < index {
+			next = 0 // the index went backwards: start over, as Consul's clients do
+		}
+		index = next
+		s.mu.Lock()
+		if s.closed || s.base == nil || ctx.Err() != nil {
+			s.mu.Unlock()
+			return
+		}
+		if !maps.EqualFunc(services, s.services, slices.Equal) {
+			s.services = services
+			if err := s.applyLocked(withAutoRoutes(s.base, services)); err != nil {
+				s.log.Error("auto routes: applying the registry's routes failed; keeping the current routes", "err", err)
+			}
+		}
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,101 @@
+package httpproxy
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/registry"
+)
+
+// Discovery gives upstreams their endpoints from registries. The
+// application implements it over the discovery package's cached views; the
+// proxy only sees whole instance sets.
+type Discovery interface {
+	// Watch starts (or shares) a feed of the query's instances from the
+	// named registry ("embedded" or an entry of registries).
+	Watch(registryName string, q registry.Query) (Feed, error)
+}
+
+// Feed is a stream of whole instance sets for one query.
+type Feed interface {
+	// Instances is the latest set (empty before the first answer).
+	Instances() []registry.Instance
+	// Subscribe calls fn with every new set, never concurrently, until
+	// cancel is called.
+	Subscribe(fn func([]registry.Instance)) (cancel func())
+	// Close releases the feed.
+	Close()
+}
+
+// discoveryKey identifies an upstream's discovery settings: a reload that
+// keeps them keeps the feed.
+func discoveryKey(d *config.UpstreamDiscovery) string {
+	if d == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s|%s|%s|%v", d.Registry, d.Service, strings.Join(d.Tags, ","), d.PassingOnly == nil || *d.PassingOnly)
+}
+
+func discoveryQuery(d *config.UpstreamDiscovery) registry.Query {
+	return registry.Query{Service: d.Service, Tags: d.Tags, PassingOnly: d.PassingOnly == nil || *d.PassingOnly}
+}
+
+// instanceSpecs turns registry instances into endpoint specs. Two instances
+// at one address are one endpoint (the first wins).
+func instanceSpecs(in []registry.Instance) []endpoint.Spec {
+	out := make([]endpoint.Spec, 0, len(in))
+	for _, i := range in {
+		out = append(out, endpoint.Spec{Address: i.HostPort(), Weight: i.EffectiveWeight(), Zone: i.Zone, Meta: i.Meta})
+	}
+	return out
+}
+
+// registryHealth maps each instance address to the registry's verdict.
+func registryHealth(in []registry.Instance) map[string]registry.Health {
+	out := make(map[string]registry.Health, len(in))
+	for _, i := range in {
+		if _, dup := out[i.HostPort()]; !dup {
+			out[i.HostPort()] = i.Health
+		}
+	}
+	return out
+}
+
+// setEndpoints makes specs the upstream's membership: the pool, the health
+// machinery and the client's idle connections follow. Reloads and feeds
+// call it; epMu (shared by every generation of the upstream) orders them.
+func (u *Upstream) setEndpoints(specs []endpoint.Spec, health map[string]registry.Health) {
+	u.epMu.Lock()
+	defer u.epMu.Unlock()
+	removed := u.pool.Update(specs)
+	all := u.pool.Snapshot().All
+	if u.health != nil {
+		u.health.sync(all)
+		if health != nil {
+			now := time.Now()
+			for _, ep := range all {
+				u.health.onRegistry(ep, health[ep.Address()], now)
+			}
+		}
+	}
+	if u.h1 != nil && len(removed) > 0 {
+		addrs := make([]string, len(removed))
+		for i, ep := range removed {
+			addrs[i] = ep.Address()
+		}
+		u.h1.forget(addrs)
+	}
+}
+
+// currentSpecs are the endpoints the upstream has now: its targets, or its
+// feed's latest instances.
+func (u *Upstream) currentSpecs() ([]endpoint.Spec, map[string]registry.Health) {
+	if u.feed == nil {
+		return specs(&u.cfg), nil
+	}
+	in := u.feed.Instances()
+	return instanceSpecs(in), registryHealth(in)
+}
