@@ -1,0 +1,365 @@
+package tcpproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// maxSkips bounds the picks a connection spends on endpoints that are at
+// MaxConnsPerEndpoint, on top of its connect attempts.
+const maxSkips = 64
+
+// conn is one client connection from admission to its end.
+type conn struct {
+	l      *Listener
+	s      *settings
+	client *net.TCPConn
+
+	mu       sync.Mutex // guards upstream and closed
+	upstream *net.TCPConn
+	closed   bool
+	cause    atomic.Pointer[string] // why it was closed, first writer wins
+
+	es *epState // the endpoint, once picked for good
+
+	// Activity watch (idle timeout and byte counters of long
+	// connections); see watch.
+	wmu                sync.Mutex
+	timer              *time.Timer
+	wstopped           bool
+	lastActive         time.Time
+	seenDown, seenUp   uint64 // bytes received per the last check
+	countDown, countUp uint64 // bytes already added to the metrics
+	raw                [2]rawConn
+	// copied counts bytes per direction where the platform's copy loop
+	// can (not on Linux, where splice moves them in the kernel).
+	copied [2]atomic.Uint64
+}
+
+// run serves the connection: PROXY header, ClientHello, pick and connect,
+// then forward until both sides are done.
+func (c *conn) run() {
+	s, cfg := c.s, &c.s.cfg
+	src, dst := addrPort(c.client.RemoteAddr()), addrPort(c.client.LocalAddr())
+	var buf []byte // bytes read from the client and not yet forwarded
+	var headerLen int
+	if cfg.AcceptProxyProtocol && trusted(cfg.TrustedProxies, src.Addr()) {
+		var h proxyHeader
+		var err error
+		buf, err = readPrefix(c.client, make([]byte, 0, 512), proxyV2MaxLen, cfg.ProxyProtocolTimeout, func(b []byte) error {
+			var n int
+			var perr error
+			h, n, perr = parseProxyHeader(b)
+			headerLen = n
+			return perr
+		})
+		if err != nil {
+			c.reject(RejectProxyProtocol, err)
+			return
+		}
+		if !h.local {
+			src, dst = h.src, h.dst
+		}
+		buf = buf[headerLen:]
+	}
+	upName := cfg.Upstream
+	if s.sni {
+		var name string
+		var err error
+		b := make([]byte, 0, max(2048, len(buf)))
+		buf, err = readPrefix(c.client, append(b, buf...), maxHelloBytes, cfg.SNITimeout, func(b []byte) error {
+			var perr error
+			name, perr = parseClientHello(b)
+			return perr
+		})
+		if err != nil {
+			c.reject(RejectSNI, err)
+			return
+		}
+		if upName = s.route(name); upName == "" {
+			c.reject(RejectSNI, fmt.Errorf("no sni route for server name %q and no default upstream", name))
+			return
+		}
+	}
+	up := c.l.upstreams(upName)
+	if up == nil {
+		c.reject(RejectNoUpstream, fmt.Errorf("upstream %q does not exist", upName))
+		return
+	}
+	res, latency, ok := c.connect(up, src)
+	if !ok {
+		return
+	}
+	// From here the pick is held until the connection ends, so that the
+	// endpoint's in-flight count is its open connections (least_conn).
+	defer res.Done(endpoint.Outcome{Latency: latency})
+	defer c.l.eps.release(c.es)
+	c.es.total.Add(1)
+	c.es.m.total.Inc()
+	c.es.m.active.Inc()
+	defer c.es.m.active.Dec()
+
+	up2 := c.upstream
+	c.startWatch()
+	if cfg.SendProxyProtocol != "" || len(buf) > 0 {
+		bufs := net.Buffers{buf}
+		if cfg.SendProxyProtocol != "" {
+			bufs = net.Buffers{appendProxyHeader(make([]byte, 0, 64), cfg.SendProxyProtocol, src, dst), buf}
+		}
+		up2.SetWriteDeadline(time.Now().Add(cfg.ConnectTimeout))
+		_, err := bufs.WriteTo(up2)
+		up2.SetWriteDeadline(time.Time{})
+		if err != nil {
+			c.abort(CloseError)
+		}
+	}
+	prefix := uint64(headerLen + len(buf))
+	var wg sync.WaitGroup
+	var toUp int64
+	wg.Go(func() { toUp = c.pipe(up2, c.client, &c.copied[0]) })
+	fromUp := c.pipe(c.client, up2, &c.copied[1])
+	wg.Wait()
+	c.finish(prefix+uint64(toUp), uint64(fromUp))
+}
+
+// connect picks endpoints and dials them until one answers, up to
+// ConnectAttempts, skipping endpoints at MaxConnsPerEndpoint. On success
+// c.upstream and c.es are set and the pick is returned to be Done when the
+// connection ends; otherwise the client has been turned away.
+func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Duration, bool) {
+	cfg := &c.s.cfg
+	info := balance.Info{Key: src.Addr().Unmap().String(), HasKey: true}
+	d := net.Dialer{Timeout: cfg.ConnectTimeout}
+	attempts, skips := 0, 0
+	var lastErr error
+	for {
+		res, err := up.Pick(&info)
+		if err != nil {
+			reason := RejectNoEndpoint
+			if lastErr != nil {
+				reason, err = RejectConnect, fmt.Errorf("%w (after: %w)", err, lastErr)
+			}
+			c.reject(reason, fmt.Errorf("upstream %q: %w", up.Name(), err))
+			return balance.Result{}, 0, false
+		}
+		ep := res.Endpoint
+		es := c.l.eps.acquire(c.l, up.Name(), ep, cfg.MaxConnsPerEndpoint)
+		if es == nil {
+			res.Done(endpoint.Outcome{Canceled: true}) // says nothing about ep
+			if balance.Tried(info.Tried, ep) || skips >= maxSkips {
+				if lastErr != nil {
+					c.reject(RejectConnect, fmt.Errorf("upstream %q: %w", up.Name(), lastErr))
+				} else {
+					c.reject(RejectEndpointLimit, fmt.Errorf("upstream %q: every endpoint is at max_conns_per_endpoint %d", up.Name(), cfg.MaxConnsPerEndpoint))
+				}
+				return balance.Result{}, 0, false
+			}
+			skips++
+			info.Tried = append(info.Tried, ep)
+			continue
+		}
+		t0 := time.Now()
+		nc, err := d.DialContext(c.l.cutCtx, "tcp", ep.Address())
+		latency := time.Since(t0)
+		if err == nil {
+			uc := nc.(*net.TCPConn)
+			c.mu.Lock()
+			cut := c.closed
+			if !cut {
+				c.upstream = uc
+			}
+			c.mu.Unlock()
+			if cut { // cut at the shutdown deadline while dialing
+				uc.Close()
+				c.l.eps.release(es)
+				res.Done(endpoint.Outcome{Latency: latency, Canceled: true})
+				return balance.Result{}, 0, false
+			}
+			c.es = es
+			es.m.connectDelay.Observe(latency.Seconds())
+			return res, latency, true
+		}
+		c.l.eps.release(es)
+		canceled := c.l.cutCtx.Err() != nil
+		res.Done(endpoint.Outcome{Err: err, Latency: latency, Canceled: canceled})
+		if canceled {
+			c.reject(RejectShutdown, err)
+			return balance.Result{}, 0, false
+		}
+		es.m.connectErrs.Inc()
+		lastErr = err
+		attempts++
+		if attempts >= cfg.ConnectAttempts {
+			c.reject(RejectConnect, fmt.Errorf("upstream %q: %d attempt(s) failed, last: %w", up.Name(), attempts, err))
+			return balance.Result{}, 0, false
+		}
+		info.Tried = append(info.Tried, ep)
+	}
+}
+
+// pipe copies src to dst until src's EOF, then passes the EOF on with
+// CloseWrite (half-close). Any error closes the whole connection.
+func (c *conn) pipe(dst, src *net.TCPConn, count *atomic.Uint64) int64 {
+	n, err := copyConn(dst, src, count)
+	if err == nil {
+		err = dst.CloseWrite()
+	}
+	if err != nil {
+		c.abort(CloseError)
+	}
+	return n
+}
+
+// finish ends a forwarded connection: stops the watch, settles the byte
+// counters and closes both sockets.
+func (c *conn) finish(down, up uint64) {
+	c.stopWatch()
+	if down > c.countDown {
+		c.es.m.rxDown.Add(float64(down - c.countDown))
+	}
+	if up > c.countUp {
+		c.es.m.rxUp.Add(float64(up - c.countUp))
+	}
+	cause := CloseDone
+	c.cause.CompareAndSwap(nil, &cause)
+	c.closeAll()
+	c.l.lm.closed[*c.cause.Load()].Inc()
+}
+
+// abort closes both sockets, recording why if nobody did before.
+func (c *conn) abort(cause string) {
+	c.cause.CompareAndSwap(nil, &cause)
+	c.closeAll()
+}
+
+func (c *conn) closeAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.client.Close()
+	if c.upstream != nil {
+		c.upstream.Close()
+	}
+}
+
+// reject turns the client away before forwarding.
+func (c *conn) reject(reason string, err error) {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.l.reject(c.client, reason, err)
+}
+
+// startWatch starts the periodic activity check. Short connections end
+// before it ever runs; the timer costs them nothing else.
+func (c *conn) startWatch() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.lastActive = time.Now()
+	c.timer = time.AfterFunc(c.s.checkEvery, c.check)
+}
+
+func (c *conn) stopWatch() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.wstopped = true
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// check looks at the bytes received on both sockets since the last check:
+// any means activity; none for IdleTimeout closes the connection. Reading
+// the kernel's counters (TCP_INFO) rather than counting in the copy loop
+// keeps bytes moving by splice(2), untouched by us.
+func (c *conn) check() {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wstopped {
+		return
+	}
+	now := time.Now()
+	down, up, ok := c.received()
+	if ok && (down != c.seenDown || up != c.seenUp) {
+		c.lastActive = now
+		if down > c.countDown {
+			c.es.m.rxDown.Add(float64(down - c.countDown))
+			c.countDown = down
+		}
+		if up > c.countUp {
+			c.es.m.rxUp.Add(float64(up - c.countUp))
+			c.countUp = up
+		}
+		c.seenDown, c.seenUp = down, up
+	}
+	if idle := c.s.cfg.IdleTimeout; idle > 0 && now.Sub(c.lastActive) >= idle {
+		if c.l.log.Enabled(context.Background(), slog.LevelDebug) {
+			c.l.log.Debug("tcp connection idle: closing", "listener", c.l.name, "client", c.client.RemoteAddr().String(), "idle", now.Sub(c.lastActive))
+		}
+		c.abort(CloseIdle)
+		return
+	}
+	c.timer.Reset(c.s.checkEvery)
+}
+
+// readPrefix reads from c into buf until parse accepts it (nil) or rejects
+// it, within timeout and max bytes. It returns every byte read.
+func readPrefix(c *net.TCPConn, buf []byte, maxLen int, timeout time.Duration, parse func([]byte) error) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(timeout))
+	defer c.SetReadDeadline(time.Time{})
+	for {
+		err := parse(buf)
+		if !errors.Is(err, errNeedMore) {
+			return buf, err
+		}
+		if len(buf) >= maxLen {
+			return buf, fmt.Errorf("no complete header in the first %d bytes", maxLen)
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, make([]byte, min(max(cap(buf), 1024), maxLen-len(buf)))...)[:len(buf)]
+		}
+		n, err := c.Read(buf[len(buf):min(cap(buf), maxLen)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			if n > 0 && parse(buf) == nil {
+				return buf, nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return buf, fmt.Errorf("timed out after %v with %d bytes", timeout, len(buf))
+			}
+			return buf, err
+		}
+	}
+}
+
+func trusted(prefixes []netip.Prefix, a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func addrPort(a net.Addr) netip.AddrPort {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}

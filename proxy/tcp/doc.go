@@ -1,0 +1,49 @@
+// Package tcpproxy is switchboard's L4 data plane: a TCP listener that
+// forwards each connection to an endpoint of an upstream, picked by the
+// same balancers, pools and health machinery as the HTTP proxy.
+//
+// A connection goes: accept -> admission (MaxConns, optional queue) ->
+// PROXY header (from trusted sources only) -> ClientHello server name (SNI
+// listeners only) -> pick and connect (ConnectTimeout per attempt, the next
+// endpoint on failure, up to ConnectAttempts) -> optional PROXY header to
+// the endpoint -> forward both ways until both sides are done.
+//
+// # Forwarding
+//
+// Bytes move between the two *net.TCPConn with (*net.TCPConn).ReadFrom,
+// which on Linux is splice(2): they never enter user space. Bytes read
+// before forwarding (a PROXY header's trailing data, the ClientHello) are
+// written to the endpoint first, unchanged, and then the raw connections
+// are spliced. When one side's read ends with EOF, the other side's write
+// half is closed (CloseWrite), so half-closed protocols work; the
+// connection closes when both directions are done, or at once on an error.
+//
+// The idle timeout is checked without touching the data path: every
+// quarter of IdleTimeout a timer reads the kernel's byte counters of both
+// sockets (TCP_INFO); a connection whose counters have not moved for
+// IdleTimeout is closed. Those same counters advance the byte metrics of
+// long connections.
+//
+// # Picks and outcomes
+//
+// Each connect attempt is a pick. A failed connect is reported at once
+// (Done with the error), which feeds passive health: an endpoint that
+// refuses connections is ejected after a few, and the client never sees
+// it, because the connection moves on to the next endpoint. A successful
+// connect holds its pick for the life of the connection and reports it
+// (Done with the connect time as latency and no error) when the connection
+// ends. So an endpoint's in-flight count is its number of open connections,
+// which is what least_conn and p2c should balance for long-lived TCP; the
+// price is that passive health hears of a success only when the connection
+// closes. What happens after connect (a reset, an idle close) does not
+// count against the endpoint: it may be the client's doing.
+//
+// Connections are Info.Key'ed by client IP (the PROXY header's source when
+// one was accepted) for consistent_hash and maglev.
+//
+// # Lifecycle
+//
+// NewListener, then Serve in a goroutine; Update swaps settings for new
+// connections without touching established ones; Shutdown stops accepting,
+// drains until its context is done and then cuts what is left.
+package tcpproxy

@@ -1,0 +1,480 @@
+package tcpproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
+)
+
+// Upstream is what a listener forwards to: a named pool behind a balancer.
+// Pick is called once per connection attempt with Info.Key set to the
+// client's IP address (for consistent hashing) and Info.Tried listing the
+// endpoints this connection already tried; the Result's Done is called
+// exactly once (see the package doc for when).
+type Upstream interface {
+	Name() string
+	Pick(info *balance.Info) (balance.Result, error)
+}
+
+// Listener accepts TCP connections on one socket and forwards each to an
+// endpoint of an upstream.
+type Listener struct {
+	ln        *net.TCPListener
+	name      string
+	upstreams func(name string) Upstream
+	lm        *listenerMetrics
+	m         *Metrics
+	log       *slog.Logger
+	set       atomic.Pointer[settings]
+	eps       epTable
+
+	// Admission: active counts connections holding a slot under MaxConns
+	// (from admission to their end); waiters are the queued ones, oldest
+	// first. A released slot goes straight to the oldest waiter.
+	amu     sync.Mutex
+	active  int
+	waiters []*waiter
+
+	accepted, rejected atomic.Uint64
+
+	// Connection tracking for Shutdown.
+	cmu     sync.Mutex
+	conns   map[*conn]struct{}
+	shut    bool // Shutdown began: accept no more
+	cutting bool // the shutdown deadline passed: close what is left
+	wg      sync.WaitGroup
+	shutCh  chan struct{} // closed when Shutdown begins
+	// cutCtx is canceled at the shutdown deadline; dials use it.
+	cutCtx context.Context
+	cut    context.CancelFunc
+
+	serving atomic.Bool
+}
+
+type waiter struct {
+	ch      chan struct{} // closed when granted
+	granted bool          // under amu
+}
+
+// NewListener returns a listener for ln with cfg. upstreams resolves an
+// upstream's name for each new connection (so that reloads that swap
+// upstreams reach new connections); it returns nil for an unknown name. A
+// nil m gets metrics of the listener's own, registered nowhere; a nil log
+// logs to slog.Default(). Serve starts accepting.
+func NewListener(ln *net.TCPListener, cfg Config, upstreams func(name string) Upstream, m *Metrics, log *slog.Logger) (*Listener, error) {
+	if ln == nil {
+		return nil, errors.New("tcpproxy: nil listener")
+	}
+	if upstreams == nil {
+		return nil, errors.New("tcpproxy: nil upstreams func")
+	}
+	s, err := compile(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("tcp listener %q: %w", cfg.Name, err)
+	}
+	if m == nil {
+		m = NewMetrics(prometheus.NewRegistry())
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	l := &Listener{
+		ln:        ln,
+		name:      cfg.Name,
+		upstreams: upstreams,
+		m:         m,
+		lm:        m.forListener(cfg.Name),
+		log:       log,
+		conns:     map[*conn]struct{}{},
+		shutCh:    make(chan struct{}),
+	}
+	l.eps.m = map[epKey]*epState{}
+	l.cutCtx, l.cut = context.WithCancel(context.Background())
+	l.set.Store(s)
+	return l, nil
+}
+
+// Addr is the address the listener accepts on.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Serve accepts connections until Shutdown, then returns nil. It returns
+// an error if the socket fails for another reason (established connections
+// go on; Shutdown still drains them). It may be called once.
+func (l *Listener) Serve() error {
+	if !l.serving.CompareAndSwap(false, true) {
+		return fmt.Errorf("tcp listener %q: Serve called twice", l.name)
+	}
+	l.log.Info("tcp listener serving", "listener", l.name, "addr", l.ln.Addr().String())
+	var backoff time.Duration
+	for {
+		c, err := l.ln.AcceptTCP()
+		if err != nil {
+			select {
+			case <-l.shutCh:
+				return nil
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("tcp listener %q: %w", l.name, err)
+			}
+			// Out of file descriptors and the like: wait, as net/http
+			// does, from 5ms doubling to 1s.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			l.log.Warn("tcp listener: accept failed; retrying", "listener", l.name, "err", err, "retry_in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-l.shutCh:
+				t.Stop()
+				return nil
+			}
+			continue
+		}
+		backoff = 0
+		l.accept(c)
+	}
+}
+
+// accept admits c or turns it away. A connection over the limit with no
+// room in the queue is closed here, without a goroutine.
+func (l *Listener) accept(c *net.TCPConn) {
+	l.accepted.Add(1)
+	l.lm.accepted.Inc()
+	s := l.set.Load()
+	l.cmu.Lock()
+	if l.shut {
+		l.cmu.Unlock()
+		l.reject(c, RejectShutdown, nil)
+		return
+	}
+	l.wg.Add(1)
+	l.cmu.Unlock()
+	ok, w := l.admit(s.cfg.MaxConns, s.cfg.QueueSize)
+	if !ok && w == nil {
+		l.reject(c, RejectLimit, nil)
+		l.wg.Done()
+		return
+	}
+	go l.serveConn(c, s, w)
+}
+
+func (l *Listener) serveConn(c *net.TCPConn, s *settings, w *waiter) {
+	defer l.wg.Done()
+	if w != nil {
+		if reason := l.wait(w, s.cfg.QueueTimeout); reason != "" {
+			l.reject(c, reason, nil)
+			return
+		}
+	}
+	defer l.release()
+	cn := &conn{l: l, s: s, client: c}
+	if !l.track(cn) {
+		l.reject(c, RejectShutdown, nil)
+		return
+	}
+	defer l.untrack(cn)
+	cn.run()
+}
+
+// reject closes a connection that is not forwarded and counts why.
+func (l *Listener) reject(c *net.TCPConn, reason string, err error) {
+	c.Close()
+	l.rejected.Add(1)
+	l.lm.rejected[reason].Inc()
+	if err != nil && l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("tcp connection rejected", "listener", l.name, "client", c.RemoteAddr().String(), "reason", reason, "err", err)
+	}
+}
+
+// admit takes a slot under maxConns (ok), or a place in the queue (w), or
+// neither (the connection is over the limit).
+func (l *Listener) admit(maxConns, queueSize int) (ok bool, w *waiter) {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	if maxConns == 0 || l.active < maxConns {
+		l.active++
+		return true, nil
+	}
+	if len(l.waiters) < queueSize {
+		w = &waiter{ch: make(chan struct{})}
+		l.waiters = append(l.waiters, w)
+		l.lm.queued.Inc()
+		return false, w
+	}
+	return false, nil
+}
+
+// wait waits in the queue for a slot; it returns "" once granted, or the
+// reason it gave up.
+func (l *Listener) wait(w *waiter, timeout time.Duration) string {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	reason := ""
+	select {
+	case <-w.ch:
+		return ""
+	case <-t.C:
+		reason = RejectQueueTimeout
+	case <-l.shutCh:
+		reason = RejectShutdown
+	}
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	if w.granted { // granted while we timed out: take it
+		return ""
+	}
+	if i := slices.Index(l.waiters, w); i >= 0 {
+		l.waiters = slices.Delete(l.waiters, i, i+1)
+		l.lm.queued.Dec()
+	}
+	return reason
+}
+
+// release gives a slot back, to the oldest waiter if there is one and the
+// limit allows.
+func (l *Listener) release() {
+	maxConns := l.set.Load().cfg.MaxConns
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	if len(l.waiters) > 0 && (maxConns == 0 || l.active <= maxConns) {
+		l.grantLocked()
+		return
+	}
+	l.active--
+}
+
+// grantLocked hands the caller's slot to the oldest waiter.
+func (l *Listener) grantLocked() {
+	w := l.waiters[0]
+	l.waiters[0] = nil
+	l.waiters = l.waiters[1:]
+	w.granted = true
+	close(w.ch)
+	l.lm.queued.Dec()
+}
+
+// regrant lets waiters in after the limit was raised.
+func (l *Listener) regrant(maxConns int) {
+	l.amu.Lock()
+	defer l.amu.Unlock()
+	for len(l.waiters) > 0 && (maxConns == 0 || l.active < maxConns) {
+		l.active++
+		l.grantLocked()
+	}
+}
+
+func (l *Listener) track(c *conn) bool {
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
+	if l.cutting {
+		return false
+	}
+	l.conns[c] = struct{}{}
+	return true
+}
+
+func (l *Listener) untrack(c *conn) {
+	l.cmu.Lock()
+	delete(l.conns, c)
+	l.cmu.Unlock()
+}
+
+// Update applies cfg to connections accepted from now on. Established
+// connections keep the settings they started with; queued ones are let in
+// at once if the new max_conns has room. The listener's name cannot change
+// (it labels the metrics): a renamed listener is a new listener.
+func (l *Listener) Update(cfg Config) error {
+	if cfg.Name != l.name {
+		return fmt.Errorf("tcp listener %q: name: cannot change to %q on a running listener", l.name, cfg.Name)
+	}
+	s, err := compile(cfg)
+	if err != nil {
+		return fmt.Errorf("tcp listener %q: %w", l.name, err)
+	}
+	l.set.Store(s)
+	l.regrant(s.cfg.MaxConns)
+	l.log.Info("tcp listener updated", "listener", l.name)
+	return nil
+}
+
+// Shutdown stops accepting, lets established connections finish until
+// ctx is done, then closes the rest (connections still waiting in the
+// queue are closed at once). It returns once every connection is closed:
+// nil if they all finished, or an error wrapping ctx.Err() saying how many
+// were cut. It may be called more than once.
+func (l *Listener) Shutdown(ctx context.Context) error {
+	l.cmu.Lock()
+	first := !l.shut
+	l.shut = true
+	l.cmu.Unlock()
+	if first {
+		close(l.shutCh)
+		l.ln.Close()
+		l.log.Info("tcp listener draining", "listener", l.name, "active", l.activeConns())
+	}
+	done := make(chan struct{})
+	go func() {
+		l.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	l.cmu.Lock()
+	l.cutting = true
+	l.cut()
+	left := make([]*conn, 0, len(l.conns))
+	for c := range l.conns {
+		left = append(left, c)
+	}
+	l.cmu.Unlock()
+	for _, c := range left {
+		c.abort(CloseShutdown)
+	}
+	// Every connection goroutine returns promptly once its sockets are
+	// closed and its dial is canceled.
+	<-done
+	if len(left) == 0 {
+		return nil
+	}
+	l.log.Warn("tcp listener: connections cut at the shutdown deadline", "listener", l.name, "cut", len(left))
+	return fmt.Errorf("tcp listener %q: %d connection(s) cut at the shutdown deadline: %w", l.name, len(left), ctx.Err())
+}
+
+func (l *Listener) activeConns() int {
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
+	return len(l.conns)
+}
+
+// Stats is a listener's state for the admin API.
+type Stats struct {
+	Listener string
+	// Active is the connections being served (set up or forwarded);
+	// Queued those waiting for a slot under MaxConns.
+	Active, Queued int
+	// Accepted and Rejected count connections since the listener started.
+	Accepted, Rejected uint64
+	// Endpoints lists the endpoints this listener has used recently.
+	Endpoints []EndpointStats
+}
+
+// EndpointStats is one endpoint's share of a listener's connections.
+type EndpointStats struct {
+	Upstream, Address string
+	// Active counts connections to the endpoint, those still connecting
+	// included (what MaxConnsPerEndpoint limits); Total the connections
+	// forwarded to it.
+	Active int
+	Total  uint64
+}
+
+// Stats returns the listener's current numbers.
+func (l *Listener) Stats() Stats {
+	st := Stats{Listener: l.name, Active: l.activeConns(), Accepted: l.accepted.Load(), Rejected: l.rejected.Load()}
+	l.amu.Lock()
+	st.Queued = len(l.waiters)
+	l.amu.Unlock()
+	st.Endpoints = l.eps.stats()
+	return st
+}
+
+// epTable counts a listener's connections per endpoint, for
+// MaxConnsPerEndpoint and Stats, and keeps each endpoint's metric series.
+type epTable struct {
+	mu      sync.Mutex
+	m       map[epKey]*epState
+	pruneAt int
+}
+
+type epKey struct {
+	upstream string
+	ep       *endpoint.Endpoint
+}
+
+type epState struct {
+	upstream, addr string
+	active         int  // under epTable.mu
+	used           bool // since the last prune; under epTable.mu
+	total          atomic.Uint64
+	m              endpointMetrics
+}
+
+// Endpoint entries are pruned when the table has grown past pruneAt: those
+// idle since the previous prune go (endpoints that left their pools).
+const minPruneAt = 64
+
+// acquire counts a connection to ep, or returns nil if ep is at limit.
+func (t *epTable) acquire(l *Listener, upstream string, ep *endpoint.Endpoint, limit int) *epState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := epKey{upstream, ep}
+	st := t.m[k]
+	if st == nil {
+		if len(t.m) >= max(t.pruneAt, minPruneAt) {
+			t.pruneLocked()
+		}
+		st = &epState{upstream: upstream, addr: ep.Address(), m: l.m.forEndpoint(l.name, upstream, ep.Address())}
+		t.m[k] = st
+	}
+	st.used = true
+	if limit > 0 && st.active >= limit {
+		return nil
+	}
+	st.active++
+	return st
+}
+
+func (t *epTable) release(st *epState) {
+	t.mu.Lock()
+	st.active--
+	t.mu.Unlock()
+}
+
+func (t *epTable) pruneLocked() {
+	for k, st := range t.m {
+		if st.active == 0 && !st.used {
+			delete(t.m, k)
+		}
+		st.used = false
+	}
+	t.pruneAt = 2 * len(t.m)
+}
+
+func (t *epTable) stats() []EndpointStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]EndpointStats, 0, len(t.m))
+	for _, st := range t.m {
+		out = append(out, EndpointStats{Upstream: st.upstream, Address: st.addr, Active: st.active, Total: st.total.Load()})
+	}
+	slices.SortFunc(out, func(a, b EndpointStats) int {
+		if a.Upstream != b.Upstream {
+			if a.Upstream < b.Upstream {
+				return -1
+			}
+			return 1
+		}
+		if a.Address < b.Address {
+			return -1
+		}
+		if a.Address > b.Address {
+			return 1
+		}
+		return 0
+	})
+	return out
+}

@@ -1,0 +1,147 @@
+package tcpproxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The reasons a connection is closed before (or instead of) being
+// forwarded: the reason label of switchboard_tcp_rejected_total.
+const (
+	RejectLimit         = "limit"          // listener at max_conns, no queue or queue full
+	RejectQueueTimeout  = "queue_timeout"  // waited queue_timeout in the queue
+	RejectSNI           = "sni"            // no ClientHello in time, not TLS, or no route for its name
+	RejectProxyProtocol = "proxy_protocol" // trusted source sent no valid PROXY header in time
+	RejectNoUpstream    = "no_upstream"    // the routed upstream does not exist
+	RejectNoEndpoint    = "no_endpoint"    // the upstream has no endpoint that can take traffic
+	RejectEndpointLimit = "endpoint_limit" // every endpoint at max_conns_per_endpoint
+	RejectConnect       = "connect_failed" // every connect attempt failed
+	RejectShutdown      = "shutdown"       // the listener shut down while the connection waited
+)
+
+var rejectReasons = [...]string{
+	RejectLimit, RejectQueueTimeout, RejectSNI, RejectProxyProtocol, RejectNoUpstream,
+	RejectNoEndpoint, RejectEndpointLimit, RejectConnect, RejectShutdown,
+}
+
+// Why a forwarded connection ended: the cause label of
+// switchboard_tcp_connections_closed_total.
+const (
+	CloseDone     = "done"         // both sides closed their direction
+	CloseIdle     = "idle_timeout" // no byte either way for idle_timeout
+	CloseError    = "error"        // a read or write failed (reset, broken pipe)
+	CloseShutdown = "shutdown"     // cut at the shutdown deadline
+)
+
+var closeCauses = [...]string{CloseDone, CloseIdle, CloseError, CloseShutdown}
+
+// The direction label of switchboard_tcp_received_bytes_total.
+const (
+	DirDownstreamRx = "downstream_rx" // bytes received from clients
+	DirUpstreamRx   = "upstream_rx"   // bytes received from endpoints
+)
+
+// Metrics are the TCP data plane's Prometheus metrics, shared by all
+// listeners. Series are resolved once per listener and per endpoint and
+// cached, so a connection costs atomic adds, not label lookups, and bytes
+// are counted per connection (and per activity check), never per read.
+type Metrics struct {
+	accepted     *prometheus.CounterVec
+	rejected     *prometheus.CounterVec
+	queued       *prometheus.GaugeVec
+	closed       *prometheus.CounterVec
+	active       *prometheus.GaugeVec
+	total        *prometheus.CounterVec
+	bytes        *prometheus.CounterVec
+	connectErrs  *prometheus.CounterVec
+	connectDelay *prometheus.HistogramVec
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	ep := []string{"listener", "upstream", "endpoint"}
+	m := &Metrics{
+		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_tcp_accepted_total",
+			Help: "TCP connections accepted, by listener.",
+		}, []string{"listener"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_tcp_rejected_total",
+			Help: "TCP connections closed without being forwarded, by listener and reason (limit, queue_timeout, sni, proxy_protocol, no_upstream, no_endpoint, endpoint_limit, connect_failed, shutdown).",
+		}, []string{"listener", "reason"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchboard_tcp_queued_connections",
+			Help: "TCP connections waiting in the listener's queue for a free slot.",
+		}, []string{"listener"}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_tcp_connections_closed_total",
+			Help: "Forwarded TCP connections that ended, by listener and cause (done, idle_timeout, error, shutdown).",
+		}, []string{"listener", "cause"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchboard_tcp_connections_active",
+			Help: "TCP connections being forwarded, by listener, upstream and endpoint.",
+		}, ep),
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_tcp_connections_total",
+			Help: "TCP connections forwarded (connected to an endpoint), by listener, upstream and endpoint.",
+		}, ep),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_tcp_received_bytes_total",
+			Help: "Bytes received on forwarded TCP connections, by listener, upstream, endpoint and direction (downstream_rx: from clients, upstream_rx: from endpoints).",
+		}, append(ep, "direction")),
+		connectErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_tcp_connect_errors_total",
+			Help: "Failed connection attempts to endpoints (refused, unreachable, timed out), by listener, upstream and endpoint.",
+		}, ep),
+		connectDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "switchboard_tcp_connect_duration_seconds",
+			Help:    "Time to connect to an endpoint, successful attempts only, by listener and upstream.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"listener", "upstream"}),
+	}
+	reg.MustRegister(m.accepted, m.rejected, m.queued, m.closed, m.active, m.total, m.bytes, m.connectErrs, m.connectDelay)
+	return m
+}
+
+// listenerMetrics are one listener's series, resolved once.
+type listenerMetrics struct {
+	accepted prometheus.Counter
+	queued   prometheus.Gauge
+	rejected map[string]prometheus.Counter
+	closed   map[string]prometheus.Counter
+}
+
+func (m *Metrics) forListener(name string) *listenerMetrics {
+	lm := &listenerMetrics{
+		accepted: m.accepted.WithLabelValues(name),
+		queued:   m.queued.WithLabelValues(name),
+		rejected: make(map[string]prometheus.Counter, len(rejectReasons)),
+		closed:   make(map[string]prometheus.Counter, len(closeCauses)),
+	}
+	for _, r := range rejectReasons {
+		lm.rejected[r] = m.rejected.WithLabelValues(name, r)
+	}
+	for _, c := range closeCauses {
+		lm.closed[c] = m.closed.WithLabelValues(name, c)
+	}
+	return lm
+}
+
+// endpointMetrics are one (listener, upstream, endpoint) triple's series.
+type endpointMetrics struct {
+	active       prometheus.Gauge
+	total        prometheus.Counter
+	rxDown, rxUp prometheus.Counter
+	connectErrs  prometheus.Counter
+	connectDelay prometheus.Observer
+}
+
+func (m *Metrics) forEndpoint(listener, upstream, addr string) endpointMetrics {
+	return endpointMetrics{
+		active:       m.active.WithLabelValues(listener, upstream, addr),
+		total:        m.total.WithLabelValues(listener, upstream, addr),
+		rxDown:       m.bytes.WithLabelValues(listener, upstream, addr, DirDownstreamRx),
+		rxUp:         m.bytes.WithLabelValues(listener, upstream, addr, DirUpstreamRx),
+		connectErrs:  m.connectErrs.WithLabelValues(listener, upstream, addr),
+		connectDelay: m.connectDelay.WithLabelValues(listener, upstream),
+	}
+}
