@@ -1,0 +1,471 @@
+package registryd
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/switchboard-dev/switchboard/registry"
+)
+
+func TestTTLLapseThenDeregisterCriticalServiceAfter(t *testing.T) {
+	s := startServer(t, Config{})
+	c := goClient(t, s, "")
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{
+		ID: "job-1", Name: "job", Port: 7000,
+		Check: &api.AgentServiceCheck{TTL: "300ms", Status: "passing", DeregisterCriticalServiceAfter: "400ms"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Heartbeats keep it passing for a while: three renewals 150ms apart,
+	// each before the 300ms TTL would lapse.
+	var lastBeat time.Time
+	for range 3 {
+		if err := c.Agent().PassTTL("service:job-1", ""); err != nil {
+			t.Fatal(err)
+		}
+		lastBeat = time.Now()
+		es, _, _ := c.Health().Service("job", "", true, nil)
+		if len(es) != 1 {
+			t.Fatal("a heartbeating instance dropped out of ?passing")
+		}
+		timer := time.NewTimer(150 * time.Millisecond) // the heartbeat cadence, not a wait for an event
+		<-timer.C
+	}
+	// Heartbeats stop: critical after the TTL, out of ?passing ...
+	awaitHealth(t, c, "job", 5*time.Second, "TTL lapse", func(es []*api.ServiceEntry) bool {
+		return statusOf(es, "job-1") == api.HealthCritical
+	})
+	if es, _, _ := c.Health().Service("job", "", true, nil); len(es) != 0 {
+		t.Fatal("a critical instance is still in ?passing")
+	}
+	// ... and gone after DeregisterCriticalServiceAfter more.
+	awaitHealth(t, c, "job", 5*time.Second, "deregistered after staying critical", func(es []*api.ServiceEntry) bool {
+		return statusOf(es, "job-1") == "absent"
+	})
+	if el := time.Since(lastBeat); el < 700*time.Millisecond {
+		t.Errorf("removed %v after the last heartbeat; want at least TTL+DeregisterCriticalServiceAfter (700ms)", el)
+	}
+	if checks, _ := c.Agent().Checks(); len(checks) != 0 {
+		t.Fatalf("the reaped service's checks remain: %v", keys(checks))
+	}
+}
+
+// manualClock fires timers when the test advances it.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*manualTimer
+}
+
+type manualTimer struct {
+	c       *manualClock
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (m *manualClock) Now() time.Time { m.mu.Lock(); defer m.mu.Unlock(); return m.now }
+
+func (m *manualClock) AfterFunc(d time.Duration, f func()) stopper {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := &manualTimer{c: m, at: m.now.Add(d), f: f}
+	m.timers = append(m.timers, t)
+	return t
+}
+
+func (t *manualTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.stopped
+	t.stopped = true
+	return was
+}
+
+// Advance moves time on and runs, in this goroutine, the callbacks of the
+// timers that came due.
+func (m *manualClock) Advance(d time.Duration) {
+	m.mu.Lock()
+	m.now = m.now.Add(d)
+	var due []*manualTimer
+	for _, t := range m.timers {
+		if !t.stopped && !t.at.After(m.now) {
+			t.stopped = true
+			due = append(due, t)
+		}
+	}
+	m.mu.Unlock()
+	for _, t := range due {
+		t.f()
+	}
+}
+
+func TestTTLAndReaperWithManualClock(t *testing.T) {
+	clk := &manualClock{now: time.Unix(1000, 0)}
+	s := newServer(Config{Listen: DefaultListen, Logger: quietLogger, NodeName: "n", MaxBodyBytes: DefaultMaxBodyBytes}, clk)
+	t.Cleanup(func() { s.Close() })
+	def, err := decodeService([]byte(`{"Name":"m","Check":{"TTL":"10s","Status":"passing","DeregisterCriticalServiceAfter":"1m"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.register(def, false); err != nil {
+		t.Fatal(err)
+	}
+	status := func() string {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if c := s.checks["service:m"]; c != nil {
+			return c.status
+		}
+		return "absent"
+	}
+	clk.Advance(9 * time.Second)
+	if err := s.updateTTL("service:m", statusPassing, ""); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(9 * time.Second) // 18s after registering, 9s after the renewal
+	if got := status(); got != statusPassing {
+		t.Fatalf("renewed 9s ago with a 10s TTL: %s", got)
+	}
+	clk.Advance(time.Second)
+	if got := status(); got != statusCritical {
+		t.Fatalf("10s after the renewal: %s, want critical", got)
+	}
+	clk.Advance(59 * time.Second)
+	if got := status(); got != statusCritical {
+		t.Fatalf("59s critical: %s, want still registered and critical", got)
+	}
+	// A pass resets the reaper; failing again starts it over.
+	if err := s.updateTTL("service:m", statusPassing, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.updateTTL("service:m", statusCritical, "down"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(59 * time.Second)
+	if got := status(); got != statusCritical {
+		t.Fatalf("the reaper did not restart with the new critical period: %s", got)
+	}
+	clk.Advance(time.Second)
+	if got := status(); got != "absent" || serviceCount(s) != 0 {
+		t.Fatalf("critical for 1m with DeregisterCriticalServiceAfter=1m: %s, %d services; want removed", got, serviceCount(s))
+	}
+}
+
+func TestNonLoopbackWithoutTokenIsRefused(t *testing.T) {
+	for _, listen := range []string{"0.0.0.0:8500", ":8500", "[::]:8500", "192.0.2.1:8500", "example.com:8500"} {
+		_, err := New(Config{Listen: listen, Logger: quietLogger})
+		if err == nil || !strings.Contains(err.Error(), "listen:") || !strings.Contains(err.Error(), "acl_token") {
+			t.Errorf("New with listen %q and no token: %v; want a listen: error asking for acl_token", listen, err)
+		}
+		if err := (Config{Listen: listen, ACLToken: "t"}).Validate(); err != nil {
+			t.Errorf("listen %q with a token: %v", listen, err)
+		}
+		if err := (Config{Listen: listen, Insecure: true}).Validate(); err != nil {
+			t.Errorf("listen %q with insecure: %v", listen, err)
+		}
+	}
+	for _, listen := range []string{"", "127.0.0.1:8500", "localhost:0", "[::1]:8500"} {
+		if err := (Config{Listen: listen}).Validate(); err != nil {
+			t.Errorf("loopback %q: %v", listen, err)
+		}
+	}
+	// Serve on a listener that is not loopback is refused the same way.
+	s, err := New(Config{Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := s.Serve(ln); err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Fatalf("Serve on 0.0.0.0 without token: %v", err)
+	}
+}
+
+func TestConfigValidateNamesTheField(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Listen: "nope"}, "listen:"},
+		{Config{Listen: "127.0.0.1:99999"}, "listen:"},
+		{Config{ACLToken: "a", ACLTokenFile: "/x"}, "acl_token_file:"},
+		{Config{ACLReads: true}, "acl_reads:"},
+		{Config{MaxBodyBytes: -1}, "max_body_bytes:"},
+		{Config{NodeName: " x"}, "node_name:"},
+		{Config{ACLToken: " padded "}, "acl_token:"},
+	} {
+		if err := tc.cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error starting %q", tc.cfg, err, tc.want)
+		}
+	}
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte(" \n"), 0o600)
+	if _, err := New(Config{ACLTokenFile: empty, Logger: quietLogger}); err == nil || !strings.Contains(err.Error(), "acl_token_file:") {
+		t.Errorf("empty token file: %v", err)
+	}
+	good := filepath.Join(dir, "tok")
+	os.WriteFile(good, []byte("from-file\n"), 0o600)
+	s := startServer(t, Config{ACLTokenFile: good})
+	if code, _, _ := do(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", goodReg, "X-Consul-Token", "from-file"); code != 200 {
+		t.Fatalf("token from file refused: %d", code)
+	}
+}
+
+func TestSnapshotSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s1, err := New(Config{DataDir: dir, Logger: quietLogger, NodeName: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := decodeService([]byte(`{"Name":"orders","ID":"o1","Address":"10.1.1.1","Port":9000,"Tags":["v2"],"Meta":{"zone":"eu-1"},
+		"Weights":{"Passing":3,"Warning":1},"Checks":[{"TTL":"1h","Status":"passing"},{"TTL":"1h","CheckID":"deep","Notes":"n"}]}`))
+	if err := s1.register(def, false); err != nil {
+		t.Fatal(err)
+	}
+	def2, _ := decodeService([]byte(`{"Name":"gone","ID":"g1"}`))
+	s1.register(def2, false)
+	s1.deregister("g1", "test")
+	ctx := context.Background()
+	if err := s1.Register(ctx, registry.Registration{Instance: registry.Instance{ID: "i1", Service: "inproc", Address: "127.0.0.1", Port: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	idx1 := currentIndex(s1)
+	s1.mu.RLock()
+	goneIdx := s1.catalogIndex
+	s1.mu.RUnlock()
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, snapshotName)); err != nil {
+		t.Fatalf("no snapshot after Close: %v", err)
+	}
+
+	s2, err := New(Config{DataDir: dir, Logger: quietLogger, NodeName: "n"})
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	defer s2.Close()
+	if got := currentIndex(s2); got != idx1 {
+		t.Fatalf("index after restart %d, before %d: it must not go backwards", got, idx1)
+	}
+	ins, err := s2.Discoverer().Instances(ctx, registry.Query{Service: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := registry.Instance{ID: "o1", Service: "orders", Address: "10.1.1.1", Port: 9000, Tags: []string{"v2"},
+		Meta: map[string]string{"zone": "eu-1"}, Weight: 3, Zone: "eu-1", Health: registry.Critical}
+	if len(ins) != 1 || !instEqual(ins[0], want) {
+		t.Fatalf("after restart: %+v, want %+v (one check passing, one critical as before)", ins, want)
+	}
+	s2.mu.RLock()
+	deep := s2.checks["deep"]
+	missingIdx, _ := s2.nameIndexLocked("gone")
+	s2.mu.RUnlock()
+	if deep == nil || deep.def.Notes != "n" || deep.status != statusCritical {
+		t.Fatalf("check 'deep' after restart: %+v", deep)
+	}
+	if missingIdx < goneIdx {
+		t.Fatalf("the removed service's index went back from %d to %d", goneIdx, missingIdx)
+	}
+	if ins, _ := s2.Discoverer().Instances(ctx, registry.Query{Service: "inproc"}); len(ins) != 1 {
+		t.Fatalf("in-process registration lost across restart: %+v", ins)
+	}
+}
+
+func instEqual(a, b registry.Instance) bool {
+	return a.ID == b.ID && a.Service == b.Service && a.Address == b.Address && a.Port == b.Port &&
+		slices.Equal(a.Tags, b.Tags) && len(a.Meta) == len(b.Meta) && a.Meta["zone"] == b.Meta["zone"] &&
+		a.Weight == b.Weight && a.Zone == b.Zone && a.Health == b.Health
+}
+
+func TestCorruptSnapshotIsAnErrorAtStart(t *testing.T) {
+	for name, content := range map[string]string{
+		"not JSON":          `{"version":1,`,
+		"wrong version":     `{"version":9,"index":1,"catalog_index":1}`,
+		"zero index":        `{"version":1,"index":0,"catalog_index":0}`,
+		"bad service":       `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a","Port":70000},"create_index":5,"modify_index":5}]}`,
+		"bad status":        `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a","Checks":[{"TTL":"1s","CheckID":"c","Name":"c"}]},"create_index":5,"modify_index":5,"checks":[{"check_id":"c","status":"great","create_index":5,"modify_index":5}]}]}`,
+		"index from future": `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a"},"create_index":5,"modify_index":9}]}`,
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, snapshotName), []byte(content), 0o600)
+		_, err := New(Config{DataDir: dir, Logger: quietLogger})
+		if err == nil || !strings.Contains(err.Error(), "corrupt") || !strings.Contains(err.Error(), filepath.Join(dir, snapshotName)) {
+			t.Errorf("%s: New = %v; want an error calling %s corrupt", name, err, snapshotName)
+		}
+	}
+}
+
+func TestSnapshotWritesAreCoalesced(t *testing.T) {
+	dir := t.TempDir()
+	s, err := New(Config{DataDir: dir, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 200 {
+		def, _ := decodeService([]byte(`{"Name":"burst","ID":"b` + itoa(uint64(i)) + `"}`))
+		if err := s.register(def, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, snapshotName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), `"registration"`); n != 200 {
+		t.Fatalf("snapshot holds %d registrations, want 200", n)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*tmp*")); len(left) != 0 {
+		t.Fatalf("temporary files left behind: %v", left)
+	}
+}
+
+func TestInProcessRegisterDiscoverAndWatch(t *testing.T) {
+	s := startServer(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d := s.Discoverer()
+	w, err := d.Watch(ctx, registry.Query{Service: "pay", PassingOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	first, err := w.Next(ctx)
+	if err != nil || len(first) != 0 {
+		t.Fatalf("first Next: %v, %v; want the empty current set", first, err)
+	}
+	err = s.Register(ctx, registry.Registration{
+		Instance: registry.Instance{ID: "p1", Service: "pay", Address: "127.0.0.1", Port: 7001, Weight: 4, Zone: "z9", Tags: []string{"t"}},
+		Check:    registry.Check{TTL: time.Minute},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Critical until the first heartbeat (Consul's default), so the
+	// passing-only watch sees nothing yet; the heartbeat brings it in.
+	if err := s.Heartbeat(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := registry.Instance{ID: "p1", Service: "pay", Address: "127.0.0.1", Port: 7001, Tags: []string{"t"},
+		Meta: map[string]string{"zone": "z9"}, Weight: 4, Zone: "z9", Health: registry.Passing}
+	if len(got) != 1 || !instEqual(got[0], want) {
+		t.Fatalf("Next after heartbeat: %+v, want %+v", got, want)
+	}
+	// The same instance over HTTP, with Consul's shapes.
+	es, _, err := goClient(t, s, "").Health().Service("pay", "", true, nil)
+	if err != nil || len(es) != 1 || es[0].Service.Weights.Passing != 4 || es[0].Service.Meta["zone"] != "z9" {
+		t.Fatalf("HTTP view of an in-process registration: %+v, %v", es, err)
+	}
+
+	svcs, idx, err := s.WatchServices(ctx, 0)
+	if err != nil || !slices.Equal(svcs["pay"], []string{"t"}) || idx == 0 {
+		t.Fatalf("WatchServices(0) = %v, %d, %v", svcs, idx, err)
+	}
+	type ws struct {
+		m   map[string][]string
+		idx uint64
+		err error
+	}
+	done := make(chan ws, 1)
+	go func() {
+		m, i, err := s.WatchServices(ctx, idx)
+		done <- ws{m, i, err}
+	}()
+	if err := s.Deregister(ctx, "p1"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.idx <= idx || len(r.m) != 0 {
+		t.Fatalf("WatchServices after deregister = %v, %d, %v; want empty with a larger index than %d", r.m, r.idx, r.err, idx)
+	}
+	if got, err := w.Next(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("watch after deregister: %v, %v", got, err)
+	}
+	if err := s.Heartbeat(ctx, "p1"); !errors.Is(err, registry.ErrNotRegistered) {
+		t.Fatalf("Heartbeat after deregister: %v, want ErrNotRegistered", err)
+	}
+	if err := s.Deregister(ctx, "p1"); err != nil {
+		t.Fatalf("deregistering an unknown ID is not an error for a Registrar: %v", err)
+	}
+	if err := s.Register(ctx, registry.Registration{Instance: registry.Instance{ID: "x", Service: "x", Address: "a", Port: 0}}); err == nil || !strings.Contains(err.Error(), "port") {
+		t.Fatalf("bad instance: %v, want a port error", err)
+	}
+}
+
+func TestCloseWakesWatchersAndStopsEverything(t *testing.T) {
+	s, err := New(Config{Listen: "127.0.0.1:0", Logger: quietLogger, NodeName: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.minInterval = testMinInterval
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	backend := net.ListenConfig{}
+	ln, err := backend.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := goClient(t, s, "")
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "w", Check: &api.AgentServiceCheck{TCP: ln.Addr().String(), Interval: "20ms"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	w, _ := s.Discoverer().Watch(ctx, registry.Query{Service: "other"})
+	w.Next(ctx)
+	errs := make(chan error, 3)
+	go func() { _, err := w.Next(ctx); errs <- err }()
+	go func() { _, _, err := s.WatchServices(ctx, currentIndex(s)); errs <- err }()
+	go func() {
+		_, _, err := c.Health().Service("other", "", false, &api.QueryOptions{WaitIndex: currentIndex(s), WaitTime: time.Minute})
+		errs <- err
+	}()
+	eventually(t, 5*time.Second, "the HTTP watcher parks", func() bool { return s.blocking.Load() == 1 })
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 3*time.Second {
+		t.Fatalf("Close took %v with watchers parked", el)
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, ErrClosed) && !errors.Is(err, context.Canceled) {
+			t.Fatalf("in-process watcher woke with %v, want ErrClosed", err)
+		}
+	}
+	if err := <-errs; err == nil {
+		t.Fatal("the HTTP blocking query must fail when the server closes")
+	}
+	// Close waited for every check runner (wg); a second Close is a no-op.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Register(ctx, registry.Registration{Instance: registry.Instance{ID: "a", Service: "a", Address: "a", Port: 1}}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Register after Close: %v", err)
+	}
+}
