@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcp"
 )
 
 // Metrics are the HTTP data plane's Prometheus metrics. Per-request series
@@ -19,6 +21,7 @@ type Metrics struct {
 	limits     *limitMetrics
 	states     *prometheus.CounterVec
 	resilience *resilienceMetrics
+	tcp        *tcpproxy.Metrics
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -54,6 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"upstream", "endpoint", "state"})
 	reg.MustRegister(m.states)
 	m.resilience = newResilienceMetrics(reg)
+	m.tcp = tcpproxy.NewMetrics(reg)
 	return m
 }
 

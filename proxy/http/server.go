@@ -34,7 +34,9 @@ type Server struct {
 	limits          *limitSet
 	limitMetrics    *limitMetrics
 
-	ups atomic.Pointer[[]*Upstream] // sorted by name, for the admin API
+	ups    atomic.Pointer[[]*Upstream]          // sorted by name, for the admin API
+	byName atomic.Pointer[map[string]*Upstream] // for tcp listeners' picks
+	tcp    map[string]*tcpListener
 
 	disc Discovery // registries for upstreams with discovery; nil for none
 
@@ -60,6 +62,8 @@ func NewServer(log *slog.Logger, m *Metrics) *Server {
 	s := &Server{log: log, metrics: m, upstreams: map[string]*Upstream{}, listeners: map[string]*listener{},
 		limits: &limitSet{}, limitMetrics: m.limits}
 	s.ups.Store(&[]*Upstream{})
+	s.byName.Store(&map[string]*Upstream{})
+	s.tcp = map[string]*tcpListener{}
 	return s
 }
 
@@ -73,6 +77,9 @@ func (s *Server) Addr(name string) string {
 	defer s.mu.Unlock()
 	if l := s.listeners[name]; l != nil {
 		return l.loop.ln.Addr().String()
+	}
+	if t := s.tcp[name]; t != nil {
+		return t.l.Addr().String()
 	}
 	return ""
 }
@@ -170,6 +177,14 @@ func (s *Server) applyLocked(cfg *config.Config) error {
 		plans = append(plans, p)
 	}
 
+	tplans, tundo, err := s.prepareTCP(cfg)
+	if err != nil {
+		undo()
+		return err
+	}
+	undoHTTP := undo
+	undo = func() { undoHTTP(); tundo() }
+
 	// Routes, with their rate limits (a global limit needs a Redis client).
 	limits := &limitSet{limiters: map[string]*limiter{}, bulkheads: map[string]*bulkhead{}}
 	tables := make([]*table, len(plans))
@@ -203,7 +218,9 @@ func (s *Server) applyLocked(cfg *config.Config) error {
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
 	s.ups.Store(&list)
+	s.byName.Store(&ups)
 	s.shutdownTimeout = cfg.ShutdownTimeout.Std()
+	s.commitTCP(tplans)
 
 	for id, l := range s.limits.limiters {
 		if limits.limiters[id] != l {
@@ -258,6 +275,8 @@ func (s *Server) Shutdown() {
 	}
 	ls := s.listeners
 	s.listeners = map[string]*listener{}
+	tls := s.tcp
+	s.tcp = map[string]*tcpListener{}
 	timeout := s.shutdownTimeout
 	s.mu.Unlock()
 	var wg sync.WaitGroup
@@ -266,6 +285,13 @@ func (s *Server) Shutdown() {
 		go func() {
 			defer wg.Done()
 			l.shutdown(timeout, s.log)
+		}()
+	}
+	for _, t := range tls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.shutdown(timeout)
 		}()
 	}
 	wg.Wait()

@@ -1,0 +1,133 @@
+package httpproxy_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
+)
+
+// echoServer answers each line with "NAME: line".
+func echoServer(t *testing.T, name string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					fmt.Fprintf(c, "%s: %s", name, line)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func tcpYAML(listen, extra string, targets ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "shutdown_timeout: 5s\nlisteners:\n  - name: db\n    protocol: tcp\n    listen: %s\n    upstream: pg\n%s", listen, extra)
+	b.WriteString("upstreams:\n  pg:\n    targets:\n")
+	for _, a := range targets {
+		fmt.Fprintf(&b, "      - {address: %s}\n", a)
+	}
+	return b.String()
+}
+
+// talk sends line on c and returns the answer.
+func talk(t *testing.T, c net.Conn, r *bufio.Reader, line string) string {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, line+"\n"); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	got, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return strings.TrimSuffix(got, "\n")
+}
+
+func TestTCPListenerForwardsAndSurvivesReloads(t *testing.T) {
+	a, b := echoServer(t, "a"), echoServer(t, "b")
+	addr := testutil.FreeAddr(t)
+	p := startProxy(t, tcpYAML(addr, "", a, b))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	first := talk(t, c, r, "hello")
+	if first != "a: hello" && first != "b: hello" {
+		t.Fatalf("echo through the proxy: %q", first)
+	}
+
+	// A reload that changes the listener's settings (same address) keeps
+	// the established connection.
+	cfg, err := config.Parse("r.yaml", []byte(tcpYAML(addr, "    max_conns: 10\n", a, b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := talk(t, c, r, "again"), first[:1]+": again"; got != want {
+		t.Fatalf("after a reload that kept the listener: %q, want %q", got, want)
+	}
+
+	// Round robin across new connections.
+	seen := map[string]bool{}
+	for i := 0; i < 4; i++ {
+		c2, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[talk(t, c2, bufio.NewReader(c2), "x")] = true
+		c2.Close()
+	}
+	if !seen["a: x"] || !seen["b: x"] {
+		t.Fatalf("new connections reached %v, want both endpoints", seen)
+	}
+
+	// A reload that removes the listener refuses new connections at once
+	// and lets the established one finish (drain).
+	http := "listeners:\n  - {name: web, listen: '127.0.0.1:0', routes: [{upstream: pg}]}\nupstreams:\n  pg:\n    targets: [{address: " + a + "}]\n"
+	cfg, err = config.Parse("r2.yaml", []byte(http))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if c3, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c3.SetDeadline(time.Now().Add(2 * time.Second))
+		n, rerr := c3.Read(make([]byte, 1))
+		c3.Close()
+		if rerr == nil || n != 0 {
+			t.Fatalf("a removed tcp listener still serves new connections")
+		}
+	}
+	if got, want := talk(t, c, r, "draining"), first[:1]+": draining"; got != want {
+		t.Fatalf("the established connection of a removed listener was cut: %q", got)
+	}
+}
