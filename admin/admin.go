@@ -36,6 +36,9 @@ type Source struct {
 	Upstreams func() []Upstream
 	// Reload re-reads the configuration; nil disables POST /api/v1/reload.
 	Reload func() error
+	// Discovery lists the discovered services (registry, instances, stale,
+	// age, last error); nil serves an empty list.
+	Discovery func() any
 }
 
 // Server is the admin HTTP server.
@@ -59,6 +62,7 @@ func New(src Source, reg *prometheus.Registry, log *slog.Logger) *Server {
 	})
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /api/v1/upstreams", s.upstreams)
+	s.mux.HandleFunc("GET /api/v1/discovery", s.discovery)
 	s.mux.HandleFunc("POST /api/v1/reload", s.write(s.reload))
 	// Profiles reveal internals and cost CPU: like writes, they need the
 	// token when one is set.
@@ -151,6 +155,16 @@ func Views(ups []Upstream) []UpstreamView {
 
 func (s *Server) upstreams(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"upstreams": Views(s.src.Upstreams())})
+}
+
+func (s *Server) discovery(w http.ResponseWriter, _ *http.Request) {
+	var list any = []any{}
+	if s.src.Discovery != nil {
+		if l := s.src.Discovery(); l != nil {
+			list = l
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"services": list})
 }
 
 func (s *Server) reload(w http.ResponseWriter, _ *http.Request) {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -24,7 +25,10 @@ import (
 
 	"github.com/switchboard-dev/switchboard/admin"
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/discovery"
+	"github.com/switchboard-dev/switchboard/internal/registries"
 	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+	"github.com/switchboard-dev/switchboard/registryd"
 )
 
 // App is one running switchboard.
@@ -33,11 +37,13 @@ type App struct {
 	log   *slog.Logger
 	level *slog.LevelVar
 
-	reg     *prometheus.Registry
-	proxy   *httpproxy.Server
-	admin   *admin.Server
-	adminLn net.Listener
-	adminHS *http.Server
+	reg      *prometheus.Registry
+	proxy    *httpproxy.Server
+	regs     *registries.Manager
+	embedded *registryd.Server // nil when the registry block is absent
+	admin    *admin.Server
+	adminLn  net.Listener
+	adminHS  *http.Server
 
 	reloadMu       sync.Mutex
 	cfg            *config.Config
@@ -93,6 +99,17 @@ func New(path string, opt Options) (*App, error) {
 	a.reg.MustRegister(a.reloads, a.reloadFailures, a.reloadOK)
 
 	a.proxy = httpproxy.NewServer(a.log, httpproxy.NewMetrics(a.reg))
+	a.regs = registries.New(a.log, a.reg)
+	a.proxy.SetDiscovery(a.regs)
+	if cfg.RegistryEnabled() {
+		srv, err := startEmbedded(cfg.Registry, a.log)
+		if err != nil {
+			return nil, err
+		}
+		a.embedded = srv
+		a.regs.SetEmbedded(srv.Discoverer())
+		a.proxy.SetRouteSource(srv)
+	}
 	ups := func() []admin.Upstream {
 		list := a.proxy.Upstreams()
 		out := make([]admin.Upstream, len(list))
@@ -102,17 +119,23 @@ func New(path string, opt Options) (*App, error) {
 		return out
 	}
 	a.reg.MustRegister(admin.NewEndpointCollector(ups))
-	a.admin = admin.New(admin.Source{Upstreams: ups, Reload: a.Reload}, a.reg, a.log)
+	status := func() any {
+		if l := a.regs.Status(); l != nil {
+			return l
+		}
+		return []discovery.ServiceStatus{}
+	}
+	a.admin = admin.New(admin.Source{Upstreams: ups, Reload: a.Reload, Discovery: status}, a.reg, a.log)
 	a.admin.SetToken(cfg.Admin.Token)
 
-	if err := a.proxy.Apply(cfg); err != nil {
-		a.proxy.Shutdown()
+	if err := a.apply(cfg); err != nil {
+		a.stopAll()
 		return nil, err
 	}
 	if cfg.Admin.Enabled == nil || *cfg.Admin.Enabled {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
-			a.proxy.Shutdown()
+			a.stopAll()
 			return nil, fmt.Errorf("admin: %w", err)
 		}
 		a.adminLn = ln
@@ -123,8 +146,56 @@ func New(path string, opt Options) (*App, error) {
 			}
 		}()
 	}
-	a.log.Info("switchboard started", "config", path, "listeners", len(cfg.Listeners), "upstreams", len(cfg.Upstreams), "admin", a.AdminAddr())
+	a.log.Info("switchboard started", "config", path, "listeners", len(cfg.Listeners), "upstreams", len(cfg.Upstreams), "admin", a.AdminAddr(), "registry", a.RegistryAddr())
 	return a, nil
+}
+
+// startEmbedded starts the embedded registry.
+func startEmbedded(rc *config.Registry, log *slog.Logger) (*registryd.Server, error) {
+	srv, err := registryd.New(registryd.Config{
+		Listen: rc.Listen, ACLToken: rc.ACLToken, ACLTokenFile: rc.ACLTokenFile, ACLReads: rc.ACLReads,
+		Insecure: rc.Insecure, DataDir: rc.DataDir, MaxBodyBytes: int64(rc.MaxBodyBytes), Logger: log.With("component", "registry"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	return srv, nil
+}
+
+// apply moves the registries and the proxy to cfg.
+func (a *App) apply(cfg *config.Config) error {
+	if err := a.regs.Apply(cfg); err != nil {
+		return err
+	}
+	if err := a.proxy.Apply(cfg); err != nil {
+		return err
+	}
+	a.regs.Prune(cfg)
+	return nil
+}
+
+// stopAll stops what New started, after a failed start.
+func (a *App) stopAll() {
+	a.proxy.Shutdown()
+	a.regs.Close()
+	if a.embedded != nil {
+		a.embedded.Close()
+	}
+}
+
+// Registry is the embedded registry, or nil.
+func (a *App) Registry() *registryd.Server { return a.embedded }
+
+// RegistryAddr is the embedded registry's bound address, or "".
+func (a *App) RegistryAddr() string {
+	if a.embedded == nil {
+		return ""
+	}
+	return a.embedded.Addr()
 }
 
 // Log returns the process logger.
@@ -157,7 +228,7 @@ func (a *App) Reload() error {
 func (a *App) reload() error {
 	cfg, err := config.Load(a.path)
 	if err == nil {
-		err = a.proxy.Apply(cfg)
+		err = a.apply(cfg)
 	}
 	if err != nil {
 		a.reloads.WithLabelValues("failure").Inc()
@@ -172,6 +243,9 @@ func (a *App) reload() error {
 	a.admin.SetToken(cfg.Admin.Token)
 	if cfg.Admin.Listen != a.cfg.Admin.Listen || cfg.Log.Format != a.cfg.Log.Format {
 		a.log.Warn("admin.listen and log.format take effect on restart only", "config", a.path)
+	}
+	if !reflect.DeepEqual(cfg.Registry, a.cfg.Registry) {
+		a.log.Warn("the registry block takes effect on restart only; the embedded registry keeps its settings", "config", a.path)
 	}
 	a.cfg = cfg
 	a.log.Info("config reloaded", "config", a.path, "listeners", len(cfg.Listeners), "upstreams", len(cfg.Upstreams))
@@ -212,6 +286,10 @@ func (a *App) Shutdown() error {
 	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout.Std())
 	a.admin.SetReady(false)
 	a.proxy.Shutdown()
+	a.regs.Close()
+	if a.embedded != nil {
+		a.embedded.Close()
+	}
 	if a.adminHS != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -1,0 +1,257 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	consul "github.com/hashicorp/consul/api"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/app"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
+	"github.com/switchboard-dev/switchboard/registry"
+	etcdreg "github.com/switchboard-dev/switchboard/registry/etcd"
+)
+
+// pool returns the running upstream's pool.
+func pool(t *testing.T, a *app.App, name string) *endpoint.Pool {
+	t.Helper()
+	for _, u := range a.Proxy().Upstreams() {
+		if u.Name() == name {
+			return u.Pool()
+		}
+	}
+	t.Fatalf("no upstream %q", name)
+	return nil
+}
+
+// waitReady waits, on the pool's notifications, until n endpoints are ready.
+func waitReady(t *testing.T, p *endpoint.Pool, n int) {
+	t.Helper()
+	ch := make(chan int, 256)
+	cancel := p.Subscribe(func(s *endpoint.Set) {
+		select {
+		case ch <- len(s.Ready):
+		default:
+		}
+	})
+	defer cancel()
+	timeout := time.After(15 * time.Second)
+	for {
+		select {
+		case got := <-ch:
+			if got == n {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("pool %s has %d ready endpoints, want %d", p.Name(), len(p.Snapshot().Ready), n)
+		}
+	}
+}
+
+func splitPort(t *testing.T, hp string) (string, int) {
+	t.Helper()
+	h, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(p)
+	return h, n
+}
+
+// getOK sends n requests and returns how many did not get a 200.
+func failures(url string, n int) (failed int, last string) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	for i := 0; i < n; i++ {
+		resp, err := c.Get(url)
+		if err != nil {
+			failed++
+			last = err.Error()
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			failed++
+			last = resp.Status
+		}
+	}
+	return failed, last
+}
+
+// TestEtcdOutageAndRestartFromThePersistedView is issue 8's outage story:
+// etcd stops while traffic flows (no request fails), switchboard restarts
+// while etcd is still down and routes from its persisted view, and when etcd
+// comes back the view converges to the registry again.
+func TestEtcdOutageAndRestartFromThePersistedView(t *testing.T) {
+	etcd := testutil.StartEtcd(t)
+	r, err := etcdreg.New(etcdreg.Config{Endpoints: []string{etcd.Addr()}, Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	register := func(s string, id string) {
+		t.Helper()
+		h, p := splitPort(t, s)
+		err := r.Register(ctx, registry.Registration{
+			Instance: registry.Instance{ID: id, Service: "api", Address: h, Port: p},
+			Check:    registry.Check{TTL: 60 * time.Second},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	b1, b2, b3 := named(t, "b1"), named(t, "b2"), named(t, "b3")
+	register(hostport(b1), "b1")
+	register(hostport(b2), "b2")
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchboard.yaml")
+	listen := freeAddr(t)
+	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+log: {level: error}
+registries:
+  main: {kind: etcd, address: %s}
+discovery: {cache_dir: %s}
+listeners:
+  - name: web
+    listen: %s
+    routes: [{upstream: api}]
+upstreams:
+  api:
+    discovery: {registry: main, service: api}
+`, etcd.Addr(), filepath.Join(dir, "cache"), listen))
+
+	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, pool(t, a, "api"), 2)
+	url := "http://" + listen + "/"
+	if n, last := failures(url, 50); n != 0 {
+		t.Fatalf("%d of 50 requests failed before the outage (last: %s)", n, last)
+	}
+	etcd.Stop()
+	if n, last := failures(url, 300); n != 0 {
+		t.Fatalf("%d of 300 requests failed while etcd was down (last: %s)", n, last)
+	}
+	a.Shutdown()
+
+	// Restart during the outage: the persisted view routes.
+	a, err = app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatalf("restart while etcd is down: %v", err)
+	}
+	defer a.Shutdown()
+	if n := len(pool(t, a, "api").Snapshot().Ready); n != 2 {
+		t.Fatalf("after a restart during the outage the pool has %d ready endpoints, want the 2 persisted", n)
+	}
+	if n, last := failures(url, 100); n != 0 {
+		t.Fatalf("%d of 100 requests failed after a restart during the outage (last: %s)", n, last)
+	}
+
+	// etcd returns: the view converges (a third instance shows up).
+	etcd.Restart(t)
+	register(hostport(b3), "b3")
+	waitReady(t, pool(t, a, "api"), 3)
+}
+
+// TestEmbeddedRegistryFeedsUpstreamsAndAutoRoutes runs `serve` with the
+// embedded registry: an upstream discovers its endpoints from it, and a
+// listener with auto_routes gains and loses a route as a service with a
+// urlprefix- tag registers and deregisters.
+func TestEmbeddedRegistryFeedsUpstreamsAndAutoRoutes(t *testing.T) {
+	api, web := named(t, "api"), named(t, "web")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchboard.yaml")
+	listen := freeAddr(t)
+	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+log: {level: error}
+registry: {listen: 127.0.0.1:0}
+listeners:
+  - name: web
+    listen: %s
+    auto_routes: true
+    routes: [{match: {path_prefix: /api}, upstream: api}]
+upstreams:
+  api:
+    discovery: {registry: embedded, service: api}
+`, listen))
+	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	c, err := consul.NewClient(&consul.Config{Address: a.RegistryAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := func(addr, name string, tags ...string) {
+		t.Helper()
+		h, p := splitPort(t, addr)
+		err := c.Agent().ServiceRegister(&consul.AgentServiceRegistration{
+			ID: name, Name: name, Address: h, Port: p, Tags: tags,
+			Check: &consul.AgentServiceCheck{TTL: "1m", Status: consul.HealthPassing},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := "http://" + listen
+	status := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := status("/api"); code != 503 {
+		t.Fatalf("/api before any registration: %d, want 503 (no endpoints)", code)
+	}
+	reg(hostport(api), "api")
+	waitReady(t, pool(t, a, "api"), 1)
+	if code, body := status("/api"); code != 200 || body != "api" {
+		t.Fatalf("/api: %d %q", code, body)
+	}
+	if code, _ := status("/web/x"); code != 404 {
+		t.Fatalf("/web before its registration: %d, want 404", code)
+	}
+	reg(hostport(web), "web", "urlprefix-/web")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := status("/web/x")
+		if code == 200 && body == "web" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the auto route for /web did not appear: %d %q", code, body)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+	if err := c.Agent().ServiceDeregister("web"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		code, _ := status("/web/x")
+		if code == 404 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the auto route for /web outlived its last instance: %d", code)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

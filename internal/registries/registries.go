@@ -1,0 +1,365 @@
+// Package registries runs the registries a configuration names (the
+// embedded one and the external consul, etcd, dns and static ones), each
+// behind a discovery cache, and gives the proxy's upstreams their feeds.
+package registries
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/discovery"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+	"github.com/switchboard-dev/switchboard/registry"
+)
+
+// ReadyWait bounds how long a new feed waits for its first answer (from the
+// registry or the disk cache) before the upstream starts empty and fills in
+// when the answer comes.
+const ReadyWait = 3 * time.Second
+
+// backend is one running registry behind its discovery cache.
+type backend struct {
+	name   string
+	key    any // the settings it was built from
+	disc   *discovery.Discovery
+	closer func() error // releases the registry client; nil for none
+}
+
+func (b *backend) close() {
+	b.disc.Close()
+	if b.closer != nil {
+		if err := b.closer(); err != nil {
+			slog.Default().Debug("closing registry", "registry", b.name, "err", err)
+		}
+	}
+}
+
+// Manager owns the registries and the feeds handed to upstreams. A feed
+// follows its registry by name: when a reload changes a registry's
+// settings, the registry is rebuilt and its feeds move to the new one.
+type Manager struct {
+	log      *slog.Logger
+	metrics  *discovery.Metrics
+	embedded registry.Discoverer
+
+	mu       sync.Mutex
+	backends map[string]*backend
+	feeds    map[*feed]struct{}
+}
+
+// New returns a Manager with no registries; metrics go to reg.
+func New(log *slog.Logger, reg prometheus.Registerer) *Manager {
+	return &Manager{log: log, metrics: discovery.NewMetrics(reg), backends: map[string]*backend{}, feeds: map[*feed]struct{}{}}
+}
+
+// SetEmbedded makes the embedded registry available as "embedded".
+func (m *Manager) SetEmbedded(d registry.Discoverer) {
+	m.mu.Lock()
+	m.embedded = d
+	m.mu.Unlock()
+}
+
+// Apply builds the registries of cfg that are new or whose settings
+// changed, and moves the feeds of changed ones over. Registries cfg no
+// longer has are closed once nothing uses them: call Prune after the proxy
+// has applied cfg. On error nothing changes.
+func (m *Manager) Apply(cfg *config.Config) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	type want struct {
+		key   any
+		build func(opts discovery.Options) (*backend, error)
+	}
+	wants := map[string]want{}
+	if cfg.RegistryEnabled() && m.embedded != nil {
+		emb := m.embedded
+		wants[config.EmbeddedRegistry] = want{key: cfg.Discovery, build: func(o discovery.Options) (*backend, error) {
+			d, err := discovery.New(emb, o)
+			if err != nil {
+				return nil, err
+			}
+			return &backend{disc: d}, nil
+		}}
+	}
+	for name, rc := range cfg.Registries {
+		rc := rc
+		wants[name] = want{key: [2]any{*rc, cfg.Discovery}, build: func(o discovery.Options) (*backend, error) {
+			d, closer, err := open(rc, m.log.With("registry", o.Registry))
+			if err != nil {
+				return nil, err
+			}
+			disc, err := discovery.New(d, o)
+			if err != nil {
+				if closer != nil {
+					closer()
+				}
+				return nil, err
+			}
+			return &backend{disc: disc, closer: closer}, nil
+		}}
+	}
+	built := map[string]*backend{}
+	for _, name := range sortedKeys(wants) {
+		w := wants[name]
+		if b := m.backends[name]; b != nil && reflect.DeepEqual(b.key, w.key) {
+			continue
+		}
+		b, err := w.build(discovery.Options{
+			Registry: name, CacheDir: cfg.Discovery.CacheDir, EmptyGrace: cfg.Discovery.EmptyGrace.Std(),
+			Logger: m.log.With("registry", name), Metrics: m.metrics,
+		})
+		if err != nil {
+			for _, b := range built {
+				b.close()
+			}
+			return fmt.Errorf("registry %q: %w", name, err)
+		}
+		b.name, b.key = name, w.key
+		built[name] = b
+	}
+	for name, b := range built {
+		old := m.backends[name]
+		m.backends[name] = b
+		for f := range m.feeds {
+			if f.registry == name {
+				f.attach(b)
+			}
+		}
+		if old != nil {
+			old.close()
+		}
+	}
+	return nil
+}
+
+// Prune closes the registries cfg no longer names.
+func (m *Manager) Prune(cfg *config.Config) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, b := range m.backends {
+		if name == config.EmbeddedRegistry && cfg.RegistryEnabled() {
+			continue
+		}
+		if cfg.Registries[name] == nil {
+			delete(m.backends, name)
+			b.close()
+		}
+	}
+}
+
+// Close closes every registry.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, b := range m.backends {
+		delete(m.backends, name)
+		b.close()
+	}
+}
+
+// Status lists every discovered service's state, for the admin API.
+func (m *Manager) Status() []discovery.ServiceStatus {
+	m.mu.Lock()
+	bs := make([]*backend, 0, len(m.backends))
+	for _, b := range m.backends {
+		bs = append(bs, b)
+	}
+	m.mu.Unlock()
+	var out []discovery.ServiceStatus
+	for _, b := range bs {
+		out = append(out, b.disc.Status()...)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Registry != out[j].Registry {
+			return out[i].Registry < out[j].Registry
+		}
+		return out[i].Service < out[j].Service
+	})
+	return out
+}
+
+// Watch implements httpproxy.Discovery.
+func (m *Manager) Watch(name string, q registry.Query) (httpproxy.Feed, error) {
+	m.mu.Lock()
+	b := m.backends[name]
+	if b == nil {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("registry %q is not running", name)
+	}
+	f := &feed{m: m, registry: name, q: q, subs: map[int]func([]registry.Instance){}}
+	m.feeds[f] = struct{}{}
+	f.attach(b)
+	v := f.view
+	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), ReadyWait)
+	defer cancel()
+	if err := v.Ready(ctx); err != nil {
+		m.log.Warn("discovery: no instances yet; the upstream starts empty and fills in when the registry answers",
+			"registry", name, "service", q.Service, "err", err)
+	}
+	return f, nil
+}
+
+// feed is an httpproxy.Feed over the view of whichever backend currently
+// has its registry's name.
+type feed struct {
+	m        *Manager
+	registry string
+	q        registry.Query
+
+	deliver sync.Mutex // serialises calls to subscribers
+
+	mu     sync.Mutex
+	view   *discovery.View
+	unview func()
+	last   []registry.Instance
+	subs   map[int]func([]registry.Instance)
+	nextID int
+	closed bool
+}
+
+// attach moves the feed to b's view; m.mu is held.
+func (f *feed) attach(b *backend) {
+	v := b.disc.Watch(f.q)
+	f.mu.Lock()
+	old, oldUn := f.view, f.unview
+	f.view = v
+	f.mu.Unlock()
+	if oldUn != nil {
+		oldUn()
+	}
+	un := v.Subscribe(func(s discovery.Snapshot) { f.publish(v, s.Instances) })
+	f.mu.Lock()
+	f.unview = un
+	f.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+func (f *feed) publish(from *discovery.View, in []registry.Instance) {
+	f.deliver.Lock()
+	defer f.deliver.Unlock()
+	f.mu.Lock()
+	if f.closed || f.view != from {
+		f.mu.Unlock()
+		return
+	}
+	f.last = in
+	subs := make([]func([]registry.Instance), 0, len(f.subs))
+	for _, id := range sortedKeys(f.subs) {
+		subs = append(subs, f.subs[id])
+	}
+	f.mu.Unlock()
+	for _, fn := range subs {
+		fn(in)
+	}
+}
+
+func (f *feed) Instances() []registry.Instance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last
+}
+
+func (f *feed) Subscribe(fn func([]registry.Instance)) (cancel func()) {
+	f.deliver.Lock()
+	f.mu.Lock()
+	id := f.nextID
+	f.nextID++
+	f.subs[id] = fn
+	last := f.last
+	f.mu.Unlock()
+	fn(last)
+	f.deliver.Unlock()
+	return func() {
+		f.mu.Lock()
+		delete(f.subs, id)
+		f.mu.Unlock()
+	}
+}
+
+func (f *feed) Close() {
+	f.m.mu.Lock()
+	delete(f.m.feeds, f)
+	f.m.mu.Unlock()
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	v, un := f.view, f.unview
+	f.mu.Unlock()
+	if un != nil {
+		un()
+	}
+	if v != nil {
+		v.Close()
+	}
+}
+
+// open builds the registry client an entry of registries describes.
+func open(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
+	switch rc.Kind {
+	case "etcd":
+		return openEtcd(rc, log)
+	case "consul":
+		return openConsul(rc, log)
+	case "dns":
+		return openDNS(rc, log)
+	case "static":
+		return openStatic(rc, log)
+	}
+	return nil, nil, fmt.Errorf("unknown registry kind %q", rc.Kind)
+}
+
+// clientTLS builds a *tls.Config from the registry's tls block.
+func clientTLS(t *config.ClientTLS) (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
+	c := &tls.Config{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.ca_file %q holds no PEM certificate", t.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert_file/key_file: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+func sortedKeys[K int | string, V any](m map[K]V) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+var errNotBuilt = errors.New("this registry kind is not built into this binary")
