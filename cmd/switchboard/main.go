@@ -33,7 +33,8 @@ Usage:
   switchboard serve    --config FILE    run the proxy (reloads on SIGHUP and on file change)
   switchboard validate --config FILE    check a configuration; prints FILE:LINE:COL: problem
   switchboard status   [--admin ADDR]   show upstreams and endpoints (default 127.0.0.1:9901)
-  switchboard demo                      start demo backends and a proxy on 127.0.0.1:8080
+  switchboard demo                      start demo backends, the embedded registry (127.0.0.1:8500)
+                                        and a proxy on 127.0.0.1:8080
   switchboard version                   print the version
 `
 
@@ -191,10 +192,11 @@ func status(args []string, stdout, stderr io.Writer) int {
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "the demo proxy's `ADDR`ess")
+	registry := fs.String("registry", "127.0.0.1:8500", "the embedded registry's `ADDR`ess (Consul's HTTP API)")
 	if !parse(fs, args, stderr) {
 		return 2
 	}
-	if err := demo.Run(context.Background(), demo.Options{Listen: *listen, Stdout: stdout, Stderr: stderr}); err != nil {
+	if err := demo.Run(context.Background(), demo.Options{Listen: *listen, Registry: *registry, Stdout: stdout, Stderr: stderr}); err != nil {
 		fmt.Fprintln(stderr, "switchboard demo:", err)
 		return 1
 	}

@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
+
+	consul "github.com/hashicorp/consul/api"
 
 	"github.com/switchboard-dev/switchboard/internal/app"
 )
@@ -25,6 +27,8 @@ type Options struct {
 	Listen string
 	// Admin is the admin API's address. Default 127.0.0.1:9901.
 	Admin string
+	// Registry is the embedded registry's address. Default 127.0.0.1:8500.
+	Registry string
 	// Backends are the demo backends' addresses. Default 127.0.0.1:9001-9003.
 	Backends []string
 	Stdout   io.Writer
@@ -40,6 +44,9 @@ func Run(ctx context.Context, opt Options) error {
 	}
 	if opt.Admin == "" {
 		opt.Admin = "127.0.0.1:9901"
+	}
+	if opt.Registry == "" {
+		opt.Registry = "127.0.0.1:8500"
 	}
 	if len(opt.Backends) == 0 {
 		opt.Backends = []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}
@@ -66,17 +73,26 @@ func Run(ctx context.Context, opt Options) error {
 	}
 	defer os.RemoveAll(dir)
 	path := filepath.Join(dir, "switchboard.yaml")
-	if err := os.WriteFile(path, []byte(Config(opt.Listen, opt.Admin, addrs)), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(Config(opt.Listen, opt.Admin, opt.Registry)), 0o600); err != nil {
 		return err
 	}
 	a, err := app.New(path, app.Options{Stderr: opt.Stderr})
 	if err != nil {
 		return err
 	}
+	// The backends register the way any service would: with the official
+	// Consul client, over HTTP, each with an HTTP check and the tag that
+	// asks switchboard for a route.
+	regAddr := a.RegistryAddr()
+	if err := register(ctx, regAddr, backends); err != nil {
+		a.Shutdown()
+		return fmt.Errorf("register the demo backends: %w", err)
+	}
 	fmt.Fprintf(opt.Stdout, `
 switchboard demo is running.
 
-  proxy      http://%[1]s/        (round robin over %[3]d backends)
+  proxy      http://%[1]s/        (auto route from the registry, round robin over %[3]d backends)
+  registry   http://%[6]s/v1/health/service/demo?passing   (Consul's HTTP API)
   admin      http://%[2]s/api/v1/upstreams
   metrics    http://%[2]s/metrics
   config     %[4]s   (edit it: switchboard reloads on save)
@@ -84,44 +100,72 @@ switchboard demo is running.
 Try:
   curl -s http://%[1]s/                      # each call names the backend that answered
   for i in 1 2 3 4 5 6; do curl -s http://%[1]s/; done
-  curl -s -X POST http://%[5]s/_demo/fail    # backend-1 answers 500: out of rotation within seconds
+  curl -s -X POST http://%[5]s/_demo/fail    # backend-1's check fails: the registry marks it critical
+                                                 # and traffic fails over to the others within a second or two
+  curl -s -X POST http://%[5]s/_demo/recover # it passes its check again and rejoins
   curl -s -X POST http://%[5]s/_demo/slow?delay=500ms
-  curl -s -X POST http://%[5]s/_demo/recover
+  curl -s 'http://%[6]s/v1/health/service/demo?passing' | head -c 300; echo
   switchboard status --admin %[2]s
 
 Ctrl-C stops everything.
-`, a.Proxy().Addr("demo"), a.AdminAddr(), len(addrs), path, addrs[0])
+`, a.Proxy().Addr("demo"), a.AdminAddr(), len(addrs), path, addrs[0], regAddr)
 	if opt.Started != nil {
 		opt.Started(a)
 	}
 	return a.Run(ctx)
 }
 
-// Config is the demo's configuration file.
-func Config(listen, admin string, backends []string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `# switchboard demo configuration (written by "switchboard demo")
+// Config is the demo's configuration file: the embedded registry, and a
+// listener whose routes come from the registrations' urlprefix- tags.
+func Config(listen, admin, registry string) string {
+	return fmt.Sprintf(`# switchboard demo configuration (written by "switchboard demo")
 admin:
+  listen: %s
+registry:
   listen: %s
 listeners:
   - name: demo
     listen: %s
     access_log: true
-    routes:
-      - match: {path_prefix: /}
-        upstream: demo
-upstreams:
-  demo:
-    balance: {policy: round_robin}
-    health:
-      active: {type: http, path: /healthz, interval: 1s, timeout: 500ms, rise: 2, fall: 2}
-      passive: {consecutive_failures: 3, failure_statuses: [500, 502, 503, 504], base_ejection: 10s}
-    targets:
-`, admin, listen)
-	for _, a := range backends {
-		fmt.Fprintf(&b, "      - {address: %s}\n", a)
+    auto_routes: true    # a service tagged urlprefix-/ gets the route /
+`, admin, registry, listen)
+}
+
+// register registers the backends as instances of the service "demo" with
+// HTTP checks every second, and waits (with a blocking query) until all of
+// them pass.
+func register(ctx context.Context, registryAddr string, backends []*Backend) error {
+	c, err := consul.NewClient(&consul.Config{Address: registryAddr})
+	if err != nil {
+		return err
 	}
-	return b.String()
+	for _, b := range backends {
+		host, portStr, _ := net.SplitHostPort(b.Addr())
+		port, _ := strconv.Atoi(portStr)
+		err := c.Agent().ServiceRegister(&consul.AgentServiceRegistration{
+			ID: b.Name(), Name: "demo", Address: host, Port: port,
+			Tags: []string{"urlprefix-/"},
+			Check: &consul.AgentServiceCheck{
+				HTTP: "http://" + b.Addr() + "/healthz", Interval: "1s", Timeout: "500ms",
+			},
+		})
+		if err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var index uint64
+	for {
+		entries, meta, err := c.Health().Service("demo", "", true, (&consul.QueryOptions{WaitIndex: index, WaitTime: 10 * time.Second}).WithContext(ctx))
+		if err != nil {
+			return err
+		}
+		if len(entries) == len(backends) {
+			return nil
+		}
+		index = meta.LastIndex
+	}
 }
 
 // Backend is a demo HTTP backend: it answers with its name, serves /healthz,

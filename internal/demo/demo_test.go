@@ -5,12 +5,16 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"runtime"
 	"testing"
+	"time"
 
+	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/app"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
 )
 
-func TestDemoServesRoundRobinAndBackendsObey(t *testing.T) {
+func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan *app.App, 1)
 	done := make(chan error, 1)
@@ -19,6 +23,7 @@ func TestDemoServesRoundRobinAndBackendsObey(t *testing.T) {
 		done <- Run(ctx, Options{
 			Listen:   "127.0.0.1:0",
 			Admin:    "127.0.0.1:0",
+			Registry: "127.0.0.1:0",
 			Backends: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"},
 			Stdout:   &out, Stderr: io.Discard,
 			Started: func(a *app.App) { started <- a },
@@ -36,25 +41,103 @@ func TestDemoServesRoundRobinAndBackendsObey(t *testing.T) {
 			t.Errorf("demo exit: %v", err)
 		}
 	}()
+
+	// The route comes from the registrations' urlprefix-/ tag; wait until
+	// the auto route's pool has all three backends ready.
+	pool := waitForUpstream(t, a, httpproxy.AutoUpstreamName("demo"))
+	waitForReady(t, pool, 3)
+
 	base := "http://" + a.Proxy().Addr("demo")
-	seen := map[string]int{}
-	for i := 0; i < 6; i++ {
+	get := func() (int, string) {
 		resp, err := http.Get(base + "/hello")
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		seen[resp.Header.Get("X-Backend")]++
-		if !strings.HasPrefix(string(b), "hello from backend-") {
+		if resp.StatusCode == 200 && !strings.HasPrefix(string(b), "hello from backend-") {
 			t.Fatalf("body %q", b)
 		}
+		return resp.StatusCode, resp.Header.Get("X-Backend")
+	}
+	seen := map[string]int{}
+	for i := 0; i < 6; i++ {
+		_, b := get()
+		seen[b]++
 	}
 	if len(seen) != 3 || seen["backend-1"] != 2 {
 		t.Fatalf("requests per backend %v, want 2 each", seen)
 	}
-	if !strings.Contains(out.String(), "curl -s http://127.0.0.1:") {
+
+	// Failover: backend-1's check fails, the registry marks it critical,
+	// it leaves the passing set and the pool.
+	backend1 := backendAddr(t, out.String())
+	resp, err := http.Post("http://"+backend1+"/_demo/fail", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitForReady(t, pool, 2)
+	for i := 0; i < 6; i++ {
+		code, b := get()
+		if code != 200 || b == "backend-1" {
+			t.Fatalf("after failover: %d from %q, want 200 from backend-2 or -3", code, b)
+		}
+	}
+	if !strings.Contains(out.String(), "curl -s http://127.0.0.1:") || !strings.Contains(out.String(), "/v1/health/service/demo?passing") {
 		t.Fatalf("the demo does not say what to curl:\n%s", out.String())
+	}
+}
+
+// backendAddr reads backend-1's address from the demo's printed help.
+func backendAddr(t *testing.T, out string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(out, "curl -s -X POST http://")
+	if !ok {
+		t.Fatalf("no backend address in the demo's output:\n%s", out)
+	}
+	addr, _, _ := strings.Cut(rest, "/")
+	return addr
+}
+
+func waitForUpstream(t *testing.T, a *app.App, name string) *endpoint.Pool {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, u := range a.Proxy().Upstreams() {
+			if u.Name() == name {
+				return u.Pool()
+			}
+		}
+		runtime.Gosched()
+		time.Sleep(5 * time.Millisecond) // polling a condition with a deadline
+	}
+	t.Fatalf("upstream %q did not appear", name)
+	return nil
+}
+
+// waitForReady waits, on the pool's own notifications, until exactly n
+// endpoints are ready.
+func waitForReady(t *testing.T, pool *endpoint.Pool, n int) {
+	t.Helper()
+	ch := make(chan int, 64)
+	cancel := pool.Subscribe(func(s *endpoint.Set) {
+		select {
+		case ch <- len(s.Ready):
+		default:
+		}
+	})
+	defer cancel()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case got := <-ch:
+			if got == n {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("pool has %d ready endpoints, want %d", len(pool.Snapshot().Ready), n)
+		}
 	}
 }
 
