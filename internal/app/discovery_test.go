@@ -255,3 +255,68 @@ upstreams:
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestRegistryHealthIsAnEndpointSignal: with passing_only: false, an
+// instance the registry calls critical stays in the pool but in state
+// unhealthy with the registry as the reason, and comes back when it passes.
+func TestRegistryHealthIsAnEndpointSignal(t *testing.T) {
+	b1, b2 := named(t, "b1"), named(t, "b2")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchboard.yaml")
+	listen := freeAddr(t)
+	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+log: {level: error}
+registry: {listen: 127.0.0.1:0}
+listeners:
+  - name: web
+    listen: %s
+    routes: [{upstream: api}]
+upstreams:
+  api:
+    discovery: {registry: embedded, service: api, passing_only: false}
+`, listen))
+	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	c, err := consul.NewClient(&consul.Config{Address: a.RegistryAddr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range []string{hostport(b1), hostport(b2)} {
+		h, p := splitPort(t, b)
+		err := c.Agent().ServiceRegister(&consul.AgentServiceRegistration{
+			ID: fmt.Sprintf("b%d", i+1), Name: "api", Address: h, Port: p,
+			Check: &consul.AgentServiceCheck{TTL: "1m", Status: consul.HealthPassing},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := pool(t, a, "api")
+	waitReady(t, p, 2)
+	if err := c.Agent().FailTTL("service:b1", "disk full"); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, 1)
+	set := p.Snapshot()
+	if len(set.All) != 2 {
+		t.Fatalf("the critical instance left the pool (%d endpoints); with passing_only: false it stays, marked", len(set.All))
+	}
+	for _, ep := range set.All {
+		st := ep.Status()
+		if ep.Address() == hostport(b1) && (st.State != endpoint.Unhealthy || st.Reason != "registry: critical") {
+			t.Fatalf("b1 is %s (%q), want unhealthy (registry: critical)", st.State, st.Reason)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		if n, last := failures("http://"+listen+"/", 1); n != 0 {
+			t.Fatalf("request %d failed: %s", i, last)
+		}
+	}
+	if err := c.Agent().PassTTL("service:b1", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p, 2)
+}
