@@ -58,11 +58,14 @@ func newPersister(dir, registryName string, log *slog.Logger) (*persister, error
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	// Temporary files a crash left behind; only ours (by registry prefix),
-	// since other registries may share the directory.
+	// Temporary files a crash left behind: only ours (by registry prefix),
+	// since other registries may share the directory, and only old ones,
+	// since a Discovery being replaced (a reload) may be writing one now.
 	if old, err := filepath.Glob(filepath.Join(dir, ".tmp-"+escapeName(registryName, 40)+"-*")); err == nil {
 		for _, f := range old {
-			os.Remove(f)
+			if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) > time.Minute {
+				os.Remove(f)
+			}
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -253,3 +253,27 @@ func TestNewFailsWhenTheCacheDirCannotBeCreated(t *testing.T) {
 		t.Fatalf("New with a cache_dir under a file: %v, want an error naming cache_dir", err)
 	}
 }
+
+func TestOnlyOldTemporaryFilesOfTheSameRegistryAreCleanedUp(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, ".tmp-test-orders-abc-123")
+	fresh := filepath.Join(dir, ".tmp-test-orders-abc-456")
+	other := filepath.Join(dir, ".tmp-etcd-orders-abc-789")
+	for _, f := range []string{old, fresh, other} {
+		if err := os.WriteFile(f, []byte("{"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long := time.Now().Add(-time.Hour)
+	for _, f := range []string{old, other} {
+		if err := os.Chtimes(f, long, long); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newHarness(t, func(o *Options) { o.CacheDir = dir })
+	for f, want := range map[string]bool{old: false, fresh: true, other: true} {
+		if _, err := os.Stat(f); (err == nil) != want {
+			t.Errorf("%s: exists %v, want %v", filepath.Base(f), err == nil, want)
+		}
+	}
+}
