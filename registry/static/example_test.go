@@ -25,5 +25,5 @@ func Example() {
 	// Output:
 	// orders-1 10.0.0.1:8080 3
 	// orders-2 10.0.0.2:8080 1
-	// services.yaml:3:35: services.orders[0].port: 0 is out of range 1-65535
+	// services.yaml:3:33: services.orders[0].port: 0 is out of range 1-65535
 }
