@@ -232,8 +232,8 @@ func (c *conn) finish(down, up uint64) {
 	}
 	cause := CloseDone
 	c.cause.CompareAndSwap(nil, &cause)
-	c.closeAll()
 	c.l.lm.closed[*c.cause.Load()].Inc()
+	c.closeAll()
 }
 
 // abort closes both sockets, recording why if nobody did before.

@@ -189,9 +189,11 @@ func (l *Listener) serveConn(c *net.TCPConn, s *settings, w *waiter) {
 
 // reject closes a connection that is not forwarded and counts why.
 func (l *Listener) reject(c *net.TCPConn, reason string, err error) {
-	c.Close()
+	// Counted before the close, so that whoever sees the close sees the
+	// count.
 	l.rejected.Add(1)
 	l.lm.rejected[reason].Inc()
+	c.Close()
 	if err != nil && l.log.Enabled(context.Background(), slog.LevelDebug) {
 		l.log.Debug("tcp connection rejected", "listener", l.name, "client", c.RemoteAddr().String(), "reason", reason, "err", err)
 	}
