@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/switchboard-dev/switchboard/registry"
 	"github.com/switchboard-dev/switchboard/registryd"
 )
@@ -232,5 +233,63 @@ func TestRegistrydWatchLatency(t *testing.T) {
 	t.Logf("watch latency over %d changes (register → snapshot): p50 %v, p99 %v, max %v", changes, p50, p99, lat[len(lat)-1])
 	if p99 > 100*time.Millisecond {
 		t.Errorf("p99 %v is over the 100ms target", p99)
+	}
+}
+
+// Consul: a blocking query with the current index returns when the wait
+// runs out (plus up to wait/16), with the same index.
+func TestRegistrydBlockingQueryTimesOutWithTheSameIndex(t *testing.T) {
+	srv := startRegistryd(t)
+	r := newTestRegistry(t, srv.Addr(), nil)
+	if err := r.Register(nextCtx(t), registry.Registration{Instance: registry.Instance{ID: "b-1", Service: "b", Address: "127.0.0.1", Port: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	_, meta, err := r.client.Health().Service("b", "", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wait = 200 * time.Millisecond
+	start := time.Now()
+	_, meta2, err := r.client.Health().Service("b", "", true, (&api.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: wait}).WithContext(nextCtx(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if meta2.LastIndex != meta.LastIndex {
+		t.Fatalf("index after a wait with no change: %d, want %d", meta2.LastIndex, meta.LastIndex)
+	}
+	if took < wait || took > wait+wait/16+time.Second {
+		t.Fatalf("blocking query returned after %v, want %v to %v+%v", took, wait, wait, wait/16)
+	}
+}
+
+// Consul: a TTL heartbeat that changes nothing (passing, same output)
+// writes nothing to the catalog, so it does not move the service's index
+// and does not wake watches.
+func TestRegistrydHeartbeatsDoNotMoveTheIndex(t *testing.T) {
+	srv := startRegistryd(t)
+	r := newTestRegistry(t, srv.Addr(), nil)
+	ctx := nextCtx(t)
+	if err := r.Register(ctx, registry.Registration{Instance: registry.Instance{ID: "hb-1", Service: "hb", Address: "127.0.0.1", Port: 1}, Check: registry.Check{TTL: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Heartbeat(ctx, "hb-1"); err != nil {
+		t.Fatal(err)
+	}
+	_, meta, err := r.client.Health().Service("hb", "", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := r.Heartbeat(ctx, "hb-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, meta2, err := r.client.Health().Service("hb", "", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if meta2.LastIndex != meta.LastIndex {
+		t.Fatalf("5 heartbeats moved the index from %d to %d; each would wake every watch of the service", meta.LastIndex, meta2.LastIndex)
 	}
 }
