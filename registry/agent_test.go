@@ -1,0 +1,410 @@
+package registry
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeRegistrar records calls and answers them from scripted errors. It is
+// the in-memory registrar for the Agent's unit tests; the Agent against a
+// real etcd is tested in registry/etcd.
+type fakeRegistrar struct {
+	mu    sync.Mutex
+	calls []call
+	// registerErrs and heartbeatErrs are consumed one per call; when
+	// empty, the call succeeds.
+	registerErrs  []error
+	heartbeatErrs []error
+	changed       chan struct{}
+}
+
+type call struct {
+	op, id string
+	at     time.Time
+}
+
+func newFake() *fakeRegistrar { return &fakeRegistrar{changed: make(chan struct{})} }
+
+func (f *fakeRegistrar) record(op, id string) {
+	f.calls = append(f.calls, call{op, id, time.Now()})
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeRegistrar) Register(_ context.Context, r Registration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("register", r.Instance.ID)
+	if len(f.registerErrs) > 0 {
+		err := f.registerErrs[0]
+		f.registerErrs = f.registerErrs[1:]
+		return err
+	}
+	return nil
+}
+
+func (f *fakeRegistrar) Deregister(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("deregister", id)
+	return nil
+}
+
+func (f *fakeRegistrar) Heartbeat(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("heartbeat", id)
+	if len(f.heartbeatErrs) > 0 {
+		err := f.heartbeatErrs[0]
+		f.heartbeatErrs = f.heartbeatErrs[1:]
+		return err
+	}
+	return nil
+}
+
+// ops is the sequence of operations so far, e.g. "register heartbeat".
+func (f *fakeRegistrar) ops() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := make([]string, len(f.calls))
+	for i, c := range f.calls {
+		s[i] = c.op
+	}
+	return strings.Join(s, " ")
+}
+
+func (f *fakeRegistrar) snapshot() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]call(nil), f.calls...)
+}
+
+// waitOps waits until the operations so far start with prefix.
+func (f *fakeRegistrar) waitOps(t *testing.T, prefix string, limit time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		f.mu.Lock()
+		ch := f.changed
+		f.mu.Unlock()
+		if strings.HasPrefix(f.ops(), prefix) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			t.Fatalf("calls after %v: %q; want them to start with %q", limit, f.ops(), prefix)
+		}
+	}
+}
+
+// registrarOnly hides the Heartbeat method.
+type registrarOnly struct{ Registrar }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func testReg(ttl time.Duration) Registration {
+	return Registration{
+		Instance: Instance{ID: "orders-1", Service: "orders", Address: "10.0.0.1", Port: 8080},
+		Check:    Check{TTL: ttl},
+	}
+}
+
+func startAgent(t *testing.T, r Registrar, reg Registration) (*Agent, error) {
+	t.Helper()
+	a, err := NewAgent(r, reg, AgentOptions{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(context.Background()) })
+	return a, a.Start(context.Background())
+}
+
+func TestAgentRegistersThenHeartbeatsAtAThirdOfTheTTL(t *testing.T) {
+	f := newFake()
+	const ttl = 600 * time.Millisecond
+	if _, err := startAgent(t, f, testReg(ttl)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitOps(t, "register heartbeat heartbeat heartbeat", 5*time.Second)
+	calls := f.snapshot()
+	for i := 1; i < 4; i++ {
+		gap := calls[i].at.Sub(calls[i-1].at)
+		if gap < ttl/3-20*time.Millisecond || gap >= ttl {
+			t.Errorf("%s %d came %v after the previous call; want about TTL/3 = %v (and well within the TTL)", calls[i].op, i, gap, ttl/3)
+		}
+	}
+}
+
+func TestAgentRegistersAgainWhenTheRegistryForgetsIt(t *testing.T) {
+	f := newFake()
+	f.heartbeatErrs = []error{fmt.Errorf("lease gone: %w", ErrNotRegistered)}
+	if _, err := startAgent(t, f, testReg(300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	f.waitOps(t, "register heartbeat register heartbeat", 5*time.Second)
+}
+
+func TestAgentRetriesAFailedFirstRegistrationInTheBackground(t *testing.T) {
+	f := newFake()
+	down := errors.New("connection refused")
+	f.registerErrs = []error{down, down}
+	_, err := startAgent(t, f, testReg(300*time.Millisecond))
+	if !errors.Is(err, down) || !strings.Contains(err.Error(), "retrying in the background") {
+		t.Fatalf("Start with the registry down = %v; want the registration error, retried in the background", err)
+	}
+	f.waitOps(t, "register register register heartbeat", 5*time.Second)
+	calls := f.snapshot()
+	// Backoff: the first retry after [100ms, 200ms), the second after
+	// [200ms, 400ms).
+	for i, least := range []time.Duration{agentRetryBase / 2, agentRetryBase} {
+		if gap := calls[i+1].at.Sub(calls[i].at); gap < least {
+			t.Fatalf("retry %d came %v after the previous attempt; want at least %v", i+1, gap, least)
+		}
+	}
+}
+
+func TestAgentRetriesHeartbeatErrorsWithoutReRegistering(t *testing.T) {
+	f := newFake()
+	flaky := errors.New("timeout")
+	f.heartbeatErrs = []error{flaky, flaky, flaky}
+	if _, err := startAgent(t, f, testReg(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// The interval is 1s; a failed heartbeat is retried sooner, after
+	// the backoff (100-200ms, 200-400ms, 400-800ms), and the registration
+	// is left alone.
+	f.waitOps(t, "register heartbeat heartbeat heartbeat heartbeat", 5*time.Second)
+	calls := f.snapshot()
+	for i := 2; i <= 4; i++ {
+		if gap := calls[i].at.Sub(calls[i-1].at); gap >= time.Second {
+			t.Errorf("heartbeat %d came %v after a failed one; want a retry before the 1s interval", i, gap)
+		}
+	}
+}
+
+func TestAgentCloseStopsAndDeregistersOnce(t *testing.T) {
+	f := newFake()
+	a, err := startAgent(t, f, testReg(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitOps(t, "register heartbeat", 5*time.Second)
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("Done not closed after Close")
+	}
+	ops := f.ops()
+	if !strings.HasSuffix(ops, "deregister") || strings.Count(ops, "deregister") != 1 {
+		t.Fatalf("calls = %q; want exactly one deregister, last", ops)
+	}
+	if err := a.Start(context.Background()); err == nil {
+		t.Fatal("Start after Close succeeded")
+	}
+}
+
+func TestAgentWithoutHeartbeaterRegistersOnce(t *testing.T) {
+	f := newFake()
+	a, err := startAgent(t, registrarOnly{f}, testReg(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close(context.Background())
+	if ops := f.ops(); ops != "register deregister" {
+		t.Fatalf("calls = %q; want register then deregister, no heartbeats", ops)
+	}
+}
+
+func TestNewAgentValidates(t *testing.T) {
+	if _, err := NewAgent(nil, testReg(time.Second), AgentOptions{}); err == nil || !strings.Contains(err.Error(), "registrar: must not be nil") {
+		t.Fatalf("nil registrar: %v", err)
+	}
+	bad := testReg(time.Second)
+	bad.Instance.Port = 0
+	if _, err := NewAgent(newFake(), bad, AgentOptions{}); err == nil || !strings.Contains(err.Error(), "instance.port: 0 is out of range") {
+		t.Fatalf("port 0: %v", err)
+	}
+	neg := testReg(-time.Second)
+	if _, err := NewAgent(newFake(), neg, AgentOptions{}); err == nil || !strings.Contains(err.Error(), "check.ttl") {
+		t.Fatalf("negative TTL: %v", err)
+	}
+	noID := testReg(time.Second)
+	noID.Instance.ID = ""
+	a, err := NewAgent(newFake(), noID, AgentOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(a.ID(), "orders-") || !strings.Contains(a.ID(), "-8080-") {
+		t.Fatalf("default ID = %q; want orders-<host>-8080-...", a.ID())
+	}
+}
+
+func TestDefaultIDIsUniqueAndSafe(t *testing.T) {
+	a, b := DefaultID("orders", "web 1/a", 8080), DefaultID("orders", "web 1/a", 8080)
+	if a == b {
+		t.Fatalf("two DefaultIDs are equal: %q", a)
+	}
+	re := regexp.MustCompile(`^orders-web-1-a-8080-(?:[0-9a-f]{12}-)?[0-9a-f]{8}$`)
+	if !re.MatchString(a) {
+		t.Fatalf("DefaultID = %q; want orders-web-1-a-8080-[container-]<8 hex>", a)
+	}
+}
+
+func TestContainerIDIsFoundInCgroupAndMountinfo(t *testing.T) {
+	const id = "3f1c2a0b9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a"
+	for _, c := range []struct{ name, data, want string }{
+		{"docker v1", "12:pids:/docker/" + id + "\n11:memory:/docker/" + id + "\n", id},
+		{"kubernetes", "3:cpu:/kubepods/besteffort/pod1b2c-33/" + id + "\n", id},
+		{"systemd scope", "0::/system.slice/docker-" + id + ".scope\n", id},
+		{"containerd scope", "1:name=systemd:/kubepods.slice/cri-containerd-" + id + ".scope\n", id},
+		{"cgroup v2 namespace", "0::/\n", ""},
+		{"host", "0::/user.slice/user-1000.slice/session-2.scope\n", ""},
+	} {
+		if got := containerIDFromCgroup(c.data); got != c.want {
+			t.Errorf("%s: containerIDFromCgroup = %q; want %q", c.name, got, c.want)
+		}
+	}
+	for _, c := range []struct{ name, data, want string }{
+		{"docker", "642 630 259:1 /var/lib/docker/containers/" + id + "/hostname /etc/hostname rw,relatime - ext4 /dev/root rw\n", id},
+		{"podman", "701 690 0:52 /containers/overlay-containers/" + id + "/userdata/hosts /etc/hosts rw - tmpfs tmpfs rw\n", id},
+		{"containerd", "1200 1190 259:1 /var/lib/containerd/io.containerd.grpc.v1.cri/sandboxes/" + id + "/hostname /etc/hostname rw - ext4 /dev/root rw\n", id},
+		{"other mount", "642 630 259:1 /var/lib/docker/containers/" + id + "/data /data rw - ext4 /dev/root rw\n", ""},
+		{"host", "22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/root rw\n", ""},
+	} {
+		if got := containerIDFromMountinfo(c.data); got != c.want {
+			t.Errorf("%s: containerIDFromMountinfo = %q; want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestAgentBackoffStaysWithinBounds(t *testing.T) {
+	for n := 1; n < 40; n++ {
+		d := min(agentRetryMax, agentRetryBase<<min(n-1, 15))
+		for range 20 {
+			if got := agentBackoff(n); got < d/2 || got >= d {
+				t.Fatalf("agentBackoff(%d) = %v; want in [%v, %v)", n, got, d/2, d)
+			}
+		}
+	}
+}
+
+// TestAgentDeregistersOnSIGTERMThenExitsBySignal runs a child process (this
+// test binary) with an Agent handling signals, sends it SIGTERM, and checks
+// that it deregistered and then died of SIGTERM, as without the agent.
+func TestAgentDeregistersOnSIGTERMThenExitsBySignal(t *testing.T) {
+	if os.Getenv("SWITCHBOARD_AGENT_CHILD") == "1" {
+		runSignalChild()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAgentDeregistersOnSIGTERMThenExitsBySignal$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SWITCHBOARD_AGENT_CHILD=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	var seen []string
+	next := func() string {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return ""
+			}
+			seen = append(seen, l)
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatalf("child said nothing for 10s; so far: %q", seen)
+			return ""
+		}
+	}
+	for next() != "ready" {
+		if len(seen) > 10 || seen[len(seen)-1] == "" {
+			t.Fatalf("child never got ready: %q", seen)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for l := next(); l != ""; l = next() {
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child exited with %v; want death by SIGTERM", err)
+	}
+	ws := ee.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Fatalf("child exit status %v; want killed by SIGTERM (re-raised after deregistering)", ws)
+	}
+	if got := strings.Join(seen, " | "); !strings.Contains(got, "register orders-1 | ready | deregister orders-1") {
+		t.Fatalf("child printed %q; want register, ready, then deregister before dying", got)
+	}
+}
+
+// printRegistrar prints each call, for the signal child.
+type printRegistrar struct{}
+
+func (printRegistrar) Register(_ context.Context, r Registration) error {
+	fmt.Println("register", r.Instance.ID)
+	return nil
+}
+func (printRegistrar) Deregister(_ context.Context, id string) error {
+	fmt.Println("deregister", id)
+	return nil
+}
+
+func runSignalChild() {
+	a, err := NewAgent(printRegistrar{}, testReg(time.Second), AgentOptions{HandleSignals: true, Logger: quiet})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		fmt.Println("error", err)
+		os.Exit(2)
+	}
+	fmt.Println("ready")
+	select {
+	case <-a.Done():
+		// The agent re-raises the signal right after Done; if this
+		// process is still alive a second later, it did not.
+		time.Sleep(time.Second)
+		fmt.Println("still alive after the re-raise")
+		os.Exit(3)
+	case <-time.After(20 * time.Second):
+		fmt.Println("no signal within 20s")
+		os.Exit(4)
+	}
+}
