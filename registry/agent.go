@@ -63,13 +63,13 @@ type Agent struct {
 	opts AgentOptions
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	started bool
-	closing bool
-	cancel  context.CancelFunc
-	loop    chan struct{} // closed when the background loop has ended
-	sigs    chan os.Signal
-	done    chan struct{}
+	mu       sync.Mutex
+	started  bool
+	closing  bool
+	cancel   context.CancelFunc
+	loop     chan struct{} // closed when the background loop has ended
+	sigs     chan os.Signal
+	done     chan struct{}
 	closeErr error
 }
 
