@@ -482,3 +482,49 @@ func assertLive(t *testing.T, addr, key string) {
 		t.Fatalf("%s: lease %x: TTL %d granted %d, %v; want a live lease", key, resp.Kvs[0].Lease, ttl.TTL, ttl.GrantedTTL, err)
 	}
 }
+
+// TestWatchRelistsWhenEtcdComesBackWithAnotherHistory: while a watcher is
+// cut off, etcd is wiped and restarted and, before the watcher is back,
+// its revision has already passed the watcher's. Resuming would look
+// fine to etcd; the watcher must notice that the keys at its revision are
+// not the ones it holds, and re-list.
+func TestWatchRelistsWhenEtcdComesBackWithAnotherHistory(t *testing.T) {
+	srv := startEtcd(t)
+	proxy := startCutProxy(t, srv.Addr())
+	logs := newLogRecorder()
+	behind := newTestRegistry(t, proxy.Addr(), logs)
+	raw := rawClient(t, srv.Addr())
+	ctx := ctxFor(t, 30*time.Second)
+	put := func(key string, in registry.Instance) {
+		t.Helper()
+		v, _ := json.Marshal(in)
+		if _, err := raw.Put(ctx, key, string(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("/test/services/orders/orders-0", inst("orders-0", 9000))
+	put("/test/services/orders/orders-1", inst("orders-1", 9001))
+	w, err := behind.Watch(context.Background(), registry.Query{Service: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	nextUntil(t, w, "orders-0,orders-1", 5*time.Second)
+
+	proxy.setCut(true)
+	srv.Stop()
+	srv.Wipe(t)
+	srv.Restart(t)
+	put("/test/services/orders/orders-2", inst("orders-2", 9002)) // revision 2
+	for i := range 10 {                                           // well past the watcher's revision
+		if _, err := raw.Put(ctx, "/test/other", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxy.setCut(false)
+
+	nextUntil(t, w, "orders-2", 15*time.Second)
+	if logs.count("keys at our revision differ") == 0 {
+		t.Fatalf("converged without the key comparison re-listing; log count of re-listing: %d", logs.count("re-listing"))
+	}
+}
