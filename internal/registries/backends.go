@@ -2,9 +2,11 @@ package registries
 
 import (
 	"log/slog"
+	"net/url"
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/registry"
+	consulreg "github.com/switchboard-dev/switchboard/registry/consul"
 	etcdreg "github.com/switchboard-dev/switchboard/registry/etcd"
 )
 
@@ -25,7 +27,21 @@ func openEtcd(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer
 }
 
 func openConsul(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
-	return nil, nil, errNotBuilt
+	c := consulreg.Config{Address: rc.Address, Token: rc.Token, Datacenter: rc.Datacenter, Logger: log}
+	if u, err := url.Parse(rc.Address); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		c.Address, c.Scheme = u.Host, u.Scheme
+	}
+	if t := rc.TLS; t != nil {
+		c.TLS = &consulreg.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
+		if c.Scheme == "" {
+			c.Scheme = "https"
+		}
+	}
+	r, err := consulreg.New(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, r.Close, nil
 }
 
 func openDNS(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
