@@ -56,7 +56,10 @@ const udpSize = 4096
 type Config struct {
 	// Name is the DNS name to resolve: an SRV name such as
 	// _http._tcp.orders.service.consul, or a host name for Type "a". It is
-	// used as given (fully qualified): no search domains. Required.
+	// used as given (fully qualified): no search domains. When empty, each
+	// query's Service is the name to resolve, so that one Registry serves
+	// many names (as a configured registry that upstreams name services
+	// of does).
 	Name string
 	// Type is "srv" (default) or "a" (A and AAAA records, with Port).
 	Type string
@@ -100,13 +103,12 @@ func New(cfg Config) (*Registry, error) {
 		maxTTL:  cfg.MaxTTL,
 		timeout: cfg.Timeout,
 	}
-	if cfg.Name == "" {
-		return nil, errors.New("dns: name: must not be empty")
+	if cfg.Name != "" {
+		if _, ok := mdns.IsDomainName(cfg.Name); !ok {
+			return nil, fmt.Errorf("dns: name: %q is not a domain name", cfg.Name)
+		}
+		r.name = mdns.Fqdn(cfg.Name)
 	}
-	if _, ok := mdns.IsDomainName(cfg.Name); !ok {
-		return nil, fmt.Errorf("dns: name: %q is not a domain name", cfg.Name)
-	}
-	r.name = mdns.Fqdn(cfg.Name)
 	switch r.typ {
 	case "":
 		r.typ = TypeSRV
@@ -181,36 +183,50 @@ func ClampTTL(ttl, floor, ceiling time.Duration) time.Duration {
 	return min(max(ttl, floor), ceiling)
 }
 
-func validateQuery(q registry.Query) error {
+// target is the name a query resolves: Config.Name, or else q.Service.
+func (r *Registry) target(q registry.Query) (string, error) {
 	if len(q.Tags) > 0 {
-		return fmt.Errorf("tags: %v: DNS records carry no tags", q.Tags)
+		return "", fmt.Errorf("tags: %v: DNS records carry no tags", q.Tags)
 	}
-	return nil
+	if r.name != "" {
+		return r.name, nil
+	}
+	if q.Service == "" {
+		return "", errors.New("service: must be the DNS name to resolve (Config.Name is empty)")
+	}
+	if _, ok := mdns.IsDomainName(q.Service); !ok {
+		return "", fmt.Errorf("service: %q is not a domain name", q.Service)
+	}
+	return mdns.Fqdn(q.Service), nil
 }
 
-// Instances resolves the name once. q.Service names the instances' service
-// (default: the DNS name); q.Tags must be empty; q.PassingOnly is ignored
-// (DNS serves what its server considers fit).
+// Instances resolves the name once. q.Service names the instances'
+// service (and is the name to resolve when Config.Name is empty; default:
+// the DNS name); q.Tags must be empty; q.PassingOnly is ignored (DNS
+// serves what its server considers fit).
 func (r *Registry) Instances(ctx context.Context, q registry.Query) ([]registry.Instance, error) {
-	if err := validateQuery(q); err != nil {
+	name, err := r.target(q)
+	if err != nil {
 		return nil, fmt.Errorf("dns: %w", err)
 	}
-	insts, _, err := r.resolve(ctx, q.Service)
+	insts, _, err := r.resolve(ctx, name, q.Service)
 	return insts, err
 }
 
 // Watch starts a watch; the first Next resolves at once. It lasts until
 // Stop or the end of ctx.
 func (r *Registry) Watch(ctx context.Context, q registry.Query) (registry.Watcher, error) {
-	if err := validateQuery(q); err != nil {
+	name, err := r.target(q)
+	if err != nil {
 		return nil, fmt.Errorf("dns: %w", err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	return &watcher{r: r, service: q.Service, ctx: wctx, cancel: cancel}, nil
+	return &watcher{r: r, name: name, service: q.Service, ctx: wctx, cancel: cancel}, nil
 }
 
 type watcher struct {
 	r       *Registry
+	name    string // fully qualified
 	service string
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -245,7 +261,7 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 				continue // stopped
 			}
 		}
-		insts, ttl, err := w.r.resolve(ctx, w.service)
+		insts, ttl, err := w.r.resolve(ctx, w.name, w.service)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

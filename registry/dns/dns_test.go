@@ -406,7 +406,7 @@ func TestClampTTL(t *testing.T) {
 func TestNegativeAnswerIsCachedForTheSOAMinimum(t *testing.T) {
 	z := startZone(t) // its SOA: TTL 60, MINIMUM 2
 	r := newDNS(t, Config{Name: "missing.test", Type: "a", Port: 80, Servers: []string{z.addr}})
-	_, ttl, err := r.resolve(ctxFor(t, 5*time.Second), "")
+	_, ttl, err := r.resolve(ctxFor(t, 5*time.Second), r.name, "")
 	if err != nil || ttl != 2*time.Second {
 		t.Fatalf("negative TTL = %v, %v; want 2s (min of SOA TTL 60 and MINIMUM 2)", ttl, err)
 	}
@@ -417,7 +417,6 @@ func TestNewAndQueriesRejectBadInput(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{}, "name: must not be empty"},
 		{Config{Name: "a..b"}, "name:"},
 		{Config{Name: "x", Type: "mx", Servers: []string{"127.0.0.1"}}, "type: \"mx\""},
 		{Config{Name: "x", Type: "a", Servers: []string{"127.0.0.1"}}, "port: 0"},
@@ -432,7 +431,28 @@ func TestNewAndQueriesRejectBadInput(t *testing.T) {
 	if _, err := r.Watch(context.Background(), registry.Query{Tags: []string{"v1"}}); err == nil || !strings.Contains(err.Error(), "tags:") {
 		t.Fatalf("Watch with tags = %v; want an error naming tags", err)
 	}
+	perQuery := newDNS(t, Config{Servers: []string{"127.0.0.1"}})
+	if _, err := perQuery.Instances(context.Background(), registry.Query{}); err == nil || !strings.Contains(err.Error(), "service: must be the DNS name") {
+		t.Fatalf("Instances without a name anywhere = %v", err)
+	}
 	if r.servers[0] != "127.0.0.1:53" {
 		t.Fatalf("server without a port = %q; want port 53", r.servers[0])
+	}
+}
+
+// TestQueryServiceIsTheNameWhenConfigHasNone: one Registry, several names.
+func TestQueryServiceIsTheNameWhenConfigHasNone(t *testing.T) {
+	z := startZone(t)
+	z.set("a.test. A", "a.test. 30 IN A 10.0.0.1")
+	z.set("b.test. A", "b.test. 30 IN A 10.0.0.2")
+	r := newDNS(t, Config{Type: "a", Port: 80, Servers: []string{z.addr}})
+	for name, want := range map[string]string{"a.test": "10.0.0.1:80/w1", "b.test.": "10.0.0.2:80/w1"} {
+		got, err := r.Instances(ctxFor(t, 5*time.Second), registry.Query{Service: name})
+		if err != nil || describe(got) != want {
+			t.Fatalf("Instances(%s) = %s, %v; want %s", name, describe(got), err, want)
+		}
+		if got[0].Service != name {
+			t.Fatalf("service = %q; want the query's %q", got[0].Service, name)
+		}
 	}
 }

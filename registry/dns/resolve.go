@@ -25,11 +25,11 @@ type answer struct {
 	ttl   time.Duration
 }
 
-// resolve turns the configured name into instances and the shortest TTL
-// of the records used.
-func (r *Registry) resolve(ctx context.Context, service string) ([]registry.Instance, time.Duration, error) {
+// resolve turns name (fully qualified) into instances of service and
+// the shortest TTL of the records used.
+func (r *Registry) resolve(ctx context.Context, name, service string) ([]registry.Instance, time.Duration, error) {
 	if service == "" {
-		service = strings.TrimSuffix(r.name, ".")
+		service = strings.TrimSuffix(name, ".")
 	}
 	var (
 		insts []registry.Instance
@@ -38,19 +38,19 @@ func (r *Registry) resolve(ctx context.Context, service string) ([]registry.Inst
 	)
 	if r.typ == TypeA {
 		var addrs []string
-		addrs, ttl, err = r.addresses(ctx, r.name, nil)
+		addrs, ttl, err = r.addresses(ctx, name, nil)
 		for _, a := range addrs {
 			insts = append(insts, registry.Instance{
 				ID: net.JoinHostPort(a, strconv.Itoa(r.port)), Service: service,
 				Address: a, Port: r.port, Weight: 1,
-				Meta: map[string]string{"host": strings.TrimSuffix(r.name, ".")},
+				Meta: map[string]string{"host": strings.TrimSuffix(name, ".")},
 			})
 		}
 	} else {
-		insts, ttl, err = r.resolveSRV(ctx, service)
+		insts, ttl, err = r.resolveSRV(ctx, name, service)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("dns: resolving %s: %w", strings.TrimSuffix(r.name, "."), err)
+		return nil, 0, fmt.Errorf("dns: resolving %s: %w", strings.TrimSuffix(name, "."), err)
 	}
 	if insts == nil {
 		insts = []registry.Instance{}
@@ -64,8 +64,8 @@ func (r *Registry) resolve(ctx context.Context, service string) ([]registry.Inst
 // (higher priorities are fallbacks, not traffic shares); the weight becomes
 // Instance.Weight (0 means 1); each target's addresses come from the
 // additional section, or else from A and AAAA queries.
-func (r *Registry) resolveSRV(ctx context.Context, service string) ([]registry.Instance, time.Duration, error) {
-	ans, err := r.query(ctx, r.name, mdns.TypeSRV)
+func (r *Registry) resolveSRV(ctx context.Context, name, service string) ([]registry.Instance, time.Duration, error) {
+	ans, err := r.query(ctx, name, mdns.TypeSRV)
 	if err != nil {
 		return nil, 0, err
 	}
