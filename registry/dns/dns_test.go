@@ -37,21 +37,24 @@ type query struct {
 func startZone(t *testing.T) *zone {
 	t.Helper()
 	z := &zone{records: map[string][]mdns.RR{}, queried: make(chan struct{})}
+	// TCP first: its port space is the busier one (every test's client
+	// connections); the same UDP port is then almost always free.
 	var pc net.PacketConn
 	var ln net.Listener
-	for range 5 { // the TCP port may be taken by someone else
+	var lastErr error
+	for range 20 {
 		var err error
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
-		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+		if pc, lastErr = net.ListenPacket("udp", ln.Addr().String()); lastErr == nil {
 			break
 		}
-		pc.Close()
+		ln.Close()
 		pc = nil
 	}
 	if pc == nil {
-		t.Fatal("no UDP+TCP port pair free on loopback")
+		t.Fatalf("no UDP+TCP port pair free on loopback: %v", lastErr)
 	}
 	z.addr = pc.LocalAddr().String()
 	for _, s := range []*mdns.Server{
