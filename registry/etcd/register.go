@@ -289,6 +289,7 @@ func (k *keeper) run(ctx context.Context, lease clientv3.LeaseID) {
 				continue
 			}
 			lease = l
+			k.lease.Store(int64(lease)) // before the log line: Heartbeat may act on it
 			log.Info("etcd: re-registered", "lease", fmt.Sprintf("%x", int64(l)), "attempts", failures+1)
 			if stale != 0 {
 				// The lease we gave up on may still exist (etcd kept
