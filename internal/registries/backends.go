@@ -7,7 +7,9 @@ import (
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/registry"
 	consulreg "github.com/switchboard-dev/switchboard/registry/consul"
+	dnsreg "github.com/switchboard-dev/switchboard/registry/dns"
 	etcdreg "github.com/switchboard-dev/switchboard/registry/etcd"
+	staticreg "github.com/switchboard-dev/switchboard/registry/static"
 )
 
 func openEtcd(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
@@ -44,10 +46,24 @@ func openConsul(rc *config.RegistryBackend, log *slog.Logger) (registry.Discover
 	return r, r.Close, nil
 }
 
+// openDNS resolves discovery.service as the DNS name (SRV, or A/AAAA with
+// the registry's port).
 func openDNS(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
-	return nil, nil, errNotBuilt
+	c := dnsreg.Config{Type: rc.Record, Port: rc.Port, MinTTL: rc.MinTTL.Std(), MaxTTL: rc.MaxTTL.Std()}
+	if rc.Address != "" {
+		c.Servers = []string{rc.Address}
+	}
+	r, err := dnsreg.New(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, nil, nil
 }
 
 func openStatic(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
-	return nil, nil, errNotBuilt
+	r, err := staticreg.NewFile(rc.File, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, r.Close, nil
 }

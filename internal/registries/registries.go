@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -361,5 +360,3 @@ func sortedKeys[K int | string, V any](m map[K]V) []K {
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out
 }
-
-var errNotBuilt = errors.New("this registry kind is not built into this binary")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -204,5 +206,39 @@ func TestApplyRefusesABrokenRegistryAndChangesNothing(t *testing.T) {
 	}
 	if _, err := m.Watch("x", registry.Query{Service: "s"}); err == nil {
 		t.Fatal("a failed Apply left a registry behind")
+	}
+}
+
+func TestStaticFileRegistryFeeds(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "services.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(file+".tmp", []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".tmp", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("services:\n  orders:\n    - {id: s1, address: 127.0.0.1, port: 9001}\n")
+	m := New(quiet(), prometheus.NewRegistry())
+	defer m.Close()
+	if err := m.Apply(parse(t, fmt.Sprintf("registries:\n  files: {kind: static, file: %s}\n", file))); err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Watch("files", registry.Query{Service: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := subscribe(t, f)
+	got.waitFor(t, "s1", hasIDs("s1"))
+	write("services:\n  orders:\n    - {id: s1, address: 127.0.0.1, port: 9001}\n    - {id: s2, address: 127.0.0.1, port: 9002, weight: 3}\n")
+	in := got.waitFor(t, "s1 and s2", hasIDs("s1", "s2"))
+	for _, x := range in {
+		if x.ID == "s2" && x.EffectiveWeight() != 3 {
+			t.Fatalf("s2 weight %d, want 3", x.Weight)
+		}
 	}
 }
