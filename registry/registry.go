@@ -178,7 +178,12 @@ type Watcher interface {
 	// Next blocks until there is a snapshot the caller has not seen, ctx
 	// ends, or the registry fails. After an error the caller may call Next
 	// again (after a backoff); the watcher resumes from what it last saw
-	// (Consul index, etcd revision) and re-lists when it cannot.
+	// (Consul index, etcd revision) and re-lists when it cannot. The first
+	// successful Next after an error returns at once with the current
+	// instances, changed or not, so the caller learns that the registry
+	// answers again (and stops calling its view stale). A watcher whose
+	// registry becomes unreachable returns an error within a bounded time
+	// rather than blocking silently.
 	Next(ctx context.Context) ([]Instance, error)
 	// Stop releases the watch's resources.
 	Stop()

@@ -76,11 +76,17 @@ type watcher struct {
 	index uint64     // the X-Consul-Index to wait on; 0 only before the first answer
 	last  []registry.Instance
 	sent  bool
+	// failed: the last query failed. The next one does not block and its
+	// answer is returned even when nothing changed, so the caller learns
+	// at once that the registry answers again (registry.Watcher's
+	// contract).
+	failed bool
 }
 
 // Next returns the first snapshot at once, then blocks until the instances
 // change. An error leaves the index as it was, so the next call resumes
-// where the watch was.
+// where the watch was; that call asks without blocking and returns the
+// current instances even if they did not change.
 func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -120,7 +126,7 @@ func (w *watcher) poll(ctx context.Context) ([]registry.Instance, bool, error) {
 	idx := w.index
 	opts := &api.QueryOptions{Datacenter: cfg.Datacenter}
 	timeout := cfg.RequestTimeout
-	if idx > 0 {
+	if idx > 0 && !w.failed {
 		opts.WaitIndex, opts.WaitTime = idx, cfg.WaitTime
 		// Consul may hold the query for wait plus up to wait/16 of jitter.
 		timeout += cfg.WaitTime + cfg.WaitTime/16
@@ -129,8 +135,11 @@ func (w *watcher) poll(ctx context.Context) ([]registry.Instance, bool, error) {
 	defer cancel()
 	entries, meta, err := w.r.client.Health().ServiceMultipleTags(w.q.Service, w.q.Tags, w.q.PassingOnly, opts.WithContext(ctx))
 	if err != nil {
+		w.failed = true
 		return nil, false, fmt.Errorf("consul: watch %q: %w", w.q.Key(), err)
 	}
+	recovered := w.failed
+	w.failed = false
 	got := meta.LastIndex
 	next := got
 	if got < idx {
@@ -144,11 +153,11 @@ func (w *watcher) poll(ctx context.Context) ([]registry.Instance, bool, error) {
 	// 1 is always safe): this also turns the reset above into a query that
 	// returns the current state at once.
 	w.index = max(next, 1)
-	if w.sent && got == idx {
+	if w.sent && got == idx && !recovered {
 		return nil, false, nil // the wait ran out: no change
 	}
 	insts, dropped := convert(entries)
-	if w.sent && slices.EqualFunc(insts, w.last, sameInstance) {
+	if w.sent && !recovered && slices.EqualFunc(insts, w.last, sameInstance) {
 		return nil, false, nil // a new index, the same instances
 	}
 	if len(dropped) > 0 {

@@ -185,7 +185,46 @@ func TestWatchErrorThenResumesWithTheLastIndex(t *testing.T) {
 	}
 	wantIndex(t, rp.request(t), "")
 	wantIndex(t, rp.request(t), "10")
-	wantIndex(t, rp.request(t), "10") // resumed where it was
+	// After an error the next query does not block: its answer tells the
+	// caller at once that Consul answers again.
+	wantIndex(t, rp.request(t), "")
+	mustNextBlocks(t, rp, w, "11")
+}
+
+// TestWatchAfterAnErrorReturnsEvenWithoutAChange: the first answer after an
+// error is returned although the instances are the same, so the discovery
+// cache stops calling its view stale without waiting for a change.
+func TestWatchAfterAnErrorReturnsEvenWithoutAChange(t *testing.T) {
+	rp := newReplay(t,
+		step{index: "10", file: "web-two-passing.json"},
+		step{status: 500, body: "rpc error making call: No cluster leader"},
+		step{index: "10", file: "web-two-passing.json"},
+	)
+	w := watchWeb(t, newTestRegistry(t, rp.srv.URL, nil))
+	first := ids(mustNext(t, w))
+	if _, err := w.Next(nextCtx(t)); err == nil {
+		t.Fatal("Next on a 500 did not fail")
+	}
+	if got := ids(mustNext(t, w)); !slices.Equal(got, first) {
+		t.Fatalf("after the error: %v, want the unchanged %v", got, first)
+	}
+	wantIndex(t, rp.request(t), "")
+	wantIndex(t, rp.request(t), "10")
+	wantIndex(t, rp.request(t), "")
+}
+
+// mustNextBlocks checks that the watch goes back to blocking on index.
+func mustNextBlocks(t *testing.T, rp *replay, w registry.Watcher, index string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Next(ctx)
+	}()
+	wantIndex(t, rp.request(t), index)
+	cancel()
+	<-done
 }
 
 func TestWatchChurnWithoutChangeIsRateLimited(t *testing.T) {

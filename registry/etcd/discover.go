@@ -136,6 +136,7 @@ func (r *Registry) Watch(ctx context.Context, q registry.Query) (registry.Watche
 		ctx:     wctx,
 		stop:    func() { stop(); cancel() },
 		reconn:  r.reconnectedCh(),
+		disconn: r.disconnectedCh(),
 		relist:  true,
 		entries: map[string]entry{},
 	}, nil
@@ -163,17 +164,19 @@ type watcher struct {
 	// seen and the entries have not been checked against etcd since.
 	reconn <-chan struct{}
 	verify bool
+	// disconn fires when the connection to etcd is lost.
+	disconn <-chan struct{}
 
 	last    []registry.Instance
 	emitted bool
 }
 
 // Next returns the first snapshot at once (after listing), and after that
-// blocks until the query's set of instances changes. While etcd is
-// unreachable it keeps blocking (the etcd client reconnects and resumes
-// the watch by itself); it returns an error when etcd ends the watch (no
+// blocks until the query's set of instances changes. It returns an error
+// when the connection to etcd is lost, when etcd ends the watch (no
 // leader, compaction it could not recover from, permission) or cannot be
-// read, and the next call resumes from the last revision seen.
+// read; the next call resumes from the last revision seen (checking it
+// against etcd first) and returns the current instances at once.
 func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -217,6 +220,15 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 		case <-w.reconn:
 			w.reconn = w.r.reconnectedCh()
 			w.verify = true
+		case <-w.disconn:
+			// The etcd client would resume the watch by itself when etcd
+			// returns, but a caller that only blocks here cannot tell an
+			// outage from a quiet service: say so (registry.Watcher's
+			// contract). The next Next checks what we hold against etcd
+			// and returns the current instances at once, changed or not.
+			w.disconn = w.r.disconnectedCh()
+			w.verify, w.emitted = true, false
+			return nil, fmt.Errorf("etcd: watch %q: lost the connection to etcd; the watch resumes when it is back", w.q.Service)
 		case resp, ok := <-w.wch:
 			if !ok {
 				// Closed without a final response: our own context

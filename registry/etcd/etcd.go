@@ -99,6 +99,9 @@ type Registry struct {
 	// reconnected is closed, and replaced, each time the client
 	// connection becomes ready again after it was lost.
 	reconnected chan struct{}
+	// disconnected is closed, and replaced, each time a ready connection
+	// is lost: watchers report the outage instead of blocking silently.
+	disconnected chan struct{}
 }
 
 var (
@@ -179,14 +182,15 @@ func New(cfg Config) (*Registry, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Registry{
-		cli:         cli,
-		prefix:      prefix,
-		reqTimeout:  req,
-		log:         log.With("registry", "etcd"),
-		ctx:         ctx,
-		cancel:      cancel,
-		regs:        make(map[string]*keeper),
-		reconnected: make(chan struct{}),
+		cli:          cli,
+		prefix:       prefix,
+		reqTimeout:   req,
+		log:          log.With("registry", "etcd"),
+		ctx:          ctx,
+		cancel:       cancel,
+		regs:         make(map[string]*keeper),
+		reconnected:  make(chan struct{}),
+		disconnected: make(chan struct{}),
 	}
 	r.wg.Add(1)
 	go r.watchConnection()
@@ -261,8 +265,20 @@ func (r *Registry) watchConnection() {
 		}
 		if s == connectivity.Ready {
 			lost = true
+			r.mu.Lock()
+			close(r.disconnected)
+			r.disconnected = make(chan struct{})
+			r.mu.Unlock()
 		}
 	}
+}
+
+// disconnectedCh returns the channel that the next loss of the connection
+// closes.
+func (r *Registry) disconnectedCh() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.disconnected
 }
 
 // reconnectedCh returns the channel that the next reconnection closes.

@@ -528,3 +528,31 @@ func TestWatchRelistsWhenEtcdComesBackWithAnotherHistory(t *testing.T) {
 		t.Fatalf("converged without the key comparison re-listing; log count of re-listing: %d", logs.count("re-listing"))
 	}
 }
+
+// TestWatchReportsAnOutageAndReturnsAtOnceWhenEtcdIsBack: while etcd is
+// down Next returns an error (a caller's view turns stale) instead of
+// blocking silently, and once etcd is back Next returns the unchanged
+// instances at once (the view is current again) without waiting for a
+// change.
+func TestWatchReportsAnOutageAndReturnsAtOnceWhenEtcdIsBack(t *testing.T) {
+	srv := startEtcd(t)
+	r := newTestRegistry(t, srv.Addr(), nil)
+	w, err := r.Watch(context.Background(), registry.Query{Service: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	mustRegister(t, newTestRegistry(t, srv.Addr(), nil), reg(inst("orders-1", 9001), 60*time.Second))
+	nextUntil(t, w, "orders-1", 5*time.Second)
+
+	srv.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := w.Next(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("Next while etcd is down: %v (context: %v); want an error about the lost connection", err, ctx.Err())
+	}
+	srv.Restart(t)
+	// Unchanged instances, returned as soon as etcd answers (errors in
+	// between are the caller's retries while the client reconnects).
+	nextUntil(t, w, "orders-1", 20*time.Second)
+}
