@@ -182,6 +182,9 @@ type watcher struct {
 	last    []registry.Instance
 	stop    chan struct{}
 	stopped bool
+	// resync makes the first Next after an error return the current
+	// instances at once, changed or not (registry.Watcher's contract).
+	resync bool
 }
 
 func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
@@ -197,10 +200,15 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 		if closed {
 			return nil, errClosed
 		}
+		if cur == nil && w.resync {
+			w.s.mu.RLock()
+			cur = w.s.instancesLocked(w.q)
+			w.s.mu.RUnlock()
+		}
 		if cur != nil {
 			w.index = idx
-			if !w.started || !reflect.DeepEqual(cur, w.last) {
-				w.started = true
+			if !w.started || w.resync || !reflect.DeepEqual(cur, w.last) {
+				w.started, w.resync = true, false
 				w.last = cur
 				return cur, nil
 			}
@@ -208,6 +216,7 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			w.resync = true
 			return nil, ctx.Err()
 		case <-w.s.ctx.Done():
 			return nil, errClosed

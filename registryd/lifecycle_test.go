@@ -405,6 +405,16 @@ func TestInProcessRegisterDiscoverAndWatch(t *testing.T) {
 	if got, err := w.Next(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("watch after deregister: %v, %v", got, err)
 	}
+	// After an error (here a cancelled context) the next Next answers at
+	// once with the current set, changed or not.
+	short, cancelShort := context.WithCancel(ctx)
+	cancelShort()
+	if _, err := w.Next(short); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next with a cancelled context: %v", err)
+	}
+	if got, err := w.Next(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("first Next after an error: %v, %v; want the current (empty) set at once", got, err)
+	}
 	if err := s.Heartbeat(ctx, "p1"); !errors.Is(err, registry.ErrNotRegistered) {
 		t.Fatalf("Heartbeat after deregister: %v, want ErrNotRegistered", err)
 	}

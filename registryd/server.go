@@ -38,10 +38,13 @@ type Server struct {
 	log         *slog.Logger
 	clock       clock
 	minInterval time.Duration // Consul's minimum check interval; tests lower it
-	datacenter  string
-	nodeID      string
-	nodeAddr    string
-	handler     http.Handler
+	// noProbes keeps HTTP and TCP checks from running (the fuzz test must
+	// not dial the addresses it invents).
+	noProbes   bool
+	datacenter string
+	nodeID     string
+	nodeAddr   string
+	handler    http.Handler
 
 	// ctx ends at Close: check runners, the persister and blocking queries
 	// all stop on it. wg counts those goroutines.

@@ -287,6 +287,9 @@ func (s *Server) startCheckLocked(c *checkState) {
 	case typeTTL:
 		s.armTTLLocked(c)
 	case typeHTTP, typeTCP:
+		if s.noProbes {
+			break
+		}
 		ctx, cancel := context.WithCancel(s.ctx)
 		c.cancel = cancel
 		s.wg.Add(1)
