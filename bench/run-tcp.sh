@@ -217,6 +217,17 @@ run_connrate() { # TARGET DURATION OUTFILE
 }
 
 declare -A NOT_MEASURED=()
+declare -A SID=() # target -> session id (pid of the setsid'd leader) of its processes
+
+# cpu_ticks SID: utime+stime, in clock ticks, of every process in session SID.
+cpu_ticks() {
+	local p s=0
+	for p in $(ps -o pid= -s "$1" 2>/dev/null); do
+		s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$s"
+}
+CLK_TCK=$(getconf CLK_TCK)
 
 # ---------------------------------------------------------------- setup
 mkdir -p "$OUT_DIR"
@@ -284,6 +295,7 @@ EOF
 			-targets "127.0.0.1:$B1,127.0.0.1:$B2" -pprof "127.0.0.1:$SB_PPROF"
 	fi
 	SB_PID=$START_PID
+	SID[switchboard]=$START_PID
 	if wait_port switchboard "$SB_PID" "$SB_PORT"; then
 		smoke switchboard || true
 	else
@@ -322,6 +334,7 @@ EOF
 		NOT_MEASURED[nginx]="config test failed: $(tr '\n' ' ' <"$RUN_DIR/nginx-configtest.log")"
 	else
 		start nginx "$RUN_DIR/nginx.log" nginx -p "$WORK/nginx" -e "$RUN_DIR/nginx-error.log" -c "$WORK/nginx/nginx.conf" -g 'daemon off;'
+		SID[nginx]=$START_PID
 		if wait_port nginx "$START_PID" "$NGINX_PORT"; then smoke nginx || true; else NOT_MEASURED[nginx]="did not start; see $RUN_DIR/nginx-error.log"; fi
 	fi
 fi
@@ -357,6 +370,7 @@ EOF
 		NOT_MEASURED[haproxy]="config check failed: $(tr '\n' ' ' <"$RUN_DIR/haproxy-configtest.log")"
 	else
 		start haproxy "$RUN_DIR/haproxy.log" haproxy -db -f "$WORK/haproxy.cfg"
+		SID[haproxy]=$START_PID
 		if wait_port haproxy "$START_PID" "$HAPROXY_PORT"; then smoke haproxy || true; else NOT_MEASURED[haproxy]="did not start: $(tail -n2 "$RUN_DIR/haproxy.log" | tr '\n' ' ')"; fi
 	fi
 fi
@@ -386,23 +400,30 @@ for t in "${ACTIVE[@]}"; do
 	run_bulk "$t" $((BULK_BYTES / 8)) "$RUN_DIR/warmup-bulk-$t.txt" || log "warm-up bulk of $t failed"
 	run_connrate "$t" 2s "$RUN_DIR/warmup-connrate-$t.txt" || log "warm-up connrate of $t failed"
 done
-echo "round,target,kind,value,p50_ms,p99_ms,errors" >"$RUN_DIR/results.csv"
+echo "round,target,kind,value,p50_ms,p99_ms,errors,cpu_us_per_conn" >"$RUN_DIR/results.csv"
 declare -A FAILED=()
 for ((r = 0; r < ROUNDS; r++)); do
 	for ((j = 0; j < n; j++)); do
 		t=${ACTIVE[$(((j + r) % n))]}
 		f="$RUN_DIR/round$((r + 1))-$t-bulk.txt"
 		if run_bulk "$t" "$BULK_BYTES" "$f" && [[ -n $(kv mib_per_s "$f") ]]; then
-			echo "$((r + 1)),$t,bulk,$(kv mib_per_s "$f"),,," >>"$RUN_DIR/results.csv"
+			echo "$((r + 1)),$t,bulk,$(kv mib_per_s "$f"),,,," >>"$RUN_DIR/results.csv"
 			log "round $((r + 1)) $t bulk: $(kv mib_per_s "$f") MiB/s"
 		else
 			FAILED[$t]="${FAILED[$t]:-}bulk round $((r + 1)): $(tr '\n' ' ' <"$f"); "
 			log "round $((r + 1)) $t bulk FAILED: $(tr '\n' ' ' <"$f")"
 		fi
 		f="$RUN_DIR/round$((r + 1))-$t-connrate.txt"
+		ticks0=""
+		[[ -n ${SID[$t]:-} ]] && ticks0=$(cpu_ticks "${SID[$t]}")
 		if run_connrate "$t" "$DURATION" "$f" && [[ -n $(kv rate "$f") ]]; then
-			echo "$((r + 1)),$t,connrate,$(kv rate "$f"),$(kv p50_ms "$f"),$(kv p99_ms "$f"),$(kv errors "$f")" >>"$RUN_DIR/results.csv"
-			log "round $((r + 1)) $t connrate: $(kv rate "$f") conn/s, p99 $(kv p99_ms "$f") ms, errors $(kv errors "$f")"
+			cpu=""
+			if [[ -n $ticks0 ]]; then # the proxy's CPU time per connection, in µs
+				cpu=$(awk -v t=$(($(cpu_ticks "${SID[$t]}") - ticks0)) -v hz="$CLK_TCK" -v c="$(kv conns "$f")" \
+					'BEGIN {if (c > 0) printf "%.1f", t / hz * 1e6 / c}')
+			fi
+			echo "$((r + 1)),$t,connrate,$(kv rate "$f"),$(kv p50_ms "$f"),$(kv p99_ms "$f"),$(kv errors "$f"),$cpu" >>"$RUN_DIR/results.csv"
+			log "round $((r + 1)) $t connrate: $(kv rate "$f") conn/s, p99 $(kv p99_ms "$f") ms, errors $(kv errors "$f"), proxy CPU ${cpu:-n/a} µs/conn"
 		else
 			FAILED[$t]="${FAILED[$t]:-}connrate round $((r + 1)): $(tr '\n' ' ' <"$f"); "
 			log "round $((r + 1)) $t connrate FAILED"
@@ -452,11 +473,11 @@ status=0
 {
 	echo "### TCP proxy (L4) — $(date +%Y-%m-%d), $ROUNDS round(s)"
 	echo
-	echo "| target | bulk MiB/s (median) | vs direct | conn/s (median) | vs nginx | p50 ms | p99 ms | errors | bulk per round | conn/s per round |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"
+	echo "| target | bulk MiB/s (median) | vs direct | conn/s (median) | vs nginx | p50 ms | p99 ms | errors | proxy CPU µs/conn | bulk per round | conn/s per round |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
 	for t in $TARGETS; do
 		if [[ -n ${NOT_MEASURED[$t]:-} ]]; then
-			echo "| $t | — | — | — | — | — | — | — | not measured (see below) | |"
+			echo "| $t | — | — | — | — | — | — | — | — | not measured (see below) | |"
 			status=3
 			continue
 		fi
@@ -471,14 +492,16 @@ status=0
 		[[ -n $rate && -n $nginx_rate ]] && vn=$(awk -v a="$rate" -v b="$nginx_rate" 'BEGIN {printf "%.2fx", a / b}')
 		pb=$(col "$t" bulk 4 | awk '{printf "%s%.0f", (NR > 1 ? ", " : ""), $1}')
 		pr=$(col "$t" connrate 4 | awk '{printf "%s%.0f", (NR > 1 ? ", " : ""), $1}')
-		printf '| %s | %.0f | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s |\n' "$t" "${bulk:-0}" "$vd" "${rate:-0}" "$vn" "${p50:-0}" "${p99:-0}" "$errs" "$pb" "$pr"
+		cpu=$(col "$t" connrate 8 | awk NF | median)
+		printf '| %s | %.0f | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s |\n' "$t" "${bulk:-0}" "$vd" "${rate:-0}" "$vn" "${p50:-0}" "${p99:-0}" "$errs" "${cpu:-—}" "$pb" "$pr"
 		((errs == 0)) || status=3
 	done
 	echo
 	echo "Medians over rounds. bulk: one connection, $BULK_BYTES bytes into a sink, MiB/s from connect to the sink's"
 	echo "answer; vs direct = bulk / direct bulk. conn/s: $CONNS clients each looping connect, 8-byte echo, close"
 	echo "for $DURATION; p50/p99 of one such cycle; errors summed over rounds; vs nginx = conn/s / nginx stream conn/s."
-	echo "\"direct\" is the backend with no proxy."
+	echo "proxy CPU µs/conn: user+system CPU time of the proxy's processes during the conn/s run, per connection"
+	echo "(steadier than conn/s on a shared machine). \"direct\" is the backend with no proxy."
 	[[ -n $SPLICE_NOTE ]] && { echo; echo "$SPLICE_NOTE"; }
 	if ((${#NOT_MEASURED[@]} > 0 || ${#FAILED[@]} > 0)); then
 		echo
