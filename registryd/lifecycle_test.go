@@ -445,15 +445,21 @@ func TestCloseWakesWatchersAndStopsEverything(t *testing.T) {
 	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "w", Check: &api.AgentServiceCheck{TCP: ln.Addr().String(), Interval: "20ms"}}); err != nil {
 		t.Fatal(err)
 	}
+	// Let the TCP check settle (passing), so that nothing changes the
+	// registry while the watchers park.
+	awaitHealth(t, c, "w", 5*time.Second, "the TCP check passes", func(es []*api.ServiceEntry) bool {
+		return statusOf(es, "w") == api.HealthPassing
+	})
 	ctx := context.Background()
+	idx := currentIndex(s)
 	w, _ := s.Discoverer().Watch(ctx, registry.Query{Service: "other"})
 	w.Next(ctx)
-	errs := make(chan error, 3)
-	go func() { _, err := w.Next(ctx); errs <- err }()
-	go func() { _, _, err := s.WatchServices(ctx, currentIndex(s)); errs <- err }()
+	watchErr, servicesErr, httpErr := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	go func() { _, err := w.Next(ctx); watchErr <- err }()
+	go func() { _, _, err := s.WatchServices(ctx, idx); servicesErr <- err }()
 	go func() {
-		_, _, err := c.Health().Service("other", "", false, &api.QueryOptions{WaitIndex: currentIndex(s), WaitTime: time.Minute})
-		errs <- err
+		_, _, err := c.Health().Service("other", "", false, &api.QueryOptions{WaitIndex: idx, WaitTime: time.Minute})
+		httpErr <- err
 	}()
 	eventually(t, 5*time.Second, "the HTTP watcher parks", func() bool { return s.blocking.Load() == 1 })
 	start := time.Now()
@@ -463,12 +469,13 @@ func TestCloseWakesWatchersAndStopsEverything(t *testing.T) {
 	if el := time.Since(start); el > 3*time.Second {
 		t.Fatalf("Close took %v with watchers parked", el)
 	}
-	for range 2 {
-		if err := <-errs; !errors.Is(err, ErrClosed) && !errors.Is(err, context.Canceled) {
-			t.Fatalf("in-process watcher woke with %v, want ErrClosed", err)
-		}
+	if err := <-watchErr; !errors.Is(err, ErrClosed) {
+		t.Fatalf("in-process watcher woke with %v, want ErrClosed", err)
 	}
-	if err := <-errs; err == nil {
+	if err := <-servicesErr; !errors.Is(err, ErrClosed) {
+		t.Fatalf("WatchServices woke with %v, want ErrClosed", err)
+	}
+	if err := <-httpErr; err == nil {
 		t.Fatal("the HTTP blocking query must fail when the server closes")
 	}
 	// Close waited for every check runner (wg); a second Close is a no-op.

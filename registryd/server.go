@@ -27,7 +27,7 @@ const (
 	writeTimeout      = maxWait + maxWait/16 + time.Minute
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 64 << 10
-	shutdownTimeout   = 5 * time.Second
+	shutdownTimeout   = time.Second
 )
 
 // Server is the embedded registry. Create it with New, serve HTTP with Start
@@ -228,10 +228,15 @@ func (s *Server) Close() error {
 	srv := s.httpSrv
 	s.httpMu.Unlock()
 	if srv != nil {
+		// Handlers end promptly once s.ctx is cancelled (blocking queries
+		// watch it), so Shutdown only waits for in-flight quick requests.
+		// A connection that never sent a request counts as active for 5s in
+		// net/http's Shutdown; past our timeout the rest is closed hard.
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		if err := srv.Shutdown(ctx); err != nil {
-			srv.Close()
-			errs = append(errs, fmt.Errorf("registryd: shutdown: %w", err))
+			if err := srv.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("registryd: close: %w", err))
+			}
 		}
 		cancel()
 	}
