@@ -71,7 +71,8 @@ type Config struct {
 	// byte from either peer for this long. Default 10m; NoIdleTimeout (any
 	// negative value) turns it off. It is checked every quarter of the
 	// timeout (at most every 10s), so a connection is closed between
-	// IdleTimeout and 1.25×IdleTimeout of silence.
+	// IdleTimeout and 1.25×IdleTimeout of silence. Connections to
+	// endpoints use TCP keep-alive only when it is off.
 	IdleTimeout time.Duration
 	// MaxConns caps the connections the listener serves at once (those in
 	// the queue not counted). 0 means no limit.
