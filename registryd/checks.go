@@ -26,6 +26,8 @@ const defaultMinInterval = time.Second
 // fresh registration gets a verdict at once rather than after an interval.
 func (s *Server) runCheck(ctx context.Context, c *checkState) {
 	defer s.wg.Done()
+	s.runners.Add(1)
+	defer s.runners.Add(-1)
 	interval := max(time.Duration(c.def.Interval), s.minInterval)
 	timeout := time.Duration(c.def.Timeout)
 	if timeout <= 0 {

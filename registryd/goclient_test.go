@@ -163,12 +163,30 @@ func TestGoClientHTTPCheckFollowsBackend(t *testing.T) {
 	awaitHealth(t, c, "web", 5*time.Second, "HTTP 500 is critical", func(es []*api.ServiceEntry) bool {
 		return statusOf(es, "web-1") == api.HealthCritical
 	})
+	// Re-registering the same service with a changed check of the same kind
+	// keeps its verdict instead of flapping; the runner is replaced.
+	code.Store(http.StatusOK)
+	awaitHealth(t, c, "web", 5*time.Second, "back to passing", func(es []*api.ServiceEntry) bool {
+		return statusOf(es, "web-1") == api.HealthPassing
+	})
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{
+		ID: "web-1", Name: "web", Port: 8080,
+		Check: &api.AgentServiceCheck{HTTP: backend.URL + "/healthz", Interval: "10m", Timeout: "1s",
+			Header: map[string][]string{"X-Probe": {"yes"}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if es, _, _ := c.Health().Service("web", "", false, nil); statusOf(es, "web-1") != api.HealthPassing {
+		t.Fatalf("re-registration flapped the instance to %s", statusOf(es, "web-1"))
+	}
+	eventually(t, 5*time.Second, "one check runner after re-registration (the old one replaced)", func() bool { return s.runners.Load() == 1 })
 	if err := c.Agent().ServiceDeregister("web-1"); err != nil {
 		t.Fatal(err)
 	}
 	if n := serviceCount(s); n != 0 {
 		t.Fatalf("%d services after deregister", n)
 	}
+	eventually(t, 5*time.Second, "the check runner stops with its service", func() bool { return s.runners.Load() == 0 })
 }
 
 func TestGoClientTCPCheckFollowsListener(t *testing.T) {

@@ -67,6 +67,7 @@ type Server struct {
 	writeMu   sync.Mutex // one snapshot write at a time
 
 	blocking atomic.Int64 // blocking queries in flight
+	runners  atomic.Int64 // HTTP and TCP check goroutines running
 
 	httpMu  sync.Mutex
 	httpSrv *http.Server
