@@ -7,10 +7,12 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
@@ -303,5 +305,33 @@ func TestSNIForwardsHelloUnchanged(t *testing.T) {
 	}
 	if other.accepts() != 0 {
 		t.Error("the default upstream got the connection, want the routed one")
+	}
+}
+
+// TestSNIAfterAcceptedProxyHeader: a trusted balancer's PROXY header comes
+// first, then the ClientHello; routing and the TLS session work as usual,
+// and the header's client address is the hash key.
+func TestSNIAfterAcceptedProxyHeader(t *testing.T) {
+	a, d := tlsBackend(t, "a"), tlsBackend(t, "default")
+	ua := newUpstream(t, "a", rr(), a.addr)
+	keys := make(chan string, 1)
+	ua.onPick = func(info *balance.Info) { keys <- info.Key }
+	p := startProxy(t, Config{Name: "t", Upstream: "d", SNI: []SNIRoute{{Names: []string{"a.example.com"}, Upstream: "a"}},
+		AcceptProxyProtocol: true, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		ua, newUpstream(t, "d", rr(), d.addr))
+	raw := p.dial(t)
+	if _, err := raw.Write([]byte("PROXY TCP6 2001:db8::7 2001:db8::1 40000 443\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	c := tls.Client(raw, &tls.Config{ServerName: "a.example.com", InsecureSkipVerify: true})
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := c.Handshake(); err != nil {
+		t.Fatalf("TLS after the PROXY header: %v", err)
+	}
+	if got := readLine(t, c); got != "a" {
+		t.Fatalf("routed to %q, want a", got)
+	}
+	if k := <-keys; k != "2001:db8::7" {
+		t.Errorf("hash key %q, want the PROXY header's source 2001:db8::7", k)
 	}
 }
