@@ -1,6 +1,7 @@
 package registryd
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -25,6 +26,9 @@ const (
 	maxWait     = 10 * time.Minute
 	// maxBlocking bounds blocking queries in flight; more get 429.
 	maxBlocking = 16384
+	// maxCachedQueries bounds the encoded answers kept per service (one per
+	// distinct ?tag/?passing combination).
+	maxCachedQueries = 64
 )
 
 // route is one supported endpoint. A path ending in "/" takes the rest of
@@ -224,7 +228,17 @@ func writeError(w http.ResponseWriter, err error) {
 func (s *Server) writeJSON(w http.ResponseWriter, r *http.Request, v any) {
 	var b []byte
 	var err error
-	if _, pretty := r.URL.Query()["pretty"]; pretty {
+	_, pretty := r.URL.Query()["pretty"]
+	if raw, ok := v.(json.RawMessage); ok {
+		// Already encoded (and shared with other requests): write as is.
+		b = raw
+		if pretty {
+			var buf bytes.Buffer
+			if err = json.Indent(&buf, raw, "", "    "); err == nil {
+				b = buf.Bytes()
+			}
+		}
+	} else if pretty {
 		b, err = json.MarshalIndent(v, "", "    ")
 	} else {
 		b, err = json.Marshal(v)
@@ -417,17 +431,46 @@ func (s *Server) handleHealthService(w http.ResponseWriter, r *http.Request, nam
 	if !s.checkService(w, r, name) {
 		return
 	}
-	q := r.URL.Query()
-	tags := q["tag"]
+	tags := r.URL.Query()["tag"]
 	passing := queryFlag(r, "passing")
-	var out []serviceEntry
+	var out json.RawMessage
 	s.blockingQuery(w, r, func() (uint64, <-chan struct{}) {
 		s.mu.RLock()
 		defer s.mu.RUnlock()
 		idx, ch := s.nameIndexLocked(name)
-		out = s.healthEntriesLocked(name, tags, passing)
+		out = s.healthJSONLocked(name, tags, passing)
 		return idx, ch
 	}, func() any { return out })
+}
+
+// healthJSONLocked is the encoded body of GET /v1/health/service/:name.
+// It is built once per service, filter and index and shared: when a change
+// wakes a thousand watchers of one service, one of them encodes the answer
+// and the others reuse it. Any change to the service drops the cache.
+func (s *Server) healthJSONLocked(name string, tags []string, passing bool) json.RawMessage {
+	ns := s.names[name]
+	if ns == nil {
+		return json.RawMessage("[]")
+	}
+	key := strings.Join(tags, "\x00")
+	if passing {
+		key = "passing\x01" + key
+	}
+	ns.cacheMu.Lock()
+	defer ns.cacheMu.Unlock()
+	if b, ok := ns.cache[key]; ok {
+		return b
+	}
+	b, err := json.Marshal(s.healthEntriesLocked(name, tags, passing))
+	if err != nil {
+		// Cannot happen for these types; answer without caching.
+		return json.RawMessage("[]")
+	}
+	if ns.cache == nil || len(ns.cache) >= maxCachedQueries {
+		ns.cache = map[string]json.RawMessage{}
+	}
+	ns.cache[key] = b
+	return b
 }
 
 // handleCatalogServices implements GET /v1/catalog/services

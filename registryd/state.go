@@ -2,12 +2,14 @@ package registryd
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 )
 
@@ -66,6 +68,11 @@ type nameState struct {
 	index     uint64
 	changed   chan struct{}
 	instances map[string]*serviceState
+	// cache holds encoded health answers for the current state, filled by
+	// readers under s.mu.RLock (hence cacheMu) and dropped by every change
+	// under s.mu.Lock.
+	cacheMu sync.Mutex
+	cache   map[string]json.RawMessage
 }
 
 // health is the worst status of a service's checks; passing without checks.
@@ -98,6 +105,7 @@ func (s *Server) touchNameLocked(name string, idx uint64) {
 		return
 	}
 	ns.index = idx
+	ns.cache = nil
 	close(ns.changed)
 	ns.changed = make(chan struct{})
 	if len(ns.instances) == 0 {
@@ -268,7 +276,12 @@ func (s *Server) setStatusLocked(c *checkState, status, output string) {
 	}
 	output = truncateOutput(output)
 	if c.status == status {
-		c.output = output
+		if c.output != output {
+			c.output = output
+			if ns := s.names[c.serviceName]; ns != nil {
+				ns.cache = nil // the output shows in health answers
+			}
+		}
 		return
 	}
 	prev := c.status
