@@ -85,7 +85,9 @@ func checkHTTPClient(def checkDef) *http.Client {
 // probeHTTP judges one request the way Consul does (Consul docs, checks:
 // "HTTP ... 2xx is passing, 429 Too Many Requests is warning, anything else
 // is critical"); the output quotes the status and up to maxOutput bytes of
-// the body.
+// the body. It is not health.HTTPCheck, the proxy's probe of a host:port
+// with configurable status ranges: a Consul check names a full URL (https
+// too) and has Consul's fixed verdicts.
 func probeHTTP(ctx context.Context, client *http.Client, def checkDef) (status, output string) {
 	method := def.Method
 	if method == "" {

@@ -293,6 +293,9 @@ func itoa(n uint64) string {
 }
 
 func TestWaitIsCappedWithJitter(t *testing.T) {
+	if writeTimeout <= maxWait+maxWait/16 {
+		t.Fatalf("WriteTimeout %v would cut off a %v blocking query with its jitter", writeTimeout, maxWait+maxWait/16)
+	}
 	for range 200 {
 		r, _ := http.NewRequest(http.MethodGet, "/v1/health/service/x?index=5&wait=1h", nil)
 		_, wait, err := parseBlocking(r)
@@ -306,5 +309,48 @@ func TestWaitIsCappedWithJitter(t *testing.T) {
 		if _, wait, _ = parseBlocking(r); wait < defaultWait || wait > defaultWait+defaultWait/16 {
 			t.Fatalf("no wait gave %v; want the 5m default plus up to 5m/16", wait)
 		}
+	}
+}
+
+func TestSharedHealthAnswerIsNeverStale(t *testing.T) {
+	s := startServer(t, Config{})
+	c := goClient(t, s, "")
+	for _, r := range []string{
+		`{"Name":"c","ID":"c1","Tags":["x"],"Check":{"TTL":"1m","Status":"passing"}}`,
+		`{"Name":"c","ID":"c2","Tags":["y"],"Check":{"TTL":"1m"}}`,
+	} {
+		if code, b, _ := do(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", r); code != 200 {
+			t.Fatalf("register: %d %s", code, b)
+		}
+	}
+	count := func(tag string, passing bool) int {
+		es, _, err := c.Health().Service("c", tag, passing, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	// Different filters are different answers.
+	if a, b, x, y := count("", false), count("", true), count("x", false), count("y", true); a != 2 || b != 1 || x != 1 || y != 0 {
+		t.Fatalf("all %d, passing %d, tag x %d, tag y passing %d; want 2 1 1 0", a, b, x, y)
+	}
+	// An output-only change (same status, new note) is not a new index but
+	// must show in the next answer.
+	do(t, http.MethodPut, baseURL(s)+"/v1/agent/check/pass/service:c1?note=first", "")
+	do(t, http.MethodPut, baseURL(s)+"/v1/agent/check/pass/service:c1?note=second", "")
+	es, _, err := c.Health().Service("c", "x", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := es[0].Checks[1].Output; got != "second" {
+		t.Fatalf("output %q after the second note, want %q", got, "second")
+	}
+	do(t, http.MethodPut, baseURL(s)+"/v1/agent/check/pass/service:c2", "")
+	if y := count("y", true); y != 1 {
+		t.Fatalf("tag y passing after its check passed: %d, want 1", y)
+	}
+	code, body, _ := do(t, http.MethodGet, baseURL(s)+"/v1/health/service/c?tag=y&pretty", "")
+	if code != 200 || !strings.Contains(body, "\n    {") {
+		t.Fatalf("?pretty of a shared answer: %d %q", code, body)
 	}
 }
