@@ -302,6 +302,8 @@ func TestInlineProblems(t *testing.T) {
 			[]string{`2:14: unknown registry kind "zookeeper" (known: consul, etcd, dns, static)`}},
 		{"registry address does not parse", "registries:\n  r1: {kind: consul, address: 'localhost:port'}\n",
 			[]string{`2:31: registry address "localhost:port" has a non-numeric port "port"`}},
+		{"consul tls over http", "registries:\n  r1: {kind: consul, address: 'http://c:8500', tls: {insecure_skip_verify: true}}\n",
+			[]string{`2:31: registry address "http://c:8500" says http but tls is set: use https://`}},
 		{"etcd address scheme", "registries:\n  r1: {kind: etcd, address: 'ftp://x:1'}\n",
 			[]string{`2:29: registry address "ftp://x:1" is not host:port or http(s)://host:port`}},
 		{"key of another kind", "registries:\n  r1: {kind: dns, prefix: /x}\n",

@@ -103,6 +103,9 @@ func (v *validator) checkRegistries() {
 			if b.Address != "" {
 				v.checkRegistryURL(&b.Address, b.Address)
 			}
+			if b.TLS != nil && strings.HasPrefix(b.Address, "http://") {
+				v.errorf(&b.Address, "registry address %q says http but tls is set: use https://", b.Address)
+			}
 		case "etcd":
 			if b.Address == "" && len(b.Addresses) == 0 {
 				v.keyErrorf(b, "etcd registry %q needs address or addresses", name)

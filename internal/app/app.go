@@ -132,6 +132,12 @@ func New(path string, opt Options) (*App, error) {
 		a.stopAll()
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), StartupWait)
+	if waiting := a.regs.WaitReady(ctx); len(waiting) > 0 {
+		a.log.Warn("discovery: no answer yet from the registries of these services; their upstreams start empty and fill in when they answer",
+			"services", waiting, "waited", StartupWait)
+	}
+	cancel()
 	if cfg.Admin.Enabled == nil || *cfg.Admin.Enabled {
 		ln, err := net.Listen("tcp", cfg.Admin.Listen)
 		if err != nil {
@@ -166,17 +172,24 @@ func startEmbedded(rc *config.Registry, log *slog.Logger) (*registryd.Server, er
 	return srv, nil
 }
 
-// apply moves the registries and the proxy to cfg.
+// apply moves the registries and the proxy to cfg, all or nothing: the
+// registries cfg adds or changes are staged for the proxy to prepare with,
+// and become current only when the proxy took cfg.
 func (a *App) apply(cfg *config.Config) error {
-	if err := a.regs.Apply(cfg); err != nil {
+	if err := a.regs.Stage(cfg); err != nil {
 		return err
 	}
 	if err := a.proxy.Apply(cfg); err != nil {
+		a.regs.Rollback()
 		return err
 	}
-	a.regs.Prune(cfg)
+	a.regs.Commit(cfg)
 	return nil
 }
+
+// StartupWait bounds how long serve waits at start for the registries'
+// first answers, so that it does not begin with empty pools.
+const StartupWait = 5 * time.Second
 
 // stopAll stops what New started, after a failed start.
 func (a *App) stopAll() {

@@ -320,3 +320,96 @@ upstreams:
 	}
 	waitReady(t, p, 2)
 }
+
+// TestFailedReloadLeavesRegistriesAlone: a reload that changes a
+// registry's settings but fails elsewhere (a listener on a busy port)
+// changes nothing: the upstream keeps following the registry as it was.
+func TestFailedReloadLeavesRegistriesAlone(t *testing.T) {
+	b1, b2 := named(t, "b1"), named(t, "b2")
+	dir := t.TempDir()
+	fileA, fileB := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	svc := func(addrs ...string) string {
+		s := "services:\n  api:\n"
+		for i, a := range addrs {
+			h, p := splitPort(t, a)
+			s += fmt.Sprintf("    - {id: i%d, address: %s, port: %d}\n", i, h, p)
+		}
+		return s
+	}
+	writeFile(t, fileA, svc(hostport(b1)))
+	writeFile(t, fileB, svc(hostport(b2)))
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	listen := freeAddr(t)
+	conf := func(file, extraListener string) string {
+		return fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+log: {level: error}
+registries:
+  files: {kind: static, file: %s}
+listeners:
+  - name: web
+    listen: %s
+    routes: [{upstream: api}]
+%supstreams:
+  api:
+    discovery: {registry: files, service: api}
+`, file, listen, extraListener)
+	}
+	path := filepath.Join(dir, "switchboard.yaml")
+	writeFile(t, path, conf(fileA, ""))
+	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	waitReady(t, pool(t, a, "api"), 1)
+	writeFile(t, path, conf(fileB, fmt.Sprintf("  - name: busy\n    listen: %s\n    routes: [{upstream: api}]\n", busy.Addr())))
+	if err := a.Reload(); err == nil {
+		t.Fatal("a reload onto a busy port succeeded")
+	}
+	// Still following file A: an edit to it arrives, B's instance does not.
+	writeFile(t, fileA, svc(hostport(b1), hostport(b2))+"    - {id: i9, address: 127.0.0.1, port: 1}\n")
+	waitReady(t, pool(t, a, "api"), 3)
+}
+
+// TestReloadOntoADownRegistryKeepsTheEndpoints: a reload that moves an
+// upstream from targets to a registry that does not answer keeps the
+// endpoints it had until the registry answers, instead of emptying the
+// pool.
+func TestReloadOntoADownRegistryKeepsTheEndpoints(t *testing.T) {
+	b1 := named(t, "b1")
+	dir := t.TempDir()
+	listen := freeAddr(t)
+	path := filepath.Join(dir, "switchboard.yaml")
+	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+log: {level: error}
+listeners:
+  - {name: web, listen: %s, routes: [{upstream: api}]}
+upstreams:
+  api: {targets: [{address: %s}]}
+`, listen, hostport(b1)))
+	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+log: {level: error}
+registries:
+  down: {kind: consul, address: %s}
+listeners:
+  - {name: web, listen: %s, routes: [{upstream: api}]}
+upstreams:
+  api:
+    discovery: {registry: down, service: api}
+`, freeAddr(t), listen))
+	if err := a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n, last := failures("http://"+listen+"/", 20); n != 0 {
+		t.Fatalf("%d of 20 requests failed after moving to a registry that is down (last: %s)", n, last)
+	}
+}

@@ -135,7 +135,9 @@ listeners:
 // HTTP checks every second, and waits (with a blocking query) until all of
 // them pass.
 func register(ctx context.Context, registryAddr string, backends []*Backend) error {
-	c, err := consul.NewClient(&consul.Config{Address: registryAddr})
+	// Scheme, token and TLS set explicitly: the client would otherwise take
+	// them from CONSUL_HTTP_* variables meant for some other Consul.
+	c, err := consul.NewClient(&consul.Config{Address: registryAddr, Scheme: "http", Token: "", TLSConfig: consul.TLSConfig{}})
 	if err != nil {
 		return err
 	}

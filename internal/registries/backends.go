@@ -2,6 +2,7 @@ package registries
 
 import (
 	"log/slog"
+	"net"
 	"net/url"
 
 	"github.com/switchboard-dev/switchboard/config"
@@ -32,6 +33,13 @@ func openConsul(rc *config.RegistryBackend, log *slog.Logger) (registry.Discover
 	c := consulreg.Config{Address: rc.Address, Token: rc.Token, Datacenter: rc.Datacenter, Logger: log}
 	if u, err := url.Parse(rc.Address); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
 		c.Address, c.Scheme = u.Host, u.Scheme
+		if u.Port() == "" { // Consul's default ports
+			port := "8500"
+			if u.Scheme == "https" {
+				port = "8501"
+			}
+			c.Address = net.JoinHostPort(u.Hostname(), port)
+		}
 	}
 	if t := rc.TLS; t != nil {
 		c.TLS = &consulreg.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}

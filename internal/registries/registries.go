@@ -7,13 +7,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"reflect"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,11 +22,6 @@ import (
 	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
 	"github.com/switchboard-dev/switchboard/registry"
 )
-
-// ReadyWait bounds how long a new feed waits for its first answer (from the
-// registry or the disk cache) before the upstream starts empty and fills in
-// when the answer comes.
-const ReadyWait = 3 * time.Second
 
 // backend is one running registry behind its discovery cache.
 type backend struct {
@@ -53,14 +48,22 @@ type Manager struct {
 	metrics  *discovery.Metrics
 	embedded registry.Discoverer
 
+	// Lock order: Manager.mu, then a feed's deliver, then its mu (and
+	// the discovery views' own locks); subscribers (the proxy's
+	// upstreams) take their locks inside deliver and never call back
+	// into the Manager.
 	mu       sync.Mutex
 	backends map[string]*backend
-	feeds    map[*feed]struct{}
+	// staged holds the registries a configuration being applied adds or
+	// changes: Watch uses them, Commit makes them current, Rollback
+	// closes them.
+	staged map[string]*backend
+	feeds  map[*feed]struct{}
 }
 
 // New returns a Manager with no registries; metrics go to reg.
 func New(log *slog.Logger, reg prometheus.Registerer) *Manager {
-	return &Manager{log: log, metrics: discovery.NewMetrics(reg), backends: map[string]*backend{}, feeds: map[*feed]struct{}{}}
+	return &Manager{log: log, metrics: discovery.NewMetrics(reg), backends: map[string]*backend{}, staged: map[string]*backend{}, feeds: map[*feed]struct{}{}}
 }
 
 // SetEmbedded makes the embedded registry available as "embedded".
@@ -70,13 +73,14 @@ func (m *Manager) SetEmbedded(d registry.Discoverer) {
 	m.mu.Unlock()
 }
 
-// Apply builds the registries of cfg that are new or whose settings
-// changed, and moves the feeds of changed ones over. Registries cfg no
-// longer has are closed once nothing uses them: call Prune after the proxy
-// has applied cfg. On error nothing changes.
-func (m *Manager) Apply(cfg *config.Config) error {
+// Stage builds the registries of cfg that are new or whose settings
+// changed, without touching the running ones: Watch hands out feeds of the
+// staged registries, so the proxy can prepare cfg. Then Commit (the proxy
+// applied cfg) or Rollback (it did not). On error nothing is staged.
+func (m *Manager) Stage(cfg *config.Config) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.rollbackLocked()
 	type want struct {
 		key   any
 		build func(opts discovery.Options) (*backend, error)
@@ -109,7 +113,6 @@ func (m *Manager) Apply(cfg *config.Config) error {
 			return &backend{disc: disc, closer: closer}, nil
 		}}
 	}
-	built := map[string]*backend{}
 	for _, name := range sortedKeys(wants) {
 		w := wants[name]
 		if b := m.backends[name]; b != nil && reflect.DeepEqual(b.key, w.key) {
@@ -120,15 +123,21 @@ func (m *Manager) Apply(cfg *config.Config) error {
 			Logger: m.log.With("registry", name), Metrics: m.metrics,
 		})
 		if err != nil {
-			for _, b := range built {
-				b.close()
-			}
+			m.rollbackLocked()
 			return fmt.Errorf("registry %q: %w", name, err)
 		}
 		b.name, b.key = name, w.key
-		built[name] = b
+		m.staged[name] = b
 	}
-	for name, b := range built {
+	return nil
+}
+
+// Commit makes the staged registries current, moves the feeds of changed
+// registries to them, and closes the registries cfg no longer names.
+func (m *Manager) Commit(cfg *config.Config) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name, b := range m.staged {
 		old := m.backends[name]
 		m.backends[name] = b
 		for f := range m.feeds {
@@ -140,13 +149,7 @@ func (m *Manager) Apply(cfg *config.Config) error {
 			old.close()
 		}
 	}
-	return nil
-}
-
-// Prune closes the registries cfg no longer names.
-func (m *Manager) Prune(cfg *config.Config) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.staged = map[string]*backend{}
 	for name, b := range m.backends {
 		if name == config.EmbeddedRegistry && cfg.RegistryEnabled() {
 			continue
@@ -158,10 +161,62 @@ func (m *Manager) Prune(cfg *config.Config) {
 	}
 }
 
+// Rollback closes the staged registries; the running ones are untouched.
+// Feeds handed out from them must have been closed by the failed apply.
+func (m *Manager) Rollback() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rollbackLocked()
+}
+
+func (m *Manager) rollbackLocked() {
+	for name, b := range m.staged {
+		delete(m.staged, name)
+		b.close()
+	}
+}
+
+// Apply stages cfg and commits it at once (for callers with nothing else
+// to apply in between).
+func (m *Manager) Apply(cfg *config.Config) error {
+	if err := m.Stage(cfg); err != nil {
+		return err
+	}
+	m.Commit(cfg)
+	return nil
+}
+
+// WaitReady waits until every feed has its first answer (from its registry
+// or the disk cache), or ctx ends; it returns the feeds still waiting.
+// serve calls it once at start, so that it does not begin with empty pools
+// while the registries answer.
+func (m *Manager) WaitReady(ctx context.Context) (waiting []string) {
+	m.mu.Lock()
+	type pending struct {
+		name string
+		v    *discovery.View
+	}
+	var all []pending
+	for f := range m.feeds {
+		f.mu.Lock()
+		all = append(all, pending{f.registry + "/" + f.q.Key(), f.view})
+		f.mu.Unlock()
+	}
+	m.mu.Unlock()
+	for _, p := range all {
+		if err := p.v.Ready(ctx); err != nil {
+			waiting = append(waiting, p.name)
+		}
+	}
+	sort.Strings(waiting)
+	return waiting
+}
+
 // Close closes every registry.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.rollbackLocked()
 	for name, b := range m.backends {
 		delete(m.backends, name)
 		b.close()
@@ -189,25 +244,26 @@ func (m *Manager) Status() []discovery.ServiceStatus {
 	return out
 }
 
-// Watch implements httpproxy.Discovery.
+// Watch implements httpproxy.Discovery: a feed of the registry's staged
+// version when a configuration is being applied, else of the running one.
+// It does not wait for the registry; the feed delivers nothing until the
+// first answer (see WaitReady).
 func (m *Manager) Watch(name string, q registry.Query) (httpproxy.Feed, error) {
 	m.mu.Lock()
-	b := m.backends[name]
+	defer m.mu.Unlock()
+	b := m.staged[name]
 	if b == nil {
-		m.mu.Unlock()
+		b = m.backends[name]
+	}
+	if b == nil {
+		if name == config.EmbeddedRegistry {
+			return nil, errors.New(`registry "embedded" is not running: the registry block takes effect when switchboard starts; restart it`)
+		}
 		return nil, fmt.Errorf("registry %q is not running", name)
 	}
 	f := &feed{m: m, registry: name, q: q, subs: map[int]func([]registry.Instance){}}
 	m.feeds[f] = struct{}{}
 	f.attach(b)
-	v := f.view
-	m.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), ReadyWait)
-	defer cancel()
-	if err := v.Ready(ctx); err != nil {
-		m.log.Warn("discovery: no instances yet; the upstream starts empty and fills in when the registry answers",
-			"registry", name, "service", q.Service, "err", err)
-	}
 	return f, nil
 }
 
@@ -220,21 +276,27 @@ type feed struct {
 
 	deliver sync.Mutex // serialises calls to subscribers
 
-	mu     sync.Mutex
-	view   *discovery.View
-	unview func()
-	last   []registry.Instance
-	subs   map[int]func([]registry.Instance)
-	nextID int
-	closed bool
+	mu       sync.Mutex
+	backend  *backend
+	view     *discovery.View
+	unview   func()
+	answered bool // last holds an answer (from a registry or a disk cache)
+	last     []registry.Instance
+	subs     map[int]func([]registry.Instance)
+	nextID   int
+	closed   bool
 }
 
 // attach moves the feed to b's view; m.mu is held.
 func (f *feed) attach(b *backend) {
-	v := b.disc.Watch(f.q)
 	f.mu.Lock()
+	if f.backend == b || f.closed {
+		f.mu.Unlock()
+		return
+	}
+	v := b.disc.Watch(f.q)
 	old, oldUn := f.view, f.unview
-	f.view = v
+	f.view, f.backend = v, b
 	f.mu.Unlock()
 	if oldUn != nil {
 		oldUn()
@@ -256,7 +318,11 @@ func (f *feed) publish(from *discovery.View, in []registry.Instance) {
 		f.mu.Unlock()
 		return
 	}
-	f.last = in
+	if f.answered && reflect.DeepEqual(in, f.last) {
+		f.mu.Unlock() // only the view's staleness changed: nothing to route differently
+		return
+	}
+	f.last, f.answered = in, true
 	subs := make([]func([]registry.Instance), 0, len(f.subs))
 	for _, id := range sortedKeys(f.subs) {
 		subs = append(subs, f.subs[id])
@@ -273,20 +339,34 @@ func (f *feed) Instances() []registry.Instance {
 	return f.last
 }
 
+// Answered reports whether the feed has had an answer yet.
+func (f *feed) Answered() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.answered
+}
+
+// Subscribe calls fn with the latest answer (if there is one yet) and then
+// with every new one. After cancel returns, fn is not running and is not
+// called again.
 func (f *feed) Subscribe(fn func([]registry.Instance)) (cancel func()) {
 	f.deliver.Lock()
 	f.mu.Lock()
 	id := f.nextID
 	f.nextID++
 	f.subs[id] = fn
-	last := f.last
+	last, answered := f.last, f.answered
 	f.mu.Unlock()
-	fn(last)
+	if answered {
+		fn(last)
+	}
 	f.deliver.Unlock()
 	return func() {
+		f.deliver.Lock() // wait for a delivery in progress
 		f.mu.Lock()
 		delete(f.subs, id)
 		f.mu.Unlock()
+		f.deliver.Unlock()
 	}
 }
 

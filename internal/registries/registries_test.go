@@ -184,7 +184,9 @@ func TestEtcdRegistryFeedsAndAReloadMovesFeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	got.waitFor(t, "the feed to follow the new prefix", hasIDs("x1"))
-	m.Prune(parse(t, "{}\n"))
+	if err := m.Apply(parse(t, "{}\n")); err != nil {
+		t.Fatal(err)
+	}
 	if st := m.Status(); len(st) != 0 {
 		t.Fatalf("a pruned registry still reports %+v", st)
 	}

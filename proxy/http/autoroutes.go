@@ -71,10 +71,21 @@ func autoRoutes(services map[string][]string) []autoRoute {
 			out = append(out, r)
 		}
 	}
+	// Exact hosts, then wildcard hosts, then any host; longer prefixes
+	// first within each.
+	rank := func(r autoRoute) int {
+		switch {
+		case r.host == "":
+			return 2
+		case strings.HasPrefix(r.host, "*."):
+			return 1
+		}
+		return 0
+	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]
-		if (a.host != "") != (b.host != "") {
-			return a.host != ""
+		if rank(a) != rank(b) {
+			return rank(a) < rank(b)
 		}
 		if len(a.prefix) != len(b.prefix) {
 			return len(a.prefix) > len(b.prefix)
@@ -162,7 +173,6 @@ func (s *Server) watchRoutes(ctx context.Context, src RouteSource) {
 			backoff = min(2*backoff, 10*time.Second)
 			continue
 		}
-		backoff = 100 * time.Millisecond
 		if next < index {
 			next = 0 // the index went backwards: start over, as Consul's clients do
 		}
@@ -172,12 +182,49 @@ func (s *Server) watchRoutes(ctx context.Context, src RouteSource) {
 			s.mu.Unlock()
 			return
 		}
+		err = nil
 		if !maps.EqualFunc(services, s.services, slices.Equal) {
-			s.services = services
-			if err := s.applyLocked(withAutoRoutes(s.base, services)); err != nil {
-				s.log.Error("auto routes: applying the registry's routes failed; keeping the current routes", "err", err)
+			if err = s.applyLocked(withAutoRoutes(s.base, services)); err == nil {
+				s.services = services
+				s.logAutoRoutes(services)
 			}
 		}
 		s.mu.Unlock()
+		if err == nil {
+			backoff = 100 * time.Millisecond
+		} else {
+			// Not applied: try the same services again after a backoff
+			// (a certificate mid-rotation, a registry feed that failed).
+			s.log.Error("auto routes: applying the registry's routes failed; keeping the current routes and retrying", "err", err, "retry_in", backoff)
+			if ctxtime.Sleep(ctx, backoff) != nil {
+				return
+			}
+			backoff = min(2*backoff, 10*time.Second)
+			index = 0
+		}
+	}
+}
+
+// logAutoRoutes logs, once per change, the urlprefix- tags it cannot use
+// and the routes another service already claimed.
+func (s *Server) logAutoRoutes(services map[string][]string) {
+	claimed := map[[2]string]string{}
+	for _, svc := range slices.Sorted(maps.Keys(services)) {
+		for _, tag := range services[svc] {
+			if !strings.HasPrefix(tag, AutoRoutePrefix) {
+				continue
+			}
+			r, ok := parseAutoRoute(svc, tag)
+			if !ok {
+				s.log.Warn("auto routes: ignoring a urlprefix- tag this version does not understand (want urlprefix-[host]/path, no options)", "service", svc, "tag", tag)
+				continue
+			}
+			k := [2]string{r.host, r.prefix}
+			if first, dup := claimed[k]; dup {
+				s.log.Warn("auto routes: two services ask for one route; the first by name keeps it", "route", r.host+r.prefix, "kept", first, "ignored", svc)
+				continue
+			}
+			claimed[k] = svc
+		}
 	}
 }

@@ -1,8 +1,6 @@
 package httpproxy
 
 import (
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
@@ -23,8 +21,12 @@ type Discovery interface {
 type Feed interface {
 	// Instances is the latest set (empty before the first answer).
 	Instances() []registry.Instance
-	// Subscribe calls fn with every new set, never concurrently, until
-	// cancel is called.
+	// Answered reports whether there has been a first answer (from the
+	// registry or a disk cache).
+	Answered() bool
+	// Subscribe calls fn with the latest set, if there has been an answer,
+	// and then with every new set, never concurrently. After cancel
+	// returns fn is not running and is not called again.
 	Subscribe(fn func([]registry.Instance)) (cancel func())
 	// Close releases the feed.
 	Close()
@@ -36,7 +38,7 @@ func discoveryKey(d *config.UpstreamDiscovery) string {
 	if d == nil {
 		return ""
 	}
-	return fmt.Sprintf("%s|%s|%s|%v", d.Registry, d.Service, strings.Join(d.Tags, ","), d.PassingOnly == nil || *d.PassingOnly)
+	return d.Registry + "|" + discoveryQuery(d).Key()
 }
 
 func discoveryQuery(d *config.UpstreamDiscovery) registry.Query {
@@ -98,4 +100,14 @@ func (u *Upstream) currentSpecs() ([]endpoint.Spec, map[string]registry.Health) 
 	}
 	in := u.feed.Instances()
 	return instanceSpecs(in), registryHealth(in)
+}
+
+// poolSpecs are the specs of the pool's current endpoints.
+func poolSpecs(p *endpoint.Pool) []endpoint.Spec {
+	all := p.Snapshot().All
+	out := make([]endpoint.Spec, len(all))
+	for i, ep := range all {
+		out[i] = ep.Spec()
+	}
+	return out
 }

@@ -3,7 +3,9 @@ package httpproxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -15,8 +17,10 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/retry"
 )
 
 // CodeBreakerOpen is the error code of a request refused because the
@@ -49,8 +53,32 @@ func newResilienceMetrics(reg prometheus.Registerer) *resilienceMetrics {
 	return m
 }
 
-// buildResilience makes a route's breaker and fallback chain.
-func (s *Server) buildResilience(rt *route, brk *breaker.Config, fb *fallback.Config, ups map[string]*Upstream) error {
+// routeState is what a route carries across table rebuilds.
+type routeState struct {
+	key    string // the settings it was built from
+	brk    *breaker.Breaker
+	fb     *fallback.Chain
+	retry  *retry.Policy
+	budget *retry.Budget
+	p95    *p95Tracker
+}
+
+// routeStateKey fingerprints the settings a routeState is built from.
+func routeStateKey(rc *config.Route) string {
+	b, err := json.Marshal(struct {
+		B *breaker.Config
+		F *fallback.Config
+		R *retry.Policy
+	}{rc.Breaker, rc.Fallback, rc.Retry})
+	if err != nil {
+		return fmt.Sprintf("unkeyed %p", rc) // never matches: build anew
+	}
+	return string(b)
+}
+
+// buildResilience makes a route's breaker and fallback chain. A backup
+// step sends to the upstream of that name running at the time.
+func (s *Server) buildResilience(rt *route, brk *breaker.Config, fb *fallback.Config) error {
 	if brk != nil {
 		b, err := breaker.New(*brk)
 		if err != nil {
@@ -67,7 +95,7 @@ func (s *Server) buildResilience(rt *route, brk *breaker.Config, fb *fallback.Co
 	}
 	if fb != nil {
 		c, err := fallback.New(*fb, fallback.SenderFunc(func(ctx context.Context, name string, req *http.Request) (*http.Response, error) {
-			u := ups[name]
+			u := (*s.byName.Load())[name]
 			if u == nil {
 				return nil, errors.New("no upstream " + name)
 			}

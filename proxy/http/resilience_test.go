@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
 )
 
@@ -358,5 +359,35 @@ func TestHedgedRequestTakesTheFirstAnswer(t *testing.T) {
 			t.Fatal("the losing attempt was not cancelled")
 		}
 		time.Sleep(5 * time.Millisecond) // polling a flag set by another goroutine
+	}
+}
+
+// TestRouteStateSurvivesARebuild: a reload (or an auto-route change) that
+// keeps a route's breaker settings keeps its breaker: an open breaker stays
+// open instead of sending traffic back to a failing upstream; changed
+// settings build a new one.
+func TestRouteStateSurvivesARebuild(t *testing.T) {
+	b := newBackend(t, "b", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusBadGateway) })
+	yaml := limitYAML(`        breaker: {window_size: 4, min_requests: 2, consecutive_failures: 2, open_for: 1m}`, b.addr())
+	p := startProxy(t, yaml)
+	doGet(t, p.url("web")+"/", nil)
+	doGet(t, p.url("web")+"/", nil)
+	apply := func(y string) {
+		t.Helper()
+		cfg, err := config.Parse("same.yaml", []byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.srv.Apply(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(yaml)
+	if resp, _ := doGet(t, p.url("web")+"/", nil); resp.Header.Get("X-Switchboard-Error") != "breaker_open" {
+		t.Fatalf("after a rebuild with the same settings the open breaker let a request through: %d", resp.StatusCode)
+	}
+	apply(limitYAML(`        breaker: {window_size: 4, min_requests: 2, consecutive_failures: 3, open_for: 1m}`, b.addr()))
+	if resp, _ := doGet(t, p.url("web")+"/", nil); resp.StatusCode != 502 {
+		t.Fatalf("new breaker settings kept the old open breaker: %d %q", resp.StatusCode, resp.Header.Get("X-Switchboard-Error"))
 	}
 }

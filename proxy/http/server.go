@@ -40,6 +40,8 @@ type Server struct {
 
 	disc Discovery // registries for upstreams with discovery; nil for none
 
+	routeStates map[string]*routeState // by route name, kept across rebuilds
+
 	// Auto routes: the source, the services last read from it, the
 	// configuration without them, and the watch's cancel.
 	routeSrc  RouteSource
@@ -105,14 +107,17 @@ func (s *Server) Apply(cfg *config.Config) error {
 	switch {
 	case auto && s.stopWatch == nil:
 		ctx, cancel := context.WithCancel(context.Background())
-		s.stopWatch, s.watchDone = cancel, make(chan struct{})
+		done, src := make(chan struct{}), s.routeSrc
+		s.stopWatch, s.watchDone = cancel, done
 		go func() {
-			defer close(s.watchDone)
-			s.watchRoutes(ctx, s.routeSrc)
+			defer close(done)
+			s.watchRoutes(ctx, src)
 		}()
 	case !auto && s.stopWatch != nil:
+		// The watch ends by itself: it checks its context under s.mu
+		// before applying anything.
 		s.stopWatch()
-		s.stopWatch, s.services = nil, nil
+		s.stopWatch, s.watchDone, s.services = nil, nil, nil
 	}
 	return nil
 }
@@ -187,9 +192,10 @@ func (s *Server) applyLocked(cfg *config.Config) error {
 
 	// Routes, with their rate limits (a global limit needs a Redis client).
 	limits := &limitSet{limiters: map[string]*limiter{}, bulkheads: map[string]*bulkhead{}}
+	states := map[string]*routeState{}
 	tables := make([]*table, len(plans))
 	for i, p := range plans {
-		t, err := s.buildTable(p.lc, ups, limits)
+		t, err := s.buildTable(p.lc, ups, limits, states)
 		if err != nil {
 			undo()
 			for id, l := range limits.limiters {
@@ -228,6 +234,7 @@ func (s *Server) applyLocked(cfg *config.Config) error {
 		}
 	}
 	s.limits = limits
+	s.routeStates = states
 	next := make(map[string]*listener, len(plans))
 	for i, p := range plans {
 		tbl := tables[i]
@@ -249,9 +256,10 @@ func (s *Server) applyLocked(cfg *config.Config) error {
 			s.log.Info("listener removed, draining", "listener", name, "listen", l.addr)
 			l.loop.stop() // refuse new connections now; drain the rest below
 			s.draining.Add(1)
+			timeout := s.shutdownTimeout
 			go func() {
 				defer s.draining.Done()
-				l.shutdown(s.shutdownTimeout, s.log)
+				l.shutdown(timeout, s.log)
 			}()
 		}
 	}
@@ -304,7 +312,7 @@ func (s *Server) Shutdown() {
 	s.mu.Unlock()
 }
 
-func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limits *limitSet) (*table, error) {
+func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limits *limitSet, states map[string]*routeState) (*table, error) {
 	t := &table{
 		listener:  lc.Name,
 		accessLog: lc.AccessLog,
@@ -342,16 +350,26 @@ func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limit
 		if rt.limiters, rt.bulkhead, err = s.buildLimits(&rc, s.limits, limits); err != nil {
 			return nil, err
 		}
-		if err := s.buildResilience(rt, rc.Breaker, rc.Fallback, ups); err != nil {
-			return nil, fmt.Errorf("route %q: %w", rc.Name, err)
-		}
-		if rc.Retry != nil {
-			p := rc.Retry.WithDefaults()
-			rt.retry, rt.budget = &p, retry.NewBudget(p)
-			if _, p95, on := p.Hedge(); on && p95 {
-				rt.p95 = &p95Tracker{}
+		// A route keeps its breaker, fallback chain (with its stale
+		// copies), retry budget and latency tracker across rebuilds while
+		// their settings stay the same: reloads and auto-route changes
+		// must not close an open breaker or refill a spent budget.
+		key := routeStateKey(&rc)
+		if st := s.routeStates[rc.Name]; st != nil && st.key == key {
+			rt.brk, rt.fb, rt.retry, rt.budget, rt.p95 = st.brk, st.fb, st.retry, st.budget, st.p95
+		} else {
+			if err := s.buildResilience(rt, rc.Breaker, rc.Fallback); err != nil {
+				return nil, fmt.Errorf("route %q: %w", rc.Name, err)
+			}
+			if rc.Retry != nil {
+				p := rc.Retry.WithDefaults()
+				rt.retry, rt.budget = &p, retry.NewBudget(p)
+				if _, p95, on := p.Hedge(); on && p95 {
+					rt.p95 = &p95Tracker{}
+				}
 			}
 		}
+		states[rc.Name] = &routeState{key: key, brk: rt.brk, fb: rt.fb, retry: rt.retry, budget: rt.budget, p95: rt.p95}
 		if rc.Fallback != nil {
 			rt.staleMax = rc.Fallback.Cache.MaxResponseBytes
 			if rt.staleMax == 0 {

@@ -147,9 +147,10 @@ func (s *Server) commitTCP(plans []*tcpPlan) {
 		if next[name] != t {
 			s.log.Info("tcp listener removed, draining", "listener", name, "listen", t.addr)
 			s.draining.Add(1)
+			timeout := s.shutdownTimeout
 			go func() {
 				defer s.draining.Done()
-				t.shutdown(s.shutdownTimeout)
+				t.shutdown(timeout)
 			}()
 		}
 	}

@@ -222,7 +222,13 @@ func (u *Upstream) activate(prev *Upstream) {
 		defer u.health.start()
 	}
 	if u.feed != nil {
-		// Subscribe delivers the current set at once and every later one.
+		if !u.feed.Answered() {
+			// No answer yet (a registry down with no disk cache): keep
+			// the endpoints the upstream had, under this generation's
+			// health checks, until the registry answers.
+			u.setEndpoints(poolSpecs(u.pool), nil)
+		}
+		// Subscribe delivers the latest answer at once and every later one.
 		u.unfeed = u.feed.Subscribe(func(in []registry.Instance) {
 			u.setEndpoints(instanceSpecs(in), registryHealth(in))
 		})
