@@ -88,6 +88,10 @@ func Run(ctx context.Context, opt Options) error {
 		a.Shutdown()
 		return fmt.Errorf("register the demo backends: %w", err)
 	}
+	if err := waitRouted(ctx, "http://"+a.Proxy().Addr("demo")+"/"); err != nil {
+		a.Shutdown()
+		return err
+	}
 	fmt.Fprintf(opt.Stdout, `
 switchboard demo is running.
 
@@ -129,6 +133,30 @@ listeners:
     access_log: true
     auto_routes: true    # a service tagged urlprefix-/ gets the route /
 `, admin, registry, listen)
+}
+
+// waitRouted waits until the proxy answers url with a 200: the registry's
+// auto route is in place.
+func waitRouted(ctx context.Context, url string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if resp, err := c.Get(url); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("the demo route did not come up: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // register registers the backends as instances of the service "demo" with
