@@ -236,9 +236,12 @@ func (w *watcher) Stop() {
 	}
 }
 
-// WatchServices returns every service that has at least one passing
-// instance, with the sorted union of those instances' tags, and the
-// registry's index. With index 0, or an index the registry has moved past,
+// WatchServices returns every registered service, whatever its instances'
+// health, with the sorted union of its instances' tags, and the
+// registry's index. Routes follow registrations: a service whose instances
+// are all critical keeps its route, and the proxy answers 503 (or its
+// fallback) for it rather than falling through to another route;
+// deregistering the last instance removes it. With index 0, or an index the registry has moved past,
 // it returns at once; otherwise it blocks until anything in the registry
 // changes (a registration, a removal, a health change), ctx ends, or the
 // server closes. Like a Consul blocking query it may return an unchanged
@@ -252,7 +255,7 @@ func (s *Server) WatchServices(ctx context.Context, index uint64) (map[string][]
 			return nil, 0, errClosed
 		}
 		if index == 0 || s.index != index {
-			out := s.passingServicesLocked()
+			out := s.registeredServicesLocked()
 			idx := s.index
 			s.mu.RUnlock()
 			return out, idx, nil
@@ -269,15 +272,12 @@ func (s *Server) WatchServices(ctx context.Context, index uint64) (map[string][]
 	}
 }
 
-func (s *Server) passingServicesLocked() map[string][]string {
+func (s *Server) registeredServicesLocked() map[string][]string {
 	out := map[string][]string{}
 	for name, ns := range s.names {
 		set := map[string]bool{}
 		found := false
 		for _, ss := range ns.instances {
-			if ss.health() != statusPassing {
-				continue
-			}
 			found = true
 			for _, t := range ss.def.Tags {
 				set[t] = true

@@ -486,3 +486,26 @@ func TestCloseWakesWatchersAndStopsEverything(t *testing.T) {
 		t.Fatalf("Register after Close: %v", err)
 	}
 }
+
+// TestWatchServicesFollowsRegistrationsNotHealth: a service whose only
+// instance is critical is still listed (its route stays and answers 503);
+// only deregistration removes it.
+func TestWatchServicesFollowsRegistrationsNotHealth(t *testing.T) {
+	s, err := New(Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	err = s.Register(ctx, registry.Registration{
+		Instance: registry.Instance{ID: "c1", Service: "cold", Address: "127.0.0.1", Port: 7001, Tags: []string{"urlprefix-/cold"}},
+		Check:    registry.Check{TTL: time.Minute}, // critical until its first heartbeat
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs, _, err := s.WatchServices(ctx, 0)
+	if err != nil || !slices.Equal(svcs["cold"], []string{"urlprefix-/cold"}) {
+		t.Fatalf("WatchServices with a critical instance = %v, %v; want the service with its tag", svcs, err)
+	}
+}
