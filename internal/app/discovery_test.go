@@ -33,30 +33,6 @@ func pool(t *testing.T, a *app.App, name string) *endpoint.Pool {
 	return nil
 }
 
-// waitReady waits, on the pool's notifications, until n endpoints are ready.
-func waitReady(t *testing.T, p *endpoint.Pool, n int) {
-	t.Helper()
-	ch := make(chan int, 256)
-	cancel := p.Subscribe(func(s *endpoint.Set) {
-		select {
-		case ch <- len(s.Ready):
-		default:
-		}
-	})
-	defer cancel()
-	timeout := time.After(15 * time.Second)
-	for {
-		select {
-		case got := <-ch:
-			if got == n {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("pool %s has %d ready endpoints, want %d", p.Name(), len(p.Snapshot().Ready), n)
-		}
-	}
-}
-
 func splitPort(t *testing.T, hp string) (string, int) {
 	t.Helper()
 	h, p, err := net.SplitHostPort(hp)
@@ -135,7 +111,7 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, pool(t, a, "api"), 2)
+	testutil.WaitReady(t, pool(t, a, "api"), 2)
 	url := "http://" + listen + "/"
 	if n, last := failures(url, 50); n != 0 {
 		t.Fatalf("%d of 50 requests failed before the outage (last: %s)", n, last)
@@ -162,7 +138,7 @@ upstreams:
 	// etcd returns: the view converges (a third instance shows up).
 	etcd.Restart(t)
 	register(hostport(b3), "b3")
-	waitReady(t, pool(t, a, "api"), 3)
+	testutil.WaitReady(t, pool(t, a, "api"), 3)
 }
 
 // TestEmbeddedRegistryFeedsUpstreamsAndAutoRoutes runs `serve` with the
@@ -220,7 +196,7 @@ upstreams:
 		t.Fatalf("/api before any registration: %d, want 503 (no endpoints)", code)
 	}
 	reg(hostport(api), "api")
-	waitReady(t, pool(t, a, "api"), 1)
+	testutil.WaitReady(t, pool(t, a, "api"), 1)
 	if code, body := status("/api"); code != 200 || body != "api" {
 		t.Fatalf("/api: %d %q", code, body)
 	}
@@ -295,11 +271,11 @@ upstreams:
 		}
 	}
 	p := pool(t, a, "api")
-	waitReady(t, p, 2)
+	testutil.WaitReady(t, p, 2)
 	if err := c.Agent().FailTTL("service:b1", "disk full"); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, p, 1)
+	testutil.WaitReady(t, p, 1)
 	set := p.Snapshot()
 	if len(set.All) != 2 {
 		t.Fatalf("the critical instance left the pool (%d endpoints); with passing_only: false it stays, marked", len(set.All))
@@ -318,7 +294,7 @@ upstreams:
 	if err := c.Agent().PassTTL("service:b1", ""); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, p, 2)
+	testutil.WaitReady(t, p, 2)
 }
 
 // TestFailedReloadLeavesRegistriesAlone: a reload that changes a
@@ -365,14 +341,14 @@ listeners:
 		t.Fatal(err)
 	}
 	defer a.Shutdown()
-	waitReady(t, pool(t, a, "api"), 1)
+	testutil.WaitReady(t, pool(t, a, "api"), 1)
 	writeFile(t, path, conf(fileB, fmt.Sprintf("  - name: busy\n    listen: %s\n    routes: [{upstream: api}]\n", busy.Addr())))
 	if err := a.Reload(); err == nil {
 		t.Fatal("a reload onto a busy port succeeded")
 	}
 	// Still following file A: an edit to it arrives, B's instance does not.
 	writeFile(t, fileA, svc(hostport(b1), hostport(b2))+"    - {id: i9, address: 127.0.0.1, port: 1}\n")
-	waitReady(t, pool(t, a, "api"), 3)
+	testutil.WaitReady(t, pool(t, a, "api"), 3)
 }
 
 // TestReloadOntoADownRegistryKeepsTheEndpoints: a reload that moves an

@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/app"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
 )
 
@@ -45,7 +45,7 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 	// starts once it serves.
 	pool := upstreamPool(t, a, httpproxy.AutoUpstreamName("demo"))
 
-	waitForReady(t, pool, 3)
+	testutil.WaitReady(t, pool, 3)
 
 	base := "http://" + a.Proxy().Addr("demo")
 	get := func() (int, string) {
@@ -77,7 +77,7 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	waitForReady(t, pool, 2)
+	testutil.WaitReady(t, pool, 2)
 	for i := 0; i < 6; i++ {
 		code, b := get()
 		if code != 200 || b == "backend-1" {
@@ -109,31 +109,6 @@ func upstreamPool(t *testing.T, a *app.App, name string) *endpoint.Pool {
 	}
 	t.Fatalf("upstream %q is not running", name)
 	return nil
-}
-
-// waitForReady waits, on the pool's own notifications, until exactly n
-// endpoints are ready.
-func waitForReady(t *testing.T, pool *endpoint.Pool, n int) {
-	t.Helper()
-	ch := make(chan int, 64)
-	cancel := pool.Subscribe(func(s *endpoint.Set) {
-		select {
-		case ch <- len(s.Ready):
-		default:
-		}
-	})
-	defer cancel()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case got := <-ch:
-			if got == n {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("pool has %d ready endpoints, want %d", len(pool.Snapshot().Ready), n)
-		}
-	}
 }
 
 func TestBackendFailsAndRecoversOnCommand(t *testing.T) {

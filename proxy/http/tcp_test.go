@@ -16,31 +16,16 @@ import (
 // echoServer answers each line with "NAME: line".
 func echoServer(t *testing.T, name string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
+	return serveRaw(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
 		for {
-			c, err := ln.Accept()
+			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					fmt.Fprintf(c, "%s: %s", name, line)
-				}
-			}()
+			fmt.Fprintf(c, "%s: %s", name, line)
 		}
-	}()
-	return ln.Addr().String()
+	})
 }
 
 func tcpYAML(listen, extra string, targets ...string) string {
