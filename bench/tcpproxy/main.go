@@ -75,13 +75,9 @@ func run(listen, targets, policy string, idle time.Duration, maxConns int, pprof
 	pool.Update(specs)
 	up := &upstream{name: "bench", bal: bal}
 
-	addr, err := net.ResolveTCPAddr("tcp", listen)
+	ln, err := tcpproxy.Listen(context.Background(), listen)
 	if err != nil {
 		return fmt.Errorf("-listen: %w", err)
-	}
-	ln, err := net.ListenTCP("tcp", addr)
-	if err != nil {
-		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	l, err := tcpproxy.NewListener(ln, tcpproxy.Config{Name: "bench", Upstream: "bench", IdleTimeout: idle, MaxConns: maxConns},

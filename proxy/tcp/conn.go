@@ -51,6 +51,11 @@ type conn struct {
 // then forward until both sides are done.
 func (c *conn) run() {
 	s, cfg := c.s, &c.s.cfg
+	if cfg.IdleTimeout <= 0 {
+		// Without an idle timeout, keep-alive is what finds a dead
+		// client (a listener from Listen leaves it off).
+		c.client.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true})
+	}
 	src, dst := addrPort(c.client.RemoteAddr()), addrPort(c.client.LocalAddr())
 	var buf []byte // bytes read from the client and not yet forwarded
 	var headerLen int

@@ -172,7 +172,7 @@ type proxy struct {
 // Done (no endpoint left with anything in flight).
 func startProxy(t testing.TB, cfg Config, ups ...*testUpstream) *proxy {
 	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	ln, err := Listen(context.Background(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

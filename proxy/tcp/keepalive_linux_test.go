@@ -1,14 +1,16 @@
 package tcpproxy
 
 import (
+	"net"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// TestUpstreamKeepAliveOnlyWithoutIdleTimeout: the connection to the
-// endpoint has SO_KEEPALIVE only when no idle timeout guards it.
-func TestUpstreamKeepAliveOnlyWithoutIdleTimeout(t *testing.T) {
+// TestKeepAliveOnlyWithoutIdleTimeout: both sockets of a connection (the
+// client's accepted by a Listen listener, the endpoint's) have SO_KEEPALIVE
+// only when no idle timeout guards them.
+func TestKeepAliveOnlyWithoutIdleTimeout(t *testing.T) {
 	b := startServer(t, echo)
 	for _, tt := range []struct {
 		idle time.Duration
@@ -18,24 +20,30 @@ func TestUpstreamKeepAliveOnlyWithoutIdleTimeout(t *testing.T) {
 		c := p.dial(t)
 		roundTrip(t, c, "up")
 		p.l.cmu.Lock()
-		var got int
-		var gerr error
+		var socks []*net.TCPConn
 		for cn := range p.l.conns {
 			cn.mu.Lock()
-			up := cn.upstream
+			socks = append(socks, cn.client, cn.upstream)
 			cn.mu.Unlock()
-			rc, err := up.SyscallConn()
+		}
+		p.l.cmu.Unlock()
+		if len(socks) != 2 {
+			t.Fatalf("%d sockets tracked, want 2", len(socks))
+		}
+		for i, sock := range socks {
+			rc, err := sock.SyscallConn()
 			if err != nil {
 				t.Fatal(err)
 			}
+			var got int
+			var gerr error
 			rc.Control(func(fd uintptr) { got, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_KEEPALIVE) })
-		}
-		p.l.cmu.Unlock()
-		if gerr != nil {
-			t.Fatal(gerr)
-		}
-		if got != tt.want {
-			t.Errorf("idle_timeout %v: upstream SO_KEEPALIVE = %d, want %d", tt.idle, got, tt.want)
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			if got != tt.want {
+				t.Errorf("idle_timeout %v: %s socket SO_KEEPALIVE = %d, want %d", tt.idle, []string{"client", "upstream"}[i], got, tt.want)
+			}
 		}
 	}
 }

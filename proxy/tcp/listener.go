@@ -27,6 +27,20 @@ type Upstream interface {
 	Pick(info *balance.Info) (balance.Result, error)
 }
 
+// Listen opens the TCP socket for a Listener on addr ("127.0.0.1:7000").
+// Unlike net.Listen it leaves TCP keep-alive off on accepted connections,
+// saving four setsockopt calls per connection: the idle timeout finds dead
+// clients, and a Listener turns keep-alive on for its connections itself
+// when its idle timeout is off.
+func Listen(ctx context.Context, addr string) (*net.TCPListener, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return ln.(*net.TCPListener), nil
+}
+
 // Listener accepts TCP connections on one socket and forwards each to an
 // endpoint of an upstream.
 type Listener struct {
