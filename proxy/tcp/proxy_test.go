@@ -163,13 +163,13 @@ func TestIdleTimeoutClosesSilentConnection(t *testing.T) {
 }
 
 func TestIdleTimeoutSparesActiveConnection(t *testing.T) {
-	const idle = 200 * time.Millisecond
+	const idle = 400 * time.Millisecond
 	b := startServer(t, echo)
 	up := newUpstream(t, "app", rr(), b.addr)
 	p := startProxy(t, Config{Name: "t", Upstream: "app", IdleTimeout: idle}, up)
 	c := p.dial(t)
-	// One byte each way every idle/4, for 4 idle timeouts.
-	tick := time.NewTicker(idle / 4)
+	// One byte each way every idle/8, for 2 idle timeouts.
+	tick := time.NewTicker(idle / 8)
 	defer tick.Stop()
 	for i := 0; i < 16; i++ {
 		<-tick.C
