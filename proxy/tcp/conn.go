@@ -184,8 +184,8 @@ func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Du
 		t0 := time.Now()
 		// Not Dialer.DialTCP with a zero local address, which would skip
 		// the resolver: it binds that "::" explicitly before connecting
-		// (golang/go#81620), which takes the ephemeral port without
-		// TIME_WAIT reuse and ran out of ports at 2,000 connections/s here.
+		// (golang/go#81620); tried here, it made connections fail and
+		// system time soar under bench/run-tcp.sh's connection-rate load.
 		nc, err := d.DialContext(c.l.cutCtx, "tcp", ep.Address())
 		latency := time.Since(t0)
 		if err == nil {
