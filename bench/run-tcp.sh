@@ -19,11 +19,12 @@
 #             loop: connect, write 8 bytes, read their echo, close;
 #             connections per second, p50/p99 of one such cycle, errors.
 #
-# switchboard here is bench/tcpproxy, a small harness that runs one
-# proxy/tcp Listener with a static round_robin pool, built straight on the
-# package: `switchboard serve` does not take `protocol: tcp` listeners yet.
-# Set SWITCHBOARD_BIN to measure the real binary once it does (the config it
-# is given is written out below; adjust it if the lead's schema differs).
+# switchboard is `switchboard serve` (built from ./cmd/switchboard, or
+# SWITCHBOARD_BIN) with one `protocol: tcp` listener, round_robin over the
+# two backends; the config is written out below. HARNESS=1 measures
+# bench/tcpproxy instead: one proxy/tcp Listener on a static pool, built
+# straight on the package (it served before the config wiring existed, and
+# it is what the splice check traces).
 #
 # Environment (all optional):
 #   ROUNDS=3             measurement rounds; each measures every target once,
@@ -36,9 +37,12 @@
 #   HAPROXY_THREADS=2    nbthread of HAProxy
 #   HAPROXY_SPLICE=1     1: HAProxy gets `option splice-auto` (its kernel
 #                        splicing, as switchboard splices); 0: its default
-#   SWITCHBOARD_BIN      measure `SWITCHBOARD_BIN serve` instead of the harness
-#   PROFILE=0            1: one extra connrate run against the harness while
-#                        a 10s CPU profile is taken (bench/out/tcp-*/cpu.pprof)
+#   SWITCHBOARD_BIN      prebuilt switchboard; default: go build ./cmd/switchboard
+#                        (-> bench/out/switchboard-tcp)
+#   HARNESS=0            1: measure bench/tcpproxy instead of switchboard serve
+#   PROFILE=0            1: one extra connrate run against switchboard while
+#                        a 10s CPU profile is taken from 127.0.0.1:19911
+#                        /debug/pprof (bench/out/tcp-*/cpu.pprof)
 #   SPLICE_CHECK=1       1: after the rounds, run BULK_BYTES/4 through a fresh
 #                        harness under `strace -f -e trace=splice` and report
 #                        how many bytes splice(2) moved
@@ -46,7 +50,7 @@
 #
 # Installs (apt-get, only what is missing): nginx, libnginx-mod-stream,
 # haproxy, strace. Ports: backends 127.0.0.1:19101 and :19102 (one tcpload
-# process), switchboard :18180 (pprof :19911), nginx :18181, haproxy :18182,
+# process), switchboard :18180 (admin/pprof :19911), nginx :18181, haproxy :18182,
 # strace run :18183. Every server is a child of this script with its config
 # in a temp dir and is stopped on exit, failure or Ctrl-C.
 #
@@ -66,6 +70,7 @@ NGINX_WORKERS=${NGINX_WORKERS:-1}
 HAPROXY_THREADS=${HAPROXY_THREADS:-2}
 HAPROXY_SPLICE=${HAPROXY_SPLICE:-1}
 SWITCHBOARD_BIN=${SWITCHBOARD_BIN:-}
+HARNESS=${HARNESS:-0}
 PROFILE=${PROFILE:-0}
 SPLICE_CHECK=${SPLICE_CHECK:-1}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
@@ -248,11 +253,25 @@ log "go build bench/tcpload bench/tcpproxy"
 (cd "$REPO_ROOT" && go build -o "$OUT_DIR/tcpload" ./bench/tcpload) >"$RUN_DIR/build.log" 2>&1 ||
 	die "building bench/tcpload failed: $(head -n3 "$RUN_DIR/build.log")"
 LOAD="$OUT_DIR/tcpload"
-HARNESS=""
+HARNESS_BIN=""
 if (cd "$REPO_ROOT" && go build -o "$OUT_DIR/tcpproxy" ./bench/tcpproxy) >>"$RUN_DIR/build.log" 2>&1; then
-	HARNESS="$OUT_DIR/tcpproxy"
-elif want switchboard && [[ -z $SWITCHBOARD_BIN ]]; then
+	HARNESS_BIN="$OUT_DIR/tcpproxy"
+elif want switchboard && ((HARNESS)); then
 	NOT_MEASURED[switchboard]="building bench/tcpproxy failed (see $RUN_DIR/build.log)"
+fi
+SB_BIN=""
+if want switchboard && ((!HARNESS)); then
+	if [[ -n $SWITCHBOARD_BIN ]]; then
+		[[ -x $SWITCHBOARD_BIN ]] && SB_BIN=$SWITCHBOARD_BIN ||
+			NOT_MEASURED[switchboard]="SWITCHBOARD_BIN=$SWITCHBOARD_BIN is not an executable file"
+	else
+		log "go build -o bench/out/switchboard-tcp ./cmd/switchboard"
+		if (cd "$REPO_ROOT" && go build -o "$OUT_DIR/switchboard-tcp" ./cmd/switchboard) >>"$RUN_DIR/build.log" 2>&1; then
+			SB_BIN="$OUT_DIR/switchboard-tcp"
+		else
+			NOT_MEASURED[switchboard]="building ./cmd/switchboard failed (see $RUN_DIR/build.log; HARNESS=1 measures the package alone)"
+		fi
+	fi
 fi
 
 check_ports_free "$B1" "$B2"
@@ -269,11 +288,11 @@ smoke() {
 	return 0
 }
 
-# --- switchboard: the harness, or SWITCHBOARD_BIN serve
+# --- switchboard: switchboard serve, or the harness
 SB_PID=""
 if want switchboard && [[ -z ${NOT_MEASURED[switchboard]:-} ]]; then
 	check_ports_free "$SB_PORT"
-	if [[ -n $SWITCHBOARD_BIN ]]; then
+	if ((!HARNESS)); then
 		cat >"$WORK/switchboard.yaml" <<EOF
 admin: {listen: 127.0.0.1:$SB_PPROF}
 listeners:
@@ -289,9 +308,9 @@ upstreams:
       - {address: 127.0.0.1:$B2}
 EOF
 		cp "$WORK/switchboard.yaml" "$RUN_DIR/switchboard.yaml"
-		start switchboard "$RUN_DIR/switchboard.log" "$SWITCHBOARD_BIN" serve --config "$WORK/switchboard.yaml"
+		start switchboard "$RUN_DIR/switchboard.log" "$SB_BIN" serve --config "$WORK/switchboard.yaml"
 	else
-		start switchboard "$RUN_DIR/switchboard.log" "$HARNESS" -listen "127.0.0.1:$SB_PORT" \
+		start switchboard "$RUN_DIR/switchboard.log" "$HARNESS_BIN" -listen "127.0.0.1:$SB_PORT" \
 			-targets "127.0.0.1:$B1,127.0.0.1:$B2" -pprof "127.0.0.1:$SB_PPROF"
 	fi
 	SB_PID=$START_PID
@@ -388,7 +407,7 @@ for t in $TARGETS; do [[ -z ${NOT_MEASURED[$t]:-} ]] && ACTIVE+=("$t"); done
 	echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //') stream, worker_processes $NGINX_WORKERS, proxy_half_close on"
 	echo "- haproxy: $(haproxy -v 2>&1 | head -n1 | awk '{print $3}'), nbthread $HAPROXY_THREADS$( ((HAPROXY_SPLICE)) && echo ', option splice-auto')"
-	echo "- go: $(go version | awk '{print $3}'); switchboard: $([[ -n $SWITCHBOARD_BIN ]] && echo "$SWITCHBOARD_BIN serve" || echo 'bench/tcpproxy harness (proxy/tcp, round_robin)') at $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD -- proxy/tcp bench 2>/dev/null || echo ' (uncommitted changes)')"
+	echo "- go: $(go version | awk '{print $3}'); switchboard: $( ((HARNESS)) && echo 'bench/tcpproxy harness (proxy/tcp, round_robin)' || echo "$SB_BIN serve (one tcp listener, round_robin)") at $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD -- proxy/tcp bench 2>/dev/null || echo ' (uncommitted changes)')"
 	echo "- bulk: $BULK_BYTES bytes on one connection into a sink; connrate: $CONNS clients x $DURATION, connect + 8-byte echo + close"
 	echo "- backends: one tcpload process (Go), 127.0.0.1:$B1 and :$B2; $ROUNDS round(s), order rotating"
 } >"$RUN_DIR/machine.md"
@@ -432,13 +451,13 @@ for ((r = 0; r < ROUNDS; r++)); do
 done
 
 # ---------------------------------------------------------------- profile
-if ((PROFILE)) && [[ -n $SB_PID && -z $SWITCHBOARD_BIN && -z ${NOT_MEASURED[switchboard]:-} ]]; then
-	log "PROFILE=1: 10s CPU profile of the harness under connrate"
+if ((PROFILE)) && [[ -n $SB_PID && -z ${NOT_MEASURED[switchboard]:-} ]]; then
+	log "PROFILE=1: 10s CPU profile of switchboard under connrate"
 	run_connrate switchboard 13s "$RUN_DIR/profile-connrate.txt" &
 	load_pid=$!
 	sleep 1
 	if curl -sS --max-time 30 -o "$RUN_DIR/cpu.pprof" "http://127.0.0.1:$SB_PPROF/debug/pprof/profile?seconds=10"; then
-		go tool pprof -top -nodecount=40 "$HARNESS" "$RUN_DIR/cpu.pprof" >"$RUN_DIR/profile.txt" 2>&1 || true
+		go tool pprof -top -nodecount=40 "$( ((HARNESS)) && echo "$HARNESS_BIN" || echo "$SB_BIN")" "$RUN_DIR/cpu.pprof" >"$RUN_DIR/profile.txt" 2>&1 || true
 		log "profile: $RUN_DIR/cpu.pprof, top 40 in $RUN_DIR/profile.txt"
 	fi
 	wait "$load_pid" || true
@@ -446,11 +465,11 @@ fi
 
 # ---------------------------------------------------------------- splice
 SPLICE_NOTE=""
-if ((SPLICE_CHECK)) && [[ -n $HARNESS ]]; then
+if ((SPLICE_CHECK)) && [[ -n $HARNESS_BIN ]]; then
 	check_ports_free "$STRACE_PORT"
 	bytes=$((BULK_BYTES / 4))
 	start strace-harness "$RUN_DIR/strace-harness.log" strace -f -qq -e trace=splice -o "$RUN_DIR/strace.txt" \
-		"$HARNESS" -listen "127.0.0.1:$STRACE_PORT" -targets "127.0.0.1:$B1"
+		"$HARNESS_BIN" -listen "127.0.0.1:$STRACE_PORT" -targets "127.0.0.1:$B1"
 	st_pid=$START_PID
 	if wait_port strace-harness "$st_pid" "$STRACE_PORT" &&
 		timeout 120 "$LOAD" bulk -addr "127.0.0.1:$STRACE_PORT" -bytes "$bytes" >"$RUN_DIR/strace-bulk.txt" 2>&1; then
