@@ -43,7 +43,8 @@
 //
 // # Lifecycle
 //
-// NewListener, then Serve in a goroutine; Update swaps settings for new
+// Listen (a socket without per-connection keep-alive), NewListener, then
+// Serve in a goroutine; Update swaps settings for new
 // connections without touching established ones; Shutdown stops accepting,
 // drains until its context is done and then cuts what is left.
 package tcpproxy

@@ -440,3 +440,38 @@ func freeAddr(t testing.TB) string {
 	defer ln.Close()
 	return ln.Addr().String()
 }
+
+// TestByteCountersMoveDuringConnection: a long connection's byte counters
+// advance at the activity checks (from the kernel's counters), before it
+// ends, and settle exactly when it does.
+func TestByteCountersMoveDuringConnection(t *testing.T) {
+	b := startServer(t, echo)
+	up := newUpstream(t, "app", rr(), b.addr)
+	p := startProxy(t, Config{Name: "t", Upstream: "app", IdleTimeout: 400 * time.Millisecond}, up) // checks every 100ms
+	c := p.dial(t)
+	roundTrip(t, c, strings.Repeat("x", 1000))
+	waitFor(t, 5*time.Second, "downstream_rx and upstream_rx to reach 1000 while the connection is open", func() bool {
+		return promValue(p, "app", b.addr, DirDownstreamRx) >= 1000 && promValue(p, "app", b.addr, DirUpstreamRx) >= 1000
+	})
+	if p.closed(CloseDone)+p.closed(CloseIdle) != 0 {
+		t.Fatal("the connection ended before the counters moved; the test proves nothing")
+	}
+	roundTrip(t, c, "yy")
+	c.Close()
+	waitFor(t, 5*time.Second, "the connection to end", func() bool { return p.closed(CloseDone) == 1 })
+	for _, dir := range []string{DirDownstreamRx, DirUpstreamRx} {
+		if got := promValue(p, "app", b.addr, dir); got != 1002 {
+			t.Errorf("received bytes %s = %v at the end, want 1002", dir, got)
+		}
+	}
+}
+
+// TestHostNameEndpoint: an endpoint given by host name is resolved on
+// each dial.
+func TestHostNameEndpoint(t *testing.T) {
+	b := startServer(t, echo)
+	_, port, _ := net.SplitHostPort(b.addr)
+	up := newUpstream(t, "app", rr(), net.JoinHostPort("localhost", port))
+	p := startProxy(t, Config{Name: "t", Upstream: "app"}, up)
+	roundTrip(t, p.dial(t), "by name")
+}
