@@ -104,12 +104,15 @@ func (s *Server) prepareTCP(cfg *config.Config) (plans []*tcpPlan, undo func(), 
 		if old := s.tcp[lc.Name]; old != nil && old.addr == lc.Listen {
 			p.old = old
 		} else {
-			ln, err := net.Listen("tcp", lc.Listen)
+			// tcpproxy.Listen leaves keep-alive off on accepted sockets:
+			// the idle timeout guards them, without 4 setsockopt calls
+			// per connection.
+			ln, err := tcpproxy.Listen(context.Background(), lc.Listen)
 			if err != nil {
 				undo()
 				return nil, nil, fmt.Errorf("listener %q: %w", lc.Name, err)
 			}
-			p.ln = ln.(*net.TCPListener)
+			p.ln = ln
 			p.next, err = tcpproxy.NewListener(p.ln, p.cfg, s.tcpUpstream, s.metrics.tcp, s.log)
 			if err != nil {
 				plans = append(plans, p)
