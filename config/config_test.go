@@ -316,6 +316,8 @@ func TestInlineProblems(t *testing.T) {
 			[]string{`4:14: upstream "u" has both targets and discovery; use one`}},
 		{"registry not loopback without token", "registry: {listen: '0.0.0.0:8500'}\n",
 			[]string{`1:20: registry.listen "0.0.0.0:8500" is not loopback: set registry.acl_token (or acl_token_file) so that writes need it, or insecure: true to accept anyone's writes`}},
+		{"registry node name", "registry: {node_name: '..'}\n",
+			[]string{`1:23: registry.node_name: ".." is not a usable name`}},
 		{"registry clashes with admin", "admin: {listen: '127.0.0.1:9000'}\nregistry: {listen: '127.0.0.1:9000'}\n",
 			[]string{`2:20: registry.listen ("127.0.0.1:9000" at line 2) clashes with admin.listen ("127.0.0.1:9000" at line 1)`}},
 		{"auto_routes without registry", "listeners:\n  - {name: web, listen: ':80', auto_routes: true}\n",

@@ -165,6 +165,8 @@ type Registry struct {
 	DataDir string `yaml:"data_dir"`
 	// MaxBodyBytes caps a request body. Default 1MiB.
 	MaxBodyBytes Size `yaml:"max_body_bytes"`
+	// NodeName is the node name in its answers. Default: the host name.
+	NodeName string `yaml:"node_name"`
 }
 
 // RegistryBackend is one external registry.

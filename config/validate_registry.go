@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/switchboard-dev/switchboard/registryd"
 )
 
 // EmbeddedRegistry is the reserved registry name of the embedded registry.
@@ -59,6 +61,9 @@ func (v *validator) checkRegistry() {
 	}
 	if r.MaxBodyBytes < 0 {
 		v.errorf(&r.MaxBodyBytes, "registry.max_body_bytes must not be negative")
+	}
+	if err := (registryd.Config{NodeName: r.NodeName}).Validate(); r.NodeName != "" && err != nil {
+		v.errorf(&r.NodeName, "registry.%v", err)
 	}
 }
 

@@ -160,7 +160,8 @@ func New(path string, opt Options) (*App, error) {
 func startEmbedded(rc *config.Registry, log *slog.Logger) (*registryd.Server, error) {
 	srv, err := registryd.New(registryd.Config{
 		Listen: rc.Listen, ACLToken: rc.ACLToken, ACLTokenFile: rc.ACLTokenFile, ACLReads: rc.ACLReads,
-		Insecure: rc.Insecure, DataDir: rc.DataDir, MaxBodyBytes: int64(rc.MaxBodyBytes), Logger: log.With("component", "registry"),
+		Insecure: rc.Insecure, DataDir: rc.DataDir, MaxBodyBytes: int64(rc.MaxBodyBytes), NodeName: rc.NodeName,
+		Logger: log.With("component", "registry"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
