@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Blocking query limits (Consul docs, features/blocking: "wait ... is
@@ -431,7 +433,10 @@ func (s *Server) handleHealthService(w http.ResponseWriter, r *http.Request, nam
 	if !s.checkService(w, r, name) {
 		return
 	}
-	tags := r.URL.Query()["tag"]
+	tags, ok := queryTags(w, r)
+	if !ok {
+		return
+	}
 	passing := queryFlag(r, "passing")
 	var out json.RawMessage
 	s.blockingQuery(w, r, func() (uint64, <-chan struct{}) {
@@ -452,10 +457,7 @@ func (s *Server) healthJSONLocked(name string, tags []string, passing bool) json
 	if ns == nil {
 		return json.RawMessage("[]")
 	}
-	key := strings.Join(tags, "\x00")
-	if passing {
-		key = "passing\x01" + key
-	}
+	key := healthCacheKey(tags, passing)
 	ns.cacheMu.Lock()
 	defer ns.cacheMu.Unlock()
 	if b, ok := ns.cache[key]; ok {
@@ -471,6 +473,37 @@ func (s *Server) healthJSONLocked(name string, tags []string, passing bool) json
 	}
 	ns.cache[key] = b
 	return b
+}
+
+// healthCacheKey names one ?passing/?tag combination in the shared answer
+// cache. It must be injective: two queries with different answers must
+// never share a key, or one request could plant its answer for another.
+// Each tag is written Go-quoted (strconv.Quote), which is self-delimiting
+// whatever bytes the tag holds, after a fixed marker for ?passing.
+func healthCacheKey(tags []string, passing bool) string {
+	b := make([]byte, 0, 16*len(tags)+1)
+	if passing {
+		b = append(b, 'p')
+	} else {
+		b = append(b, 'a')
+	}
+	for _, t := range tags {
+		b = strconv.AppendQuote(b, t)
+	}
+	return string(b)
+}
+
+// queryTags reads the repeatable ?tag parameter. A tag with a control
+// character cannot be asked for: it is a 400 naming the parameter.
+func queryTags(w http.ResponseWriter, r *http.Request) ([]string, bool) {
+	tags := r.URL.Query()["tag"]
+	for i, t := range tags {
+		if !utf8.ValidString(t) || strings.ContainsFunc(t, unicode.IsControl) {
+			textError(w, http.StatusBadRequest, fmt.Sprintf("tag: %q (tag #%d) contains a control character or invalid UTF-8", t, i+1))
+			return nil, false
+		}
+	}
+	return tags, true
 }
 
 // handleCatalogServices implements GET /v1/catalog/services
@@ -497,7 +530,10 @@ func (s *Server) handleCatalogService(w http.ResponseWriter, r *http.Request, na
 	if !s.checkService(w, r, name) {
 		return
 	}
-	tags := r.URL.Query()["tag"]
+	tags, ok := queryTags(w, r)
+	if !ok {
+		return
+	}
 	var out []catalogService
 	s.blockingQuery(w, r, func() (uint64, <-chan struct{}) {
 		s.mu.RLock()

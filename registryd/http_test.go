@@ -354,3 +354,73 @@ func TestSharedHealthAnswerIsNeverStale(t *testing.T) {
 		t.Fatalf("?pretty of a shared answer: %d %q", code, body)
 	}
 }
+
+// A query's answer must never be served for another query: the shared
+// health-answer cache once keyed ?passing as "passing\x01" and joined tags
+// with NUL, so ?tag=passing%01 planted "[]" for every ?passing query, and
+// ?tag=a%00b for ?tag=a&tag=b.
+func TestHealthAnswerCacheKeysNeverCollide(t *testing.T) {
+	s := startServer(t, Config{})
+	reg := `{"Name":"web","ID":"web-1","Port":80,"Address":"10.0.0.1","Tags":["a","b"],"Check":{"TTL":"1m","Status":"passing"}}`
+	if code, body, _ := do(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", reg); code != 200 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	for _, tc := range []struct{ poison, victim string }{
+		{"?tag=passing%01", "?passing"},
+		{"?tag=a%00b", "?tag=a&tag=b"},
+	} {
+		code, body, _ := do(t, http.MethodGet, baseURL(s)+"/v1/health/service/web"+tc.poison, "")
+		if code != http.StatusBadRequest || !strings.HasPrefix(body, "tag: ") {
+			t.Fatalf("GET %s = %d %q; want 400 naming the tag parameter", tc.poison, code, body)
+		}
+		code, body, _ = do(t, http.MethodGet, baseURL(s)+"/v1/health/service/web"+tc.victim, "")
+		if code != 200 || !strings.Contains(body, `"web-1"`) {
+			t.Fatalf("GET %s after GET %s = %d %s; want web-1 listed", tc.victim, tc.poison, code, body)
+		}
+	}
+
+	// Registered tags may hold any UTF-8, so the cache itself must keep
+	// such filters apart too, not only the HTTP parameter check.
+	s.mu.RLock()
+	planted := string(s.healthJSONLocked("web", []string{"a\x00b"}, false))
+	got := string(s.healthJSONLocked("web", []string{"a", "b"}, false))
+	s.mu.RUnlock()
+	if planted != "[]" || !strings.Contains(got, `"web-1"`) {
+		t.Fatalf("tag filter [\"a\\x00b\"] answered %s and then [\"a\",\"b\"] answered %s; want [] and web-1", planted, got)
+	}
+
+	pairs := []struct {
+		tagsA    []string
+		passingA bool
+		tagsB    []string
+		passingB bool
+	}{
+		{[]string{"passing\x01"}, false, nil, true},
+		{[]string{"a\x00b"}, false, []string{"a", "b"}, false},
+		{[]string{""}, false, nil, false},
+		{[]string{"", ""}, false, []string{""}, false},
+		{[]string{`a"b`}, false, []string{"a", "b"}, false},
+		{[]string{`"a"`}, false, []string{"a"}, false},
+		{nil, false, nil, true},
+	}
+	for _, p := range pairs {
+		if a, b := healthCacheKey(p.tagsA, p.passingA), healthCacheKey(p.tagsB, p.passingB); a == b {
+			t.Errorf("tags %q passing %v and tags %q passing %v share the cache key %q", p.tagsA, p.passingA, p.tagsB, p.passingB, a)
+		}
+	}
+}
+
+func TestControlCharacterInTagIs400(t *testing.T) {
+	s := startServer(t, Config{})
+	for _, path := range []string{"/v1/health/service/web", "/v1/catalog/service/web"} {
+		for _, q := range []string{"?tag=a%0Ab", "?tag=ok&tag=%7F", "?tag=%FF"} {
+			code, body, _ := do(t, http.MethodGet, baseURL(s)+path+q, "")
+			if code != http.StatusBadRequest || !strings.HasPrefix(body, "tag: ") {
+				t.Fatalf("GET %s%s = %d %q; want 400 naming the tag parameter", path, q, code, body)
+			}
+		}
+		if code, body, _ := do(t, http.MethodGet, baseURL(s)+path+"?tag=v%C3%A9rsion%202", ""); code != 200 {
+			t.Fatalf("GET %s with a printable non-ASCII tag = %d %q; want 200", path, code, body)
+		}
+	}
+}
