@@ -29,6 +29,7 @@ func FuzzRegister(f *testing.F) {
 		defer s.Close()
 		before := currentIndex(s)
 		req := httptest.NewRequest(http.MethodPut, "/v1/agent/service/register", bytes.NewReader(body))
+		req.Host = DefaultListen // httptest's example.com would be refused (DNS rebinding rule)
 		rec := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rec, req)
 		s.mu.RLock()

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +71,14 @@ func (s *Server) newHandler() http.Handler {
 	routes := s.routes()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Path
+		if s.cfg.ACLToken == "" && !s.hostAllowed(r.Host) {
+			names := "an IP address or localhost"
+			if s.listenHost != "" && !isIPOrLocalhost(s.listenHost) {
+				names = fmt.Sprintf("an IP address, localhost or %s", s.listenHost)
+			}
+			textError(w, http.StatusForbidden, fmt.Sprintf("Host %q is refused: without an acl_token the registry answers only requests addressed to %s, as protection against DNS rebinding; address it by one of those, or set acl_token", r.Host, names))
+			return
+		}
 		var allowed []string
 		for _, rt := range routes {
 			var arg string
@@ -92,11 +102,18 @@ func (s *Server) newHandler() http.Handler {
 				allowed = append(allowed, rt.method)
 				continue
 			}
-			if legacy && fromBrowser(r) {
-				// A GET that changes state is what a hostile web page can make
-				// a browser send to 127.0.0.1 (the reason Consul 1.0 moved
-				// writes to PUT): refuse it from browsers.
-				textError(w, http.StatusForbidden, fmt.Sprintf("GET %s from a browser is refused: use PUT", path))
+			if rt.write && fromBrowser(r) {
+				// No client library sends these headers, and a web page must
+				// not change the registry through its visitor's browser: a
+				// GET write is what any page can make a browser send to
+				// 127.0.0.1 (the reason Consul 1.0 moved writes to PUT), and
+				// a same-origin PUT is what a page on a rebound DNS name can
+				// send without a CORS preflight.
+				if legacy {
+					textError(w, http.StatusForbidden, fmt.Sprintf("GET %s from a browser is refused: use PUT", path))
+				} else {
+					textError(w, http.StatusForbidden, fmt.Sprintf("%s %s from a browser is refused: the registry takes writes from HTTP clients, not web pages (the request has an Origin, Referer or Sec-Fetch-Site header)", r.Method, path))
+				}
 				return
 			}
 			if !s.authorize(w, r, rt.write) {
@@ -123,6 +140,33 @@ func (s *Server) newHandler() http.Handler {
 func fromBrowser(r *http.Request) bool {
 	site := r.Header.Get("Sec-Fetch-Site")
 	return (site != "" && site != "none") || r.Header.Get("Origin") != "" || r.Header.Get("Referer") != ""
+}
+
+// hostAllowed reports whether a request addressed to host (the Host
+// header) may be answered without an ACL token. A DNS rebinding attack
+// makes a browser send a page's requests to 127.0.0.1 under the attacker's
+// own name, which the page then counts as its origin; answering only
+// requests addressed to an IP literal, localhost or the configured listen
+// host leaves such a page nothing but 403s. An empty Host (HTTP/1.0) is
+// allowed: browsers always send one.
+func (s *Server) hostAllowed(host string) bool {
+	if host == "" {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return isIPOrLocalhost(host) || (s.listenHost != "" && strings.EqualFold(host, s.listenHost))
+}
+
+// isIPOrLocalhost reports whether host (without port) is an IP literal,
+// bracketed or not, or "localhost".
+func isIPOrLocalhost(host string) bool {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return strings.EqualFold(host, "localhost")
 }
 
 func isExactRoute(routes []route, path string) bool {

@@ -3,10 +3,15 @@ package registryd
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 )
 
 const goodReg = `{"Name":"web","ID":"web-1","Port":8080,"Check":{"TTL":"10s"}}`
@@ -421,6 +426,122 @@ func TestControlCharacterInTagIs400(t *testing.T) {
 		}
 		if code, body, _ := do(t, http.MethodGet, baseURL(s)+path+"?tag=v%C3%A9rsion%202", ""); code != 200 {
 			t.Fatalf("GET %s with a printable non-ASCII tag = %d %q; want 200", path, code, body)
+		}
+	}
+}
+
+// hostReq sends one request to s with the Host header set to host.
+func hostReq(t *testing.T, method, url, host, body string, hdr ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s (Host %s): %v", method, url, host, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// DNS rebinding: a page on an attacker's name that resolves to 127.0.0.1
+// sends same-origin requests (no CORS preflight) whose Host is that name.
+// Without a token, such requests are refused, reads included (an HTTP
+// check's output in /v1/agent/checks would otherwise be readable).
+func TestForeignHostIsRefusedWithoutToken(t *testing.T) {
+	s := startServer(t, Config{})
+	_, port, _ := net.SplitHostPort(s.Addr())
+	evil := "rebind.attacker.example:" + port
+	code, body := hostReq(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", evil,
+		`{"Name":"evil","Port":1,"Check":{"HTTP":"http://10.0.0.1/admin","Interval":"10s"}}`,
+		"Sec-Fetch-Site", "same-origin", "Origin", "http://"+evil)
+	if code != http.StatusForbidden || !strings.Contains(body, `Host "`+evil+`" is refused`) || !strings.Contains(body, "DNS rebinding") {
+		t.Fatalf("PUT register with Host %s = %d %q; want 403 naming the Host and DNS rebinding", evil, code, body)
+	}
+	if n := serviceCount(s); n != 0 {
+		t.Fatalf("a refused request stored %d services", n)
+	}
+	// Without browser headers too: the Host alone decides.
+	for _, path := range []string{"/v1/agent/checks", "/v1/health/service/web", "/v1/no/such/path"} {
+		if code, body := hostReq(t, http.MethodGet, baseURL(s)+path, evil, ""); code != http.StatusForbidden {
+			t.Fatalf("GET %s with Host %s = %d %q; want 403", path, evil, code, body)
+		}
+	}
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST", "[::1]:" + port, "[::1]", "10.1.2.3", "localhost"} {
+		if code, body := hostReq(t, http.MethodGet, baseURL(s)+"/v1/agent/services", host, ""); code != 200 {
+			t.Fatalf("GET with Host %s = %d %q; want 200", host, code, body)
+		}
+	}
+	// The clients' own requests (Host 127.0.0.1:port) still write.
+	if err := goClient(t, s, "").Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "web", ID: "web-1"}); err != nil {
+		t.Fatalf("Go client register: %v", err)
+	}
+}
+
+func TestForeignHostIsAllowedWithTokenOrAsListenHost(t *testing.T) {
+	const token = "tok"
+	s := startServer(t, Config{ACLToken: token})
+	if code, body := hostReq(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", "registry.example:8500", goodReg, "X-Consul-Token", token); code != 200 {
+		t.Fatalf("PUT with a token and Host registry.example = %d %q; want 200 (the token is the protection)", code, body)
+	}
+
+	// The host name of Config.Listen is allowed without a token. The
+	// handler is mounted on a server of our own, since no test machine
+	// resolves the name.
+	named, err := New(Config{Listen: "registry.internal:8500", Insecure: true, Logger: quietLogger, NodeName: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { named.Close() })
+	ts := httptest.NewServer(named.Handler())
+	t.Cleanup(ts.Close)
+	if code, body := hostReq(t, http.MethodGet, ts.URL+"/v1/agent/services", "Registry.Internal:8500", ""); code != 200 {
+		t.Fatalf("GET with the listen host = %d %q; want 200", code, body)
+	}
+	code, body := hostReq(t, http.MethodGet, ts.URL+"/v1/agent/services", "other.internal:8500", "")
+	if code != http.StatusForbidden || !strings.Contains(body, "localhost or registry.internal") {
+		t.Fatalf("GET with another host = %d %q; want 403 naming the allowed listen host", code, body)
+	}
+}
+
+// Every write, not only the legacy GET ones, is refused when it carries
+// the headers browsers add to page-initiated requests, token or not.
+func TestBrowserWritesAreRefused(t *testing.T) {
+	const token = "tok"
+	for _, cfg := range []Config{{}, {ACLToken: token}} {
+		s := startServer(t, cfg)
+		for _, hdr := range [][]string{
+			{"Origin", "http://127.0.0.1:1"},
+			{"Referer", "http://127.0.0.1:1/page"},
+			{"Sec-Fetch-Site", "same-origin"},
+			{"Sec-Fetch-Site", "cross-site"},
+		} {
+			h := append([]string{"X-Consul-Token", cfg.ACLToken}, hdr...)
+			code, body, _ := do(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", goodReg, h...)
+			if code != http.StatusForbidden || !strings.Contains(body, "PUT /v1/agent/service/register from a browser is refused") {
+				t.Fatalf("token %q, PUT register with %s: %s = %d %q; want 403", cfg.ACLToken, hdr[0], hdr[1], code, body)
+			}
+			if n := serviceCount(s); n != 0 {
+				t.Fatalf("a refused browser write stored %d services", n)
+			}
+		}
+		// A user-initiated request (Sec-Fetch-Site: none) and a plain
+		// client are not page-initiated.
+		if code, body, _ := do(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", goodReg, "X-Consul-Token", cfg.ACLToken, "Sec-Fetch-Site", "none"); code != 200 {
+			t.Fatalf("token %q, PUT register without page headers = %d %q; want 200", cfg.ACLToken, code, body)
+		}
+		// Reads from a page on 127.0.0.1's own origin stay open.
+		if code, _, _ := do(t, http.MethodGet, baseURL(s)+"/v1/agent/services", "", "Sec-Fetch-Site", "same-origin"); code != 200 {
+			t.Fatalf("token %q, browser read = %d; want 200", cfg.ACLToken, code)
 		}
 	}
 }

@@ -44,6 +44,9 @@ type Server struct {
 	datacenter string
 	nodeID     string
 	nodeAddr   string
+	// listenHost is the host part of Config.Listen: without a token, the
+	// only host name besides localhost that requests may be addressed to.
+	listenHost string
 	handler    http.Handler
 
 	// ctx ends at Close: check runners, the persister and blocking queries
@@ -118,6 +121,7 @@ func newServer(cfg Config, clk clock) *Server {
 	s.nodeID = fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 	s.nodeAddr = "127.0.0.1"
 	if host, _, err := net.SplitHostPort(cfg.Listen); err == nil {
+		s.listenHost = host
 		if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
 			s.nodeAddr = ip.String()
 		}
@@ -128,6 +132,9 @@ func newServer(cfg Config, clk clock) *Server {
 
 // Handler is the registry's HTTP API (ACL, body limits and all), for
 // mounting on a server of the caller's own. Start and Serve use it.
+// Without an ACL token it answers only requests whose Host is an IP
+// address, localhost or the host of Config.Listen (DNS rebinding
+// protection), wherever it is mounted.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on Config.Listen and serves in the background until Close.
