@@ -8,14 +8,21 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
+// DefaultCheckInterval is the Interval Register gives an HTTP or TCP check
+// that has none, as registry/consul does (the HTTP API, like Consul's,
+// requires one).
+const DefaultCheckInterval = 10 * time.Second
+
 // Register stores r as if it had been registered over HTTP (replacing a
 // registration with the same ID and its checks): Instance.Weight becomes
 // Weights.Passing, Instance.Zone becomes Meta["zone"], and r.Check, if set,
-// becomes the check "service:<id>", which starts critical as in Consul.
+// becomes the check "service:<id>", which starts critical as in Consul. An
+// HTTP or TCP check without Interval runs every DefaultCheckInterval.
 // It implements registry.Registrar.
 func (s *Server) Register(ctx context.Context, r registry.Registration) error {
 	if err := ctx.Err(); err != nil {
@@ -54,13 +61,25 @@ func (s *Server) Register(ctx context.Context, r registry.Registration) error {
 		case c.TCP != "":
 			chk["TCP"] = c.TCP
 		}
-		if c.Interval > 0 {
-			chk["Interval"] = c.Interval.String()
+		interval := c.Interval
+		if interval == 0 && c.TTL == 0 && (c.HTTP != "" || c.TCP != "") {
+			// The HTTP API requires Interval, as Consul's does; in process
+			// it defaults as registry/consul's Register does, so code
+			// written against registry.Registrar behaves the same on both.
+			interval = DefaultCheckInterval
 		}
-		if c.Timeout > 0 {
+		// Nonzero values go to the decoder as given, which refuses a
+		// negative one naming the field.
+		if interval != 0 {
+			chk["Interval"] = interval.String()
+		}
+		if c.Timeout != 0 {
 			chk["Timeout"] = c.Timeout.String()
 		}
-		if c.DeregisterCriticalAfter > 0 {
+		if c.TTL < 0 {
+			chk["TTL"] = c.TTL.String()
+		}
+		if c.DeregisterCriticalAfter != 0 {
 			chk["DeregisterCriticalServiceAfter"] = c.DeregisterCriticalAfter.String()
 		}
 		reg["Check"] = chk

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -507,5 +508,67 @@ func TestWatchServicesFollowsRegistrationsNotHealth(t *testing.T) {
 	svcs, _, err := s.WatchServices(ctx, 0)
 	if err != nil || !slices.Equal(svcs["cold"], []string{"urlprefix-/cold"}) {
 		t.Fatalf("WatchServices with a critical instance = %v, %v; want the service with its tag", svcs, err)
+	}
+}
+
+// In process, an HTTP or TCP check without Interval runs every
+// DefaultCheckInterval, as registry/consul fills it in; the HTTP API keeps
+// requiring it, as Consul's does (structs.CheckType.Validate: "Interval
+// must be > 0 for Script, HTTP, H2PING, TCP, UDP or OSService checks").
+func TestInProcessHTTPAndTCPChecksDefaultInterval(t *testing.T) {
+	s := startServer(t, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(backend.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-accepted })
+	go func() { // accept and drop, until the listener closes
+		defer close(accepted)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	for _, r := range []registry.Registration{
+		{Instance: registry.Instance{ID: "h1", Service: "h", Address: "127.0.0.1", Port: 1}, Check: registry.Check{HTTP: backend.URL + "/health"}},
+		{Instance: registry.Instance{ID: "t1", Service: "t", Address: "127.0.0.1", Port: 1}, Check: registry.Check{TCP: ln.Addr().String()}},
+	} {
+		if err := s.Register(ctx, r); err != nil {
+			t.Fatalf("Register %s without Interval: %v", r.Instance.ID, err)
+		}
+	}
+	c := goClient(t, s, "")
+	checks, err := c.Agent().Checks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"service:h1", "service:t1"} {
+		if ch := checks[id]; ch == nil || ch.Definition.IntervalDuration != DefaultCheckInterval {
+			t.Fatalf("check %s = %+v; want Interval %v", id, ch, DefaultCheckInterval)
+		}
+	}
+	// The first probe runs at registration, so both turn passing.
+	for _, svc := range []string{"h", "t"} {
+		awaitHealth(t, c, svc, 5*time.Second, svc+" passing", func(es []*api.ServiceEntry) bool {
+			return len(es) == 1 && aggregated(es[0]) == api.HealthPassing
+		})
+	}
+	// A negative Interval is refused naming the field, not defaulted.
+	err = s.Register(ctx, registry.Registration{Instance: registry.Instance{ID: "n1", Service: "n", Address: "127.0.0.1", Port: 1}, Check: registry.Check{HTTP: backend.URL, Interval: -time.Second}})
+	if err == nil || !strings.Contains(err.Error(), "Check.Interval") {
+		t.Fatalf("Register with Interval -1s: %v; want an error naming Check.Interval", err)
+	}
+	// Over HTTP, a missing Interval stays a 400 naming it.
+	code, body, _ := do(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", `{"Name":"x","Check":{"TCP":"`+ln.Addr().String()+`"}}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "Check.Interval: is required") {
+		t.Fatalf("HTTP register of a TCP check without Interval = %d %q; want 400 naming Check.Interval", code, body)
 	}
 }
