@@ -670,6 +670,11 @@ func (s *Server) blockingQuery(w http.ResponseWriter, r *http.Request, read func
 					idx, ch = read()
 				case <-timer.C:
 					break wait
+				case <-s.ctx.Done():
+					// Close, also when Handler() is mounted on a server whose
+					// request contexts do not derive from s.ctx.
+					textError(w, http.StatusServiceUnavailable, "registry is shutting down")
+					return
 				case <-r.Context().Done():
 					if s.ctx.Err() != nil {
 						textError(w, http.StatusServiceUnavailable, "registry is shutting down")

@@ -3,6 +3,8 @@ package registryd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -570,5 +572,52 @@ func TestInProcessHTTPAndTCPChecksDefaultInterval(t *testing.T) {
 	code, body, _ := do(t, http.MethodPut, baseURL(s)+"/v1/agent/service/register", `{"Name":"x","Check":{"TCP":"`+ln.Addr().String()+`"}}`)
 	if code != http.StatusBadRequest || !strings.Contains(body, "Check.Interval: is required") {
 		t.Fatalf("HTTP register of a TCP check without Interval = %d %q; want 400 naming Check.Interval", code, body)
+	}
+}
+
+// With Handler() mounted on a server of the caller's own (whose request
+// contexts do not derive from the registry's), Close still ends a parked
+// blocking query, with the 503 the docs promise.
+func TestCloseEndsBlockingQueryOnMountedHandler(t *testing.T) {
+	s, err := New(Config{Logger: quietLogger, NodeName: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Register(ctx, registry.Registration{Instance: registry.Instance{ID: "w", Service: "web", Address: "10.0.0.1", Port: 80}}); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code int
+		body string
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/v1/health/service/web?index=%d&wait=1m", ts.URL, currentIndex(s)), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- answer{resp.StatusCode, string(b), err}
+	}()
+	eventually(t, 5*time.Second, "the blocking query parks", func() bool { return s.blocking.Load() == 1 })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-done:
+		if a.err != nil || a.code != http.StatusServiceUnavailable || !strings.Contains(a.body, "shutting down") {
+			t.Fatalf("blocking query after Close = %d %q, %v; want 503 registry is shutting down", a.code, a.body, a.err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("blocking query still parked 3s after Close")
 	}
 }
