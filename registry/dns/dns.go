@@ -8,7 +8,9 @@
 // shortest TTL of the records it used expires, clamped to [MinTTL, MaxTTL],
 // and yields a snapshot only when the set of instances changed. A failed
 // resolution is returned by Next as an error every time it happens; the
-// discovery cache keeps serving the last good set meanwhile.
+// discovery cache keeps serving the last good set meanwhile. The first
+// successful Next after any error returns the instances even when they did
+// not change, so that the caller learns the name resolves again.
 //
 // An authoritative "no such name" (NXDOMAIN) or an empty answer is a valid,
 // empty set of instances, not an error: it is what Consul answers when a
@@ -231,9 +233,14 @@ type watcher struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 
-	mu      sync.Mutex // one Next at a time
-	due     time.Time  // when to resolve next; zero: now
-	last    []registry.Instance
+	mu   sync.Mutex // one Next at a time
+	due  time.Time  // when to resolve next; zero: now
+	last []registry.Instance
+	// good: last is the answer of the latest resolution, which succeeded
+	// (so until due it is the current set).
+	good bool
+	// emitted: the caller has last's snapshot and has had no error since;
+	// only then may Next wait for a change.
 	emitted bool
 }
 
@@ -241,9 +248,23 @@ type watcher struct {
 // time) and returns the instances if they differ from the last snapshot;
 // otherwise it waits for the next expiry. A failed resolution returns an
 // error, and the next attempt waits MinTTL.
-func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
+//
+// After any error (a failed resolution, or ctx ending while Next waited)
+// the next successful Next returns at once, as registry.Watcher requires:
+// with the last answer if its TTL still runs, else with the next
+// resolution's, changed or not.
+func (w *watcher) Next(ctx context.Context) (insts []registry.Instance, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer func() {
+		if err != nil {
+			w.emitted = false
+		}
+	}()
+	if !w.emitted && w.good && time.Now().Before(w.due) {
+		w.emitted = true
+		return slices.Clone(w.last), nil
+	}
 	for {
 		if err := w.ctx.Err(); err != nil {
 			return nil, errors.New("dns: watch stopped")
@@ -261,18 +282,20 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 				continue // stopped
 			}
 		}
-		insts, ttl, err := w.r.resolve(ctx, w.name, w.service)
-		if err != nil {
+		got, ttl, rerr := w.r.resolve(ctx, w.name, w.service)
+		if rerr != nil {
+			w.good = false
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			w.due = time.Now().Add(w.r.minTTL)
-			return nil, err
+			return nil, rerr
 		}
 		w.due = time.Now().Add(ClampTTL(ttl, w.r.minTTL, w.r.maxTTL))
-		if !w.emitted || !slices.EqualFunc(insts, w.last, sameInstance) {
-			w.last, w.emitted = insts, true
-			return slices.Clone(insts), nil
+		w.good = true
+		if !w.emitted || !slices.EqualFunc(got, w.last, sameInstance) {
+			w.last, w.emitted = got, true
+			return slices.Clone(got), nil
 		}
 	}
 }

@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -390,6 +391,60 @@ func TestWatchReturnsErrorsAndRecovers(t *testing.T) {
 	w.Stop()
 	if _, err := w.Next(ctx); err == nil {
 		t.Fatal("Next after Stop returned no error")
+	}
+}
+
+// Regression: an error did not reset what the caller was known to have, so
+// after a transient SERVFAIL the next answer, being the same records as
+// before, never returned and the discovery cache stayed stale.
+func TestWatchFirstNextAfterServerFailureReturnsTheUnchangedSet(t *testing.T) {
+	z := startZone(t)
+	z.set("api.test. A", "api.test. 0 IN A 10.0.0.1")
+	r := newDNS(t, Config{Name: "api.test", Type: "a", Port: 80, Servers: []string{z.addr}, MinTTL: 50 * time.Millisecond})
+	w, _ := r.Watch(context.Background(), registry.Query{})
+	defer w.Stop()
+	if _, err := w.Next(ctxFor(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	z.setFlags(func(z *zone) { z.rcode = mdns.RcodeServerFailure })
+	if _, err := w.Next(ctxFor(t, 5*time.Second)); err == nil || !strings.Contains(err.Error(), "SERVFAIL") {
+		t.Fatalf("Next while the server fails = %v; want an error naming SERVFAIL", err)
+	}
+	z.setFlags(func(z *zone) { z.rcode = 0 }) // the same record as before
+	snap, err := w.Next(ctxFor(t, 2*time.Second))
+	if err != nil || describe(snap) != "10.0.0.1:80/w1" {
+		t.Fatalf("first Next after the server recovered = %s, %v; want the unchanged 10.0.0.1:80/w1 at once", describe(snap), err)
+	}
+}
+
+// After ctx ends while Next waits for the TTL, the next Next returns the
+// last answer at once (its TTL still runs, so it is the current set) without
+// asking the server again, and the Next after that waits for a change.
+func TestWatchFirstNextAfterCtxEndedReturnsTheLastAnswerAtOnce(t *testing.T) {
+	z := startZone(t)
+	z.set("api.test. A", "api.test. 60 IN A 10.0.0.1")
+	r := newDNS(t, Config{Name: "api.test", Type: "a", Port: 80, Servers: []string{z.addr}})
+	w, _ := r.Watch(context.Background(), registry.Query{})
+	defer w.Stop()
+	if _, err := w.Next(ctxFor(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := w.Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next whose ctx ends within the 60s TTL = %v; want context.DeadlineExceeded", err)
+	}
+	snap, err := w.Next(ctxFor(t, 2*time.Second))
+	if err != nil || describe(snap) != "10.0.0.1:80/w1" {
+		t.Fatalf("first Next after the ctx error = %s, %v; want the last answer 10.0.0.1:80/w1 at once", describe(snap), err)
+	}
+	if n := len(z.queriesFor("api.test.", "A")); n != 1 {
+		t.Fatalf("the server got %d queries; want 1 (the answer's 60s TTL has not run out)", n)
+	}
+	short2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if snap, err := w.Next(short2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next after the catch-up = %s, %v; want it to wait for the TTL (and its ctx to end)", describe(snap), err)
 	}
 }
 
