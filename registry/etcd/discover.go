@@ -177,9 +177,19 @@ type watcher struct {
 // leader, compaction it could not recover from, permission) or cannot be
 // read; the next call resumes from the last revision seen (checking it
 // against etcd first) and returns the current instances at once.
-func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
+//
+// Every error return, whatever its cause (including the end of ctx),
+// makes the next successful Next return the current instances at once,
+// changed or not, as registry.Watcher requires: the caller's view turned
+// stale with the error and must learn that it is current again.
+func (w *watcher) Next(ctx context.Context) (snap []registry.Instance, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer func() {
+		if err != nil {
+			w.emitted = false
+		}
+	}()
 	for {
 		if w.ctx.Err() != nil {
 			w.stopWatch()
@@ -207,9 +217,9 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 			}
 			continue
 		}
-		if snap := selectInstances(w.entries, w.q); !w.emitted || !equalInstances(snap, w.last) {
-			w.last, w.emitted = snap, true
-			return slices.Clone(snap), nil
+		if cur := selectInstances(w.entries, w.q); !w.emitted || !equalInstances(cur, w.last) {
+			w.last, w.emitted = cur, true
+			return slices.Clone(cur), nil
 		}
 
 		select {
@@ -227,7 +237,7 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 			// contract). The next Next checks what we hold against etcd
 			// and returns the current instances at once, changed or not.
 			w.disconn = w.r.disconnectedCh()
-			w.verify, w.emitted = true, false
+			w.verify = true
 			return nil, fmt.Errorf("etcd: watch %q: lost the connection to etcd; the watch resumes when it is back", w.q.Service)
 		case resp, ok := <-w.wch:
 			if !ok {
@@ -246,12 +256,18 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 				continue
 			}
 			if resp.Canceled {
-				err := resp.Err()
+				cerr := resp.Err()
 				w.stopWatch()
-				if err == nil {
-					err = errors.New("canceled by etcd")
+				if cerr == nil {
+					cerr = errors.New("canceled by etcd")
 				}
-				return nil, fmt.Errorf("etcd: watch %q from revision %d: %w", w.q.Service, w.rev+1, err)
+				// The next Next reads (linearizably) before it calls
+				// the view current again: a new watch is set up in the
+				// background, so without the read that Next would
+				// return before etcd had the chance to refuse it again
+				// (no leader, no permission).
+				w.verify = true
+				return nil, fmt.Errorf("etcd: watch %q from revision %d: %w", w.q.Service, w.rev+1, cerr)
 			}
 			w.apply(resp.Events)
 		}
