@@ -621,3 +621,81 @@ func TestCloseEndsBlockingQueryOnMountedHandler(t *testing.T) {
 		t.Fatal("blocking query still parked 3s after Close")
 	}
 }
+
+// A failed snapshot write is retried on its own, with backoff, rather than
+// only at the next change or at Close.
+func TestFailedSnapshotWriteIsRetriedWithoutAnotherChange(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s, err := New(Config{DataDir: dir, Logger: quietLogger, NodeName: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.snapshotRetryMin, s.snapshotRetryMax = 20*time.Millisecond, 40*time.Millisecond
+	writes := make(chan error, 64)
+	s.snapshotHook = func(err error) {
+		select {
+		case writes <- err:
+		default:
+		}
+	}
+	next := func(what string) error {
+		t.Helper()
+		select {
+		case err := <-writes:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no snapshot write within 5s", what)
+			return nil
+		}
+	}
+	// Without its directory the write fails (root ignores permissions, so
+	// a read-only directory would not do).
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Register(ctx, registry.Registration{Instance: registry.Instance{ID: "keep-1", Service: "keep", Address: "10.0.0.1", Port: 80}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := next("write after the registration"); err == nil {
+		t.Fatal("snapshot write into a removed directory succeeded")
+	}
+	// It keeps retrying while the directory is missing...
+	if err := next("first retry"); err == nil {
+		t.Fatal("retry into a removed directory succeeded")
+	}
+	// ...and succeeds once it is back, with no further change.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Attempts already under way before the MkdirAll may still fail; the
+	// backoff cap (40ms) plus persistEvery bounds them to a few dozen in
+	// the 5s each next allows.
+	for i := 0; ; i++ {
+		err := next("retry after the directory returned")
+		if err == nil {
+			break
+		}
+		if i == 50 {
+			t.Fatalf("still failing after %d retries with the directory back: %v", i+1, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, snapshotName))
+	if err != nil || !strings.Contains(string(b), "keep-1") {
+		t.Fatalf("snapshot after the retry: %v, %q; want it to hold keep-1", err, b)
+	}
+}
+
+func TestSnapshotRetryBackoffDoublesToItsCap(t *testing.T) {
+	var got []time.Duration
+	d := time.Duration(0)
+	for range 5 {
+		d = nextRetry(d, time.Second, 5*time.Second)
+		got = append(got, d)
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Fatalf("backoff %v, want %v", got, want)
+	}
+}

@@ -68,6 +68,12 @@ type Server struct {
 
 	persistCh chan struct{}
 	writeMu   sync.Mutex // one snapshot write at a time
+	// snapshotRetryMin and snapshotRetryMax bound the persister's backoff
+	// after a failed write; tests lower them. snapshotHook, when set
+	// before the first change, learns the result of every persister write.
+	snapshotRetryMin time.Duration
+	snapshotRetryMax time.Duration
+	snapshotHook     func(error)
 
 	blocking atomic.Int64 // blocking queries in flight
 	runners  atomic.Int64 // HTTP and TCP check goroutines running
@@ -114,6 +120,9 @@ func newServer(cfg Config, clk clock) *Server {
 		services:     map[string]*serviceState{},
 		checks:       map[string]*checkState{},
 		persistCh:    make(chan struct{}, 1),
+
+		snapshotRetryMin: snapshotRetryMin,
+		snapshotRetryMax: snapshotRetryMax,
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// A stable node ID derived from the node name, in Consul's UUID form.

@@ -23,6 +23,24 @@ const snapshotVersion = 1
 // long, so a burst of registrations costs one write rather than hundreds.
 const persistEvery = 100 * time.Millisecond
 
+// A failed snapshot write is retried on its own, without waiting for the
+// next change: after snapshotRetryMin, doubling up to snapshotRetryMax
+// while it keeps failing (a full or read-only disk may be fixed at any
+// time, and a quiet registry might otherwise not try again until Close).
+const (
+	snapshotRetryMin = time.Second
+	snapshotRetryMax = time.Minute
+)
+
+// nextRetry is the wait after a failed write, given the previous one (0
+// after a success).
+func nextRetry(prev, lo, hi time.Duration) time.Duration {
+	if prev <= 0 {
+		return lo
+	}
+	return min(2*prev, hi)
+}
+
 // maxSnapshotBytes bounds what New reads: maxServices registrations of
 // maximal size would not fit, but real ones do many times over.
 const maxSnapshotBytes = 256 << 20
@@ -67,17 +85,51 @@ func (s *Server) persistLocked() {
 }
 
 // persister writes snapshots after changes, at most one per persistEvery,
-// until the server closes (Close writes the last one).
+// until the server closes (Close writes the last one). After a failed
+// write it retries with backoff (see snapshotRetryMin); changes meanwhile
+// stay dirty and go into the retry, so a broken disk costs one attempt
+// per backoff step, not one per change.
 func (s *Server) persister() {
 	defer s.wg.Done()
+	var (
+		backoff  time.Duration
+		failures int
+		retry    *time.Timer
+		retryC   <-chan time.Time // nil unless a retry is due
+		changes  = s.persistCh    // nil while waiting to retry
+	)
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-s.persistCh:
+		case <-changes:
+		case <-retryC:
 		}
-		if err := s.writeSnapshot(); err != nil {
-			s.log.Error("registryd: snapshot not written; registrations since the last snapshot would be lost on restart", "err", err)
+		err := s.writeSnapshot()
+		if err != nil {
+			failures++
+			backoff = nextRetry(backoff, s.snapshotRetryMin, s.snapshotRetryMax)
+			s.log.Error("registryd: snapshot not written; registrations since the last snapshot would be lost on restart", "err", err, "retry_in", backoff, "failures", failures)
+			if retry == nil {
+				retry = time.NewTimer(backoff)
+			} else {
+				retry.Reset(backoff)
+			}
+			retryC, changes = retry.C, nil
+		} else {
+			if failures > 0 {
+				s.log.Info("registryd: snapshot written after failed attempts", "failures", failures)
+			}
+			failures, backoff = 0, 0
+			retryC, changes = nil, s.persistCh
+		}
+		if s.snapshotHook != nil {
+			s.snapshotHook(err)
 		}
 		if ctxtime.Sleep(s.ctx, persistEvery) != nil {
 			return
