@@ -21,7 +21,8 @@ const (
 type Config struct {
 	// Listen is the host:port Start listens on. Default "127.0.0.1:8500".
 	// A non-loopback address needs ACLToken (or ACLTokenFile) unless
-	// Insecure is set.
+	// Insecure is set. Without a token, requests must be addressed (Host)
+	// to an IP address, localhost or this host name.
 	Listen string
 	// ACLToken, when set, is required on every write (and on reads when
 	// ACLReads is set), sent as the X-Consul-Token header, as
