@@ -8,6 +8,8 @@
 // updates (a symlink swap in the directory). An edit that does not parse or
 // validate changes nothing: every watcher's Next returns one error naming
 // the file, line and field, and the previous instances keep being served.
+// The next good version ends the error: each watcher's Next returns its
+// instances then, even if they are the same as before the bad edit.
 package static
 
 import (
@@ -298,32 +300,42 @@ type watcher struct {
 	last    []registry.Instance
 	lastErr error
 	emitted bool
+	// failed: the last Next returned an error (a rejected file, or its
+	// ctx ended).
+	failed bool
 }
 
 // Next returns the instances at once the first time; then it blocks until
 // they change, or until the file is rejected, which it reports once as an
 // error (the instances stay what they were).
-func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
+//
+// After an error, the next Next returns the instances as soon as the file
+// is good (at once if it already is), changed or not, so that the caller
+// stops calling its view stale (registry.Watcher's contract): an operator
+// who reverts a bad edit, or fixes it in a way that leaves this query's
+// instances as they were, must see the error end.
+func (w *watcher) Next(ctx context.Context) (insts []registry.Instance, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer func() { w.failed = err != nil }()
 	for {
 		if w.ctx.Err() != nil {
 			return nil, errors.New("static: watch stopped")
 		}
 		w.r.mu.Lock()
-		gen, changed, err, snap := w.r.gen, w.r.changed, w.r.err, w.r.selectFor(w.q)
+		gen, changed, ferr, snap := w.r.gen, w.r.changed, w.r.err, w.r.selectFor(w.q)
 		w.r.mu.Unlock()
-		if !w.emitted {
-			w.gen, w.last, w.lastErr, w.emitted = gen, snap, err, true
+		if !w.emitted || (w.failed && ferr == nil) {
+			w.gen, w.last, w.lastErr, w.emitted = gen, snap, ferr, true
 			return slices.Clone(snap), nil
 		}
 		if gen != w.gen {
 			w.gen = gen
-			if err != nil && !sameErr(err, w.lastErr) {
-				w.lastErr = err
-				return nil, err
+			if ferr != nil && !sameErr(ferr, w.lastErr) {
+				w.lastErr = ferr
+				return nil, ferr
 			}
-			w.lastErr = err
+			w.lastErr = ferr
 			if !equalList(snap, w.last) {
 				w.last = snap
 				return slices.Clone(snap), nil

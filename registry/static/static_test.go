@@ -2,6 +2,7 @@ package static
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -195,6 +196,72 @@ func TestBadEditYieldsAnErrorAndKeepsServing(t *testing.T) {
 	}
 	if r.Err() != nil {
 		t.Fatalf("Err() after the fix = %v", r.Err())
+	}
+}
+
+// badEdit writes a file that does not parse and waits for the watcher to
+// report it.
+func badEdit(t *testing.T, w registry.Watcher, path string) {
+	t.Helper()
+	writeFile(t, path, "services: [\n")
+	if snap, err := w.Next(ctxFor(t, 10*time.Second)); err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Next after a bad edit = [%s], %v; want an error naming %s", ids(snap), err, path)
+	}
+}
+
+// Regression: after a bad edit was reported, reverting the file changed no
+// instance, so Next never returned and the caller's view stayed stale.
+func TestWatchRevertedBadEditEndsTheError(t *testing.T) {
+	r, path := openFile(t, goodYAML)
+	w, _ := r.Watch(context.Background(), registry.Query{Service: "orders"})
+	defer w.Stop()
+	w.Next(ctxFor(t, 10*time.Second))
+	badEdit(t, w, path)
+	writeFile(t, path, goodYAML) // the operator reverts the edit
+	if snap, err := w.Next(ctxFor(t, 5*time.Second)); err != nil || ids(snap) != "10.0.0.2:8080,orders-1" {
+		t.Fatalf("Next after the revert = [%s], %v; want the unchanged [10.0.0.2:8080,orders-1]", ids(snap), err)
+	}
+}
+
+// A fix that changes only other services ends the error for this query too.
+func TestWatchFixChangingOnlyOtherServicesEndsTheError(t *testing.T) {
+	r, path := openFile(t, goodYAML)
+	w, _ := r.Watch(context.Background(), registry.Query{Service: "payments"})
+	defer w.Stop()
+	w.Next(ctxFor(t, 10*time.Second))
+	badEdit(t, w, path)
+	writeFile(t, path, strings.Replace(goodYAML, "orders-1", "orders-9", 1))
+	if snap, err := w.Next(ctxFor(t, 5*time.Second)); err != nil || ids(snap) != "pay-1" {
+		t.Fatalf("payments' Next after a fix that changed only orders = [%s], %v; want the unchanged [pay-1]", ids(snap), err)
+	}
+}
+
+// After Next's ctx ended, the next Next returns the instances at once,
+// unless the file is still bad: then it waits for a good version.
+func TestWatchFirstNextAfterCtxEndedReturnsAtOnceWhileTheFileIsGood(t *testing.T) {
+	r, path := openFile(t, goodYAML)
+	w, _ := r.Watch(context.Background(), registry.Query{Service: "payments"})
+	defer w.Stop()
+	w.Next(ctxFor(t, 10*time.Second))
+	short := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if snap, err := w.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Next with a 50ms ctx = [%s], %v; want context.DeadlineExceeded", ids(snap), err)
+		}
+	}
+	short()
+	if snap, err := w.Next(ctxFor(t, 2*time.Second)); err != nil || ids(snap) != "pay-1" {
+		t.Fatalf("first Next after the ctx error = [%s], %v; want the unchanged [pay-1] at once", ids(snap), err)
+	}
+
+	badEdit(t, w, path)
+	short() // the file is still bad: no success to report
+	short()
+	writeFile(t, path, goodYAML)
+	if snap, err := w.Next(ctxFor(t, 5*time.Second)); err != nil || ids(snap) != "pay-1" {
+		t.Fatalf("Next after the fix = [%s], %v; want the unchanged [pay-1]", ids(snap), err)
 	}
 }
 
