@@ -76,10 +76,11 @@ type watcher struct {
 	index uint64     // the X-Consul-Index to wait on; 0 only before the first answer
 	last  []registry.Instance
 	sent  bool
-	// failed: the last query failed. The next one does not block and its
-	// answer is returned even when nothing changed, so the caller learns
-	// at once that the registry answers again (registry.Watcher's
-	// contract).
+	// failed: the last Next returned an error (a failed query, or ctx
+	// ended while it waited for a churn token). The next query does not
+	// block and its answer is returned even when nothing changed, so the
+	// caller learns at once that the registry answers again
+	// (registry.Watcher's contract).
 	failed bool
 }
 
@@ -114,6 +115,9 @@ func (w *watcher) Next(ctx context.Context) ([]registry.Instance, error) {
 			if w.stop.Err() != nil {
 				return nil, errStopped
 			}
+			// Like a failed query: the next Next asks without
+			// blocking and returns what it gets.
+			w.failed = true
 			return nil, fmt.Errorf("consul: watch %q: %w", w.q.Key(), err)
 		}
 	}

@@ -213,6 +213,33 @@ func TestWatchAfterAnErrorReturnsEvenWithoutAChange(t *testing.T) {
 	wantIndex(t, rp.request(t), "")
 }
 
+// Regression: when ctx ended while Next waited for a churn token, the error
+// did not count as a failure, so the next Next blocked on the last index
+// instead of returning the current instances at once.
+func TestWatchAfterCtxEndedWaitingForAChurnTokenReturnsAtOnce(t *testing.T) {
+	rp := newReplay(t,
+		step{index: "10", file: "web-two-passing.json"},
+		step{index: "11", file: "web-two-passing.json"},
+		step{index: "12", file: "web-two-passing.json"},
+		step{index: "13", file: "web-two-passing.json"},
+		step{index: "13", file: "web-two-passing.json"},
+	)
+	// ChurnInterval 1h: after the burst of 2, the wait for a token would
+	// outlast any ctx deadline, and rate.Limiter.Wait fails at once.
+	w := watchWeb(t, newTestRegistry(t, rp.srv.URL, func(c *Config) { c.ChurnInterval = time.Hour }))
+	first := ids(mustNext(t, w))
+	if _, err := w.Next(nextCtx(t)); err == nil || !strings.Contains(err.Error(), "context deadline") {
+		t.Fatalf("Next that must wait an hour for a churn token = %v; want an error about the ctx deadline", err)
+	}
+	if got := ids(mustNext(t, w)); !slices.Equal(got, first) {
+		t.Fatalf("first Next after the error = %v; want the unchanged %v", got, first)
+	}
+	for _, index := range []string{"", "10", "11", "12"} {
+		wantIndex(t, rp.request(t), index)
+	}
+	wantIndex(t, rp.request(t), "") // after the error: no blocking
+}
+
 // mustNextBlocks checks that the watch goes back to blocking on index.
 func mustNextBlocks(t *testing.T, rp *replay, w registry.Watcher, index string) {
 	t.Helper()
