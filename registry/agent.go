@@ -25,6 +25,10 @@ import (
 // an Agent makes.
 const DefaultAgentTimeout = 10 * time.Second
 
+// DefaultReregisterInterval is how often an Agent that does not heartbeat
+// registers its instance again.
+const DefaultReregisterInterval = 30 * time.Second
+
 // Agent re-registration and heartbeat-error backoff: agentRetryBase
 // doubling to agentRetryMax, each wait randomized to [d/2, d).
 const (
@@ -46,16 +50,28 @@ type AgentOptions struct {
 	HandleSignals bool
 	// Timeout bounds each call to the Registrar. Default 10s.
 	Timeout time.Duration
-	// Logger gets one line per registration, lost registration, and
-	// failed attempt. Default slog.Default().
+	// ReregisterInterval is how often an agent that does not heartbeat
+	// (the registrar is no Heartbeater, or the check is not a TTL check)
+	// registers the instance again, so that a registry that lost it (a
+	// restart without its data, an operator's delete) has it back within
+	// this interval: without heartbeats nothing else would tell the agent.
+	// Registering an unchanged instance again changes nothing in Consul
+	// (check statuses are kept), in the embedded registry or in etcd.
+	// Default 30s; negative: never.
+	ReregisterInterval time.Duration
+	// Logger gets one line per lost registration, failed attempt,
+	// registration after a failure or a loss, and deregistration (routine
+	// re-registrations are not logged). Default slog.Default().
 	Logger *slog.Logger
 }
 
 // Agent keeps one instance registered for the life of a Go service:
 // registers it, heartbeats when the registry expires registrations (a
-// Heartbeater with a TTL check), registers it again when the registry has
-// forgotten it, and deregisters it on Close (or on SIGTERM/SIGINT with
-// HandleSignals).
+// Heartbeater with a TTL check) — the first time right after each
+// registration, since a TTL check starts critical — registers it again
+// when the registry has forgotten it (a heartbeat says so; without
+// heartbeats, every ReregisterInterval), and deregisters it on Close (or on
+// SIGTERM/SIGINT with HandleSignals).
 type Agent struct {
 	r    Registrar
 	hb   Heartbeater // nil: no heartbeats
@@ -94,6 +110,9 @@ func NewAgent(r Registrar, reg Registration, opts AgentOptions) (*Agent, error) 
 	if opts.Timeout == 0 {
 		opts.Timeout = DefaultAgentTimeout
 	}
+	if opts.ReregisterInterval == 0 {
+		opts.ReregisterInterval = DefaultReregisterInterval
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -113,15 +132,19 @@ func (a *Agent) ID() string { return a.reg.Instance.ID }
 // or after a handled signal.
 func (a *Agent) Done() <-chan struct{} { return a.done }
 
-// Start registers the instance and starts the background loop, which
-// heartbeats (at a third of the TTL, for a Heartbeater and a TTL check)
-// and registers again whenever needed, until Close or the end of ctx (the
-// end of ctx stops the loop without deregistering).
+// Start registers the instance and, for a Heartbeater and a TTL check,
+// sends the first heartbeat at once (a TTL check starts critical: without
+// it the instance would be missing from passing-only views for a third of
+// the TTL). Then it starts the background loop, which heartbeats (at a
+// third of the TTL) or, without heartbeats, registers again every
+// ReregisterInterval, and registers again whenever needed, until Close or
+// the end of ctx (the end of ctx stops the loop without deregistering).
 //
-// If the first registration fails, Start returns its error but the loop
-// keeps trying, with backoff, in the background: a service can start while
-// its registry is down and appear when the registry is back. A caller that
-// would rather not run unregistered calls Close and exits.
+// If the first registration (or its first heartbeat) fails, Start returns
+// the error but the loop keeps trying, with backoff, in the background: a
+// service can start while its registry is down and appear when the
+// registry is back. A caller that would rather not run unregistered calls
+// Close and exits.
 func (a *Agent) Start(ctx context.Context) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -129,11 +152,15 @@ func (a *Agent) Start(ctx context.Context) error {
 		return errors.New("registry: agent: Start called twice or after Close")
 	}
 	a.started = true
-	err := a.register(ctx)
 	lctx, cancel := context.WithCancel(ctx)
 	a.cancel = cancel
 	a.loop = make(chan struct{})
-	go a.run(lctx, err == nil)
+	first := make(chan error, 1)
+	go a.run(lctx, first)
+	err := <-first // the loop's first attempt, bounded by Timeout
+	if err != nil && ctx.Err() != nil {
+		return err // the loop has stopped: nothing retries
+	}
 	if a.opts.HandleSignals {
 		a.sigs = make(chan os.Signal, 1)
 		signal.Notify(a.sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -213,55 +240,113 @@ func (a *Agent) register(ctx context.Context) error {
 	return nil
 }
 
-func (a *Agent) run(ctx context.Context, registered bool) {
-	defer close(a.loop)
-	interval := a.reg.Check.TTL / 3
-	failures, wait := 0, interval
-	if !registered { // Start's attempt failed: that was the first
-		failures = 1
-		wait = agentBackoff(1)
+func (a *Agent) heartbeat(ctx context.Context, interval time.Duration) error {
+	hctx, cancel := context.WithTimeout(ctx, min(a.opts.Timeout, max(interval, time.Second)))
+	defer cancel()
+	if err := a.hb.Heartbeat(hctx, a.ID()); err != nil {
+		return fmt.Errorf("registry: agent: heartbeat %q: %w", a.ID(), err)
 	}
+	return nil
+}
+
+// run is the agent's loop: register, then heartbeat (the first time at
+// once) or, without heartbeats, register again every ReregisterInterval;
+// register again when a heartbeat says the registry lost the instance.
+// The outcome of the first attempt goes to first, for Start; later
+// failures are logged.
+func (a *Agent) run(ctx context.Context, first chan<- error) {
+	defer close(a.loop)
+	report := func(err error) bool {
+		if first == nil {
+			return false
+		}
+		first <- err
+		first = nil
+		return true
+	}
+	defer func() {
+		if ctx.Err() != nil {
+			report(fmt.Errorf("registry: agent: %q: stopped before the registration was complete: %w", a.ID(), ctx.Err()))
+		}
+	}()
+	interval := a.reg.Check.TTL / 3
+	var (
+		beat     bool          // next: heartbeat (else: register)
+		wait     time.Duration // before the next step
+		failures int           // consecutive failed steps
+		attempts int           // registrations tried since the last success
+		announce bool          // log the next successful registration
+		// fresh: the registration just succeeded and this is its first
+		// heartbeat.
+		fresh bool
+	)
 	for {
-		if !registered || a.hb != nil {
-			if err := ctxtime.Sleep(ctx, wait); err != nil {
-				return
-			}
-		} else {
-			<-ctx.Done() // registered, and nothing to renew
+		if err := ctxtime.Sleep(ctx, wait); err != nil {
 			return
 		}
-		if !registered {
+		if !beat {
+			attempts++
 			err := a.register(ctx)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
 				failures++
-				a.log.Warn("registry agent: registration failed; retrying", "attempt", failures, "error", err)
+				if !report(err) {
+					a.log.Warn("registry agent: registration failed; retrying", "attempt", failures, "error", err)
+				}
 				wait = agentBackoff(failures)
 				continue
 			}
-			a.log.Info("registry agent: registered", "attempts", failures+1)
-			registered, failures, wait = true, 0, interval
+			if announce || attempts > 1 {
+				a.log.Info("registry agent: registered", "attempts", attempts)
+			}
+			attempts, announce = 0, false
+			if a.hb != nil {
+				beat, fresh, wait = true, true, 0
+				continue
+			}
+			report(nil)
+			failures = 0
+			if a.opts.ReregisterInterval < 0 {
+				<-ctx.Done() // registered, and told never to check
+				return
+			}
+			// Nothing tells an agent without heartbeats that the
+			// registry lost the instance: register again now and then
+			// (a routine success is not logged).
+			wait = a.opts.ReregisterInterval
 			continue
 		}
-		hctx, cancel := context.WithTimeout(ctx, min(a.opts.Timeout, max(interval, time.Second)))
-		err := a.hb.Heartbeat(hctx, a.ID())
-		cancel()
-		switch {
-		case ctx.Err() != nil:
+		err := a.heartbeat(ctx, interval)
+		if ctx.Err() != nil {
 			return
+		}
+		wasFresh := fresh
+		fresh = false
+		switch {
 		case err == nil:
+			report(nil)
 			failures, wait = 0, interval
-		case errors.Is(err, ErrNotRegistered):
+		case errors.Is(err, ErrNotRegistered) && !wasFresh:
 			a.log.Warn("registry agent: the registry lost the registration; registering again", "error", err)
-			registered, failures, wait = false, 0, 0
+			beat, failures, wait, announce = false, 0, 0, true
+		case errors.Is(err, ErrNotRegistered):
+			// Refused right after registering: back off before trying
+			// again rather than spin.
+			failures++
+			if !report(err) {
+				a.log.Warn("registry agent: the registry refuses the first heartbeat; registering again", "attempt", failures, "error", err)
+			}
+			beat, wait, announce = false, agentBackoff(failures), true
 		default:
 			// Retry sooner than the interval while it fails, but never
 			// later: the TTL is running.
 			failures++
+			if !report(err) {
+				a.log.Warn("registry agent: heartbeat failed; retrying", "attempt", failures, "error", err)
+			}
 			wait = min(agentBackoff(failures), interval)
-			a.log.Warn("registry agent: heartbeat failed; retrying", "attempt", failures, "error", err)
 		}
 	}
 }

@@ -17,17 +17,22 @@ import (
 	"time"
 )
 
-// fakeRegistrar records calls and answers them from scripted errors. It is
-// the in-memory registrar for the Agent's unit tests; the Agent against a
-// real etcd is tested in registry/etcd.
+// fakeRegistrar records calls and answers them from scripted errors, and
+// keeps registrations as Consul does: an instance registered with a TTL
+// check is critical until its first heartbeat, one without a TTL check is
+// passing at once, and forget drops everything (a registry restarted
+// without its data). It is the in-memory registrar for the Agent's unit
+// tests; the Agent against a real etcd is tested in registry/etcd.
 type fakeRegistrar struct {
 	mu    sync.Mutex
 	calls []call
 	// registerErrs and heartbeatErrs are consumed one per call; when
-	// empty, the call succeeds.
+	// empty (or nil), the call does its work.
 	registerErrs  []error
 	heartbeatErrs []error
-	changed       chan struct{}
+	// passing: registered IDs and whether they are passing.
+	passing map[string]bool
+	changed chan struct{}
 }
 
 type call struct {
@@ -35,7 +40,9 @@ type call struct {
 	at     time.Time
 }
 
-func newFake() *fakeRegistrar { return &fakeRegistrar{changed: make(chan struct{})} }
+func newFake() *fakeRegistrar {
+	return &fakeRegistrar{changed: make(chan struct{}), passing: map[string]bool{}}
+}
 
 func (f *fakeRegistrar) record(op, id string) {
 	f.calls = append(f.calls, call{op, id, time.Now()})
@@ -50,8 +57,14 @@ func (f *fakeRegistrar) Register(_ context.Context, r Registration) error {
 	if len(f.registerErrs) > 0 {
 		err := f.registerErrs[0]
 		f.registerErrs = f.registerErrs[1:]
-		return err
+		if err != nil {
+			return err
+		}
 	}
+	if was, ok := f.passing[r.Instance.ID]; ok && was {
+		return nil // Consul keeps the check's status on re-registration
+	}
+	f.passing[r.Instance.ID] = r.Check.TTL == 0
 	return nil
 }
 
@@ -59,6 +72,7 @@ func (f *fakeRegistrar) Deregister(_ context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("deregister", id)
+	delete(f.passing, id)
 	return nil
 }
 
@@ -69,9 +83,49 @@ func (f *fakeRegistrar) Heartbeat(_ context.Context, id string) error {
 	if len(f.heartbeatErrs) > 0 {
 		err := f.heartbeatErrs[0]
 		f.heartbeatErrs = f.heartbeatErrs[1:]
-		return err
+		if err != nil {
+			return err
+		}
 	}
+	if _, ok := f.passing[id]; !ok {
+		return fmt.Errorf("check %q: %w", "service:"+id, ErrNotRegistered)
+	}
+	f.passing[id] = true
 	return nil
+}
+
+// forget drops every registration, as a registry restarted without its
+// data does.
+func (f *fakeRegistrar) forget() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.passing)
+}
+
+func (f *fakeRegistrar) isPassing(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.passing[id]
+}
+
+// waitPassing waits until id is registered and passing.
+func (f *fakeRegistrar) waitPassing(t *testing.T, id string, limit time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		f.mu.Lock()
+		ch := f.changed
+		f.mu.Unlock()
+		if f.isPassing(id) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			t.Fatalf("%s not registered and passing within %v; calls: %q", id, limit, f.ops())
+		}
+	}
 }
 
 // ops is the sequence of operations so far, e.g. "register heartbeat".
@@ -125,7 +179,13 @@ func testReg(ttl time.Duration) Registration {
 
 func startAgent(t *testing.T, r Registrar, reg Registration) (*Agent, error) {
 	t.Helper()
-	a, err := NewAgent(r, reg, AgentOptions{Logger: quiet})
+	return startAgentWith(t, r, reg, AgentOptions{})
+}
+
+func startAgentWith(t *testing.T, r Registrar, reg Registration, opts AgentOptions) (*Agent, error) {
+	t.Helper()
+	opts.Logger = quiet
+	a, err := NewAgent(r, reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +193,31 @@ func startAgent(t *testing.T, r Registrar, reg Registration) (*Agent, error) {
 	return a, a.Start(context.Background())
 }
 
-func TestAgentRegistersThenHeartbeatsAtAThirdOfTheTTL(t *testing.T) {
+// gaps checks that each call from..to came within [least, most) of the
+// one before it.
+func gaps(t *testing.T, calls []call, from, to int, least, most time.Duration) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		if gap := calls[i].at.Sub(calls[i-1].at); gap < least || gap >= most {
+			t.Errorf("call %d (%s) came %v after the one before; want within [%v, %v)", i, calls[i].op, gap, least, most)
+		}
+	}
+}
+
+// Regression: a TTL check starts critical and the first heartbeat came a
+// third of the TTL after Start (10s with a 30s TTL), so a new instance was
+// missing from passing-only views for that long.
+func TestAgentInstanceIsPassingWhenStartReturns(t *testing.T) {
+	f := newFake()
+	if _, err := startAgent(t, f, testReg(30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if ops := f.ops(); ops != "register heartbeat" || !f.isPassing("orders-1") {
+		t.Fatalf("when Start returned: calls %q, passing %v; want register, heartbeat, and a passing instance", ops, f.isPassing("orders-1"))
+	}
+}
+
+func TestAgentHeartbeatsRightAfterRegisteringThenAtAThirdOfTheTTL(t *testing.T) {
 	f := newFake()
 	const ttl = 600 * time.Millisecond
 	if _, err := startAgent(t, f, testReg(ttl)); err != nil {
@@ -141,21 +225,24 @@ func TestAgentRegistersThenHeartbeatsAtAThirdOfTheTTL(t *testing.T) {
 	}
 	f.waitOps(t, "register heartbeat heartbeat heartbeat", 5*time.Second)
 	calls := f.snapshot()
-	for i := 1; i < 4; i++ {
-		gap := calls[i].at.Sub(calls[i-1].at)
-		if gap < ttl/3-20*time.Millisecond || gap >= ttl {
-			t.Errorf("%s %d came %v after the previous call; want about TTL/3 = %v (and well within the TTL)", calls[i].op, i, gap, ttl/3)
-		}
-	}
+	gaps(t, calls, 1, 1, 0, ttl/6)
+	gaps(t, calls, 2, 3, ttl/3-20*time.Millisecond, ttl)
 }
 
-func TestAgentRegistersAgainWhenTheRegistryForgetsIt(t *testing.T) {
+// When a heartbeat says the registry lost the instance (a registry
+// restarted without its data), the agent registers again and heartbeats
+// at once, without waiting for the next interval.
+func TestAgentRegistersAgainAndHeartbeatsAtOnceWhenTheRegistryForgetsIt(t *testing.T) {
 	f := newFake()
-	f.heartbeatErrs = []error{fmt.Errorf("lease gone: %w", ErrNotRegistered)}
-	if _, err := startAgent(t, f, testReg(300*time.Millisecond)); err != nil {
+	const ttl = 900 * time.Millisecond
+	if _, err := startAgent(t, f, testReg(ttl)); err != nil {
 		t.Fatal(err)
 	}
-	f.waitOps(t, "register heartbeat register heartbeat", 5*time.Second)
+	f.forget()
+	f.waitOps(t, "register heartbeat heartbeat register heartbeat", 5*time.Second)
+	f.waitPassing(t, "orders-1", time.Second)
+	calls := f.snapshot()
+	gaps(t, calls, 3, 4, 0, ttl/6)
 }
 
 func TestAgentRetriesAFailedFirstRegistrationInTheBackground(t *testing.T) {
@@ -169,30 +256,88 @@ func TestAgentRetriesAFailedFirstRegistrationInTheBackground(t *testing.T) {
 	f.waitOps(t, "register register register heartbeat", 5*time.Second)
 	calls := f.snapshot()
 	// Backoff: the first retry after [100ms, 200ms), the second after
-	// [200ms, 400ms).
-	for i, least := range []time.Duration{agentRetryBase / 2, agentRetryBase} {
-		if gap := calls[i+1].at.Sub(calls[i].at); gap < least {
-			t.Fatalf("retry %d came %v after the previous attempt; want at least %v", i+1, gap, least)
-		}
+	// [200ms, 400ms); the heartbeat right after the registration.
+	gaps(t, calls, 1, 1, agentRetryBase/2, agentRetryBase)
+	gaps(t, calls, 2, 2, agentRetryBase, 2*agentRetryBase)
+	gaps(t, calls, 3, 3, 0, 100*time.Millisecond)
+}
+
+func TestAgentStartReportsAFailedFirstHeartbeatAndRetries(t *testing.T) {
+	f := newFake()
+	flaky := errors.New("timeout")
+	f.heartbeatErrs = []error{flaky}
+	_, err := startAgent(t, f, testReg(3*time.Second))
+	if !errors.Is(err, flaky) || !strings.Contains(err.Error(), "heartbeat") || !strings.Contains(err.Error(), "retrying in the background") {
+		t.Fatalf("Start whose first heartbeat fails = %v; want the heartbeat error, retried in the background", err)
 	}
+	f.waitOps(t, "register heartbeat heartbeat", 5*time.Second)
+	f.waitPassing(t, "orders-1", time.Second)
+	gaps(t, f.snapshot(), 2, 2, agentRetryBase/2, agentRetryBase)
+}
+
+// A registry that refuses the first heartbeat after every registration is
+// retried with backoff, not in a tight loop.
+func TestAgentBacksOffWhenTheFirstHeartbeatIsRefused(t *testing.T) {
+	f := newFake()
+	gone := fmt.Errorf("check not found: %w", ErrNotRegistered)
+	f.heartbeatErrs = []error{gone, gone}
+	_, err := startAgent(t, f, testReg(3*time.Second))
+	if !errors.Is(err, ErrNotRegistered) {
+		t.Fatalf("Start whose first heartbeat is refused = %v; want ErrNotRegistered", err)
+	}
+	f.waitOps(t, "register heartbeat register heartbeat register heartbeat", 5*time.Second)
+	calls := f.snapshot()
+	gaps(t, calls, 2, 2, agentRetryBase/2, agentRetryBase)
+	gaps(t, calls, 4, 4, agentRetryBase, 2*agentRetryBase)
 }
 
 func TestAgentRetriesHeartbeatErrorsWithoutReRegistering(t *testing.T) {
 	f := newFake()
 	flaky := errors.New("timeout")
-	f.heartbeatErrs = []error{flaky, flaky, flaky}
+	f.heartbeatErrs = []error{nil, flaky, flaky, flaky}
 	if _, err := startAgent(t, f, testReg(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	// The interval is 1s; a failed heartbeat is retried sooner, after
 	// the backoff (100-200ms, 200-400ms, 400-800ms), and the registration
 	// is left alone.
-	f.waitOps(t, "register heartbeat heartbeat heartbeat heartbeat", 5*time.Second)
-	calls := f.snapshot()
-	for i := 2; i <= 4; i++ {
-		if gap := calls[i].at.Sub(calls[i-1].at); gap >= time.Second {
-			t.Errorf("heartbeat %d came %v after a failed one; want a retry before the 1s interval", i, gap)
-		}
+	f.waitOps(t, "register heartbeat heartbeat heartbeat heartbeat heartbeat", 5*time.Second)
+	gaps(t, f.snapshot(), 3, 5, 0, time.Second)
+}
+
+// Without heartbeats nothing tells the agent that the registry lost the
+// instance: it registers again every ReregisterInterval.
+func TestAgentWithoutHeartbeatsRegistersAgainEveryInterval(t *testing.T) {
+	f := newFake()
+	const every = 100 * time.Millisecond
+	if _, err := startAgentWith(t, registrarOnly{f}, testReg(0), AgentOptions{ReregisterInterval: every}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitOps(t, "register register register", 5*time.Second)
+	gaps(t, f.snapshot(), 1, 2, every, 10*every)
+	f.forget()
+	f.waitPassing(t, "orders-1", 5*time.Second)
+}
+
+// The same for a Heartbeater when the check is not a TTL check (an HTTP
+// check in Consul): the agent must not heartbeat it.
+func TestAgentWithAnHTTPCheckRegistersAgainInsteadOfHeartbeating(t *testing.T) {
+	f := newFake()
+	reg := testReg(0)
+	reg.Check.HTTP = "http://10.0.0.1:8080/health"
+	if _, err := startAgentWith(t, f, reg, AgentOptions{ReregisterInterval: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitOps(t, "register register register", 5*time.Second)
+}
+
+func TestNewAgentDefaultsTheReregisterInterval(t *testing.T) {
+	a, err := NewAgent(newFake(), testReg(0), AgentOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.opts.ReregisterInterval != DefaultReregisterInterval || DefaultReregisterInterval != 30*time.Second {
+		t.Fatalf("ReregisterInterval = %v (default %v); want 30s", a.opts.ReregisterInterval, DefaultReregisterInterval)
 	}
 }
 
@@ -223,7 +368,7 @@ func TestAgentCloseStopsAndDeregistersOnce(t *testing.T) {
 	}
 }
 
-func TestAgentWithoutHeartbeaterRegistersOnce(t *testing.T) {
+func TestAgentWithoutHeartbeaterNeverHeartbeats(t *testing.T) {
 	f := newFake()
 	a, err := startAgent(t, registrarOnly{f}, testReg(300*time.Millisecond))
 	if err != nil {

@@ -142,6 +142,35 @@ func TestRegisterAgainReplacesWithoutAGap(t *testing.T) {
 	}
 }
 
+// An unchanged re-registration (what a registry.Agent without heartbeats
+// does every ReregisterInterval) writes nothing while the key is in place,
+// and writes the key again when it is not.
+func TestRegisterAgainUnchangedWritesNothingUnlessTheKeyIsGone(t *testing.T) {
+	srv := startEtcd(t)
+	r := newTestRegistry(t, srv.Addr(), nil)
+	raw := rawClient(t, srv.Addr())
+	const key = "/test/services/orders/orders-1"
+	mustRegister(t, r, reg(inst("orders-1", 9001), 5*time.Second))
+	ctx := ctxFor(t, 10*time.Second)
+	before, err := raw.Get(ctx, key)
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("key after Register: %v, %v", before, err)
+	}
+	mustRegister(t, r, reg(inst("orders-1", 9001), 5*time.Second))
+	after, err := raw.Get(ctx, key)
+	if err != nil || len(after.Kvs) != 1 || after.Kvs[0].ModRevision != before.Kvs[0].ModRevision ||
+		after.Kvs[0].Lease != before.Kvs[0].Lease || after.Header.Revision != before.Header.Revision {
+		t.Fatalf("after an unchanged re-registration: %v, %v; want no write (revision %d, lease %x)",
+			after, err, before.Header.Revision, before.Kvs[0].Lease)
+	}
+
+	if _, err := raw.Delete(ctx, key); err != nil { // by hand, lease still alive
+		t.Fatal(err)
+	}
+	mustRegister(t, r, reg(inst("orders-1", 9001), 5*time.Second))
+	assertLive(t, srv.Addr(), key)
+}
+
 func TestHeartbeatRenewsAndReportsALostLease(t *testing.T) {
 	srv := startEtcd(t)
 	logs := newLogRecorder()

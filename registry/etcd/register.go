@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,6 +70,12 @@ func validateRegistration(reg registry.Registration) (int64, error) {
 // alive in the background. Registering an ID again replaces the earlier
 // registration without a gap in which the key is missing.
 //
+// Registering an ID again with the same instance and TTL, while its key is
+// in etcd under the lease this Registry keeps alive, changes nothing (one
+// read, no write: watchers see no event), as in Consul; a registry.Agent
+// without heartbeats does that periodically. If the key is gone or differs
+// (deleted by hand, etcd restored from a backup), it is written again.
+//
 // Register returns once the key is written. If it fails, nothing is
 // registered and any earlier registration of the ID stays as it was.
 func (r *Registry) Register(ctx context.Context, reg registry.Registration) error {
@@ -88,15 +95,26 @@ func (r *Registry) Register(ctx context.Context, reg registry.Registration) erro
 	if r.isClosed() {
 		return errClosed
 	}
+	r.mu.Lock()
+	old := r.regs[id]
+	r.mu.Unlock()
+	if old != nil && old.key == key && old.ttl == ttl && bytes.Equal(old.value, value) {
+		if held := clientv3.LeaseID(old.lease.Load()); held != 0 {
+			same, err := r.holds(ctx, key, value, held)
+			if err != nil {
+				return fmt.Errorf("etcd: register %q: reading the current registration: %w", id, err)
+			}
+			if same {
+				return nil
+			}
+		}
+	}
 	// Grant first: if etcd is unreachable, the old registration (if any)
 	// carries on untouched.
 	lease, err := r.grant(ctx, ttl)
 	if err != nil {
 		return fmt.Errorf("etcd: register %q: %w", id, err)
 	}
-	r.mu.Lock()
-	old := r.regs[id]
-	r.mu.Unlock()
 	var oldLease clientv3.LeaseID
 	if old != nil {
 		old.stop()
@@ -121,6 +139,17 @@ func (r *Registry) Register(ctx context.Context, reg registry.Registration) erro
 		r.revoke(oldLease)
 	}
 	return nil
+}
+
+// holds reports whether key holds value under lease.
+func (r *Registry) holds(ctx context.Context, key string, value []byte, lease clientv3.LeaseID) (bool, error) {
+	rctx, cancel := r.reqCtx(ctx)
+	defer cancel()
+	resp, err := r.cli.Get(rctx, key)
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 1 && clientv3.LeaseID(resp.Kvs[0].Lease) == lease && bytes.Equal(resp.Kvs[0].Value, value), nil
 }
 
 // Deregister stops renewing the instance's lease, revokes it and deletes
