@@ -39,6 +39,9 @@ type Source struct {
 	// Discovery lists the discovered services (registry, instances, stale,
 	// age, last error); nil serves an empty list.
 	Discovery func() any
+	// TCPListeners lists the tcp listeners' connection counts; nil serves
+	// an empty list.
+	TCPListeners func() any
 }
 
 // Server is the admin HTTP server.
@@ -63,6 +66,7 @@ func New(src Source, reg *prometheus.Registry, log *slog.Logger) *Server {
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /api/v1/upstreams", s.upstreams)
 	s.mux.HandleFunc("GET /api/v1/discovery", s.discovery)
+	s.mux.HandleFunc("GET /api/v1/tcp", s.tcpListeners)
 	s.mux.HandleFunc("POST /api/v1/reload", s.write(s.reload))
 	// Profiles reveal internals and cost CPU: like writes, they need the
 	// token when one is set.
@@ -165,6 +169,14 @@ func (s *Server) discovery(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"services": list})
+}
+
+func (s *Server) tcpListeners(w http.ResponseWriter, _ *http.Request) {
+	var list any = []any{}
+	if s.src.TCPListeners != nil {
+		list = s.src.TCPListeners()
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"listeners": list})
 }
 
 func (s *Server) reload(w http.ResponseWriter, _ *http.Request) {

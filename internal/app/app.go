@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"sync"
 	"syscall"
 	"time"
@@ -125,7 +126,7 @@ func New(path string, opt Options) (*App, error) {
 		}
 		return []discovery.ServiceStatus{}
 	}
-	a.admin = admin.New(admin.Source{Upstreams: ups, Reload: a.Reload, Discovery: status}, a.reg, a.log)
+	a.admin = admin.New(admin.Source{Upstreams: ups, Reload: a.Reload, Discovery: status, TCPListeners: a.tcpStats}, a.reg, a.log)
 	a.admin.SetToken(cfg.Admin.Token)
 
 	if err := a.apply(cfg); err != nil {
@@ -154,6 +155,35 @@ func New(path string, opt Options) (*App, error) {
 	}
 	a.log.Info("switchboard started", "config", path, "listeners", len(cfg.Listeners), "upstreams", len(cfg.Upstreams), "admin", a.AdminAddr(), "registry", a.RegistryAddr())
 	return a, nil
+}
+
+// tcpStats is the admin API's view of the tcp listeners.
+func (a *App) tcpStats() any {
+	type endpointView struct {
+		Upstream string `json:"upstream"`
+		Address  string `json:"address"`
+		Active   int    `json:"active"`
+		Total    uint64 `json:"total"`
+	}
+	type listenerView struct {
+		Listener  string         `json:"listener"`
+		Active    int            `json:"active"`
+		Queued    int            `json:"queued"`
+		Accepted  uint64         `json:"accepted"`
+		Rejected  uint64         `json:"rejected"`
+		Endpoints []endpointView `json:"endpoints"`
+	}
+	stats := a.proxy.TCPStats()
+	out := make([]listenerView, 0, len(stats))
+	for _, st := range stats {
+		v := listenerView{Listener: st.Listener, Active: st.Active, Queued: st.Queued, Accepted: st.Accepted, Rejected: st.Rejected, Endpoints: []endpointView{}}
+		for _, e := range st.Endpoints {
+			v.Endpoints = append(v.Endpoints, endpointView{Upstream: e.Upstream, Address: e.Address, Active: e.Active, Total: e.Total})
+		}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Listener < out[j].Listener })
+	return out
 }
 
 // startEmbedded starts the embedded registry.

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -387,5 +388,75 @@ upstreams:
 	}
 	if n, last := failures("http://"+listen+"/", 20); n != 0 {
 		t.Fatalf("%d of 20 requests failed after moving to a registry that is down (last: %s)", n, last)
+	}
+}
+
+// TestAdminListsTCPListeners: GET /api/v1/tcp shows a tcp listener's
+// connections and the endpoint they went to.
+func TestAdminListsTCPListeners(t *testing.T) {
+	backend, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer backend.Close()
+	go func() {
+		for {
+			c, err := backend.Accept()
+			if err != nil {
+				return
+			}
+			io.Copy(c, c)
+			c.Close()
+		}
+	}()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "switchboard.yaml")
+	listen := freeAddr(t)
+	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+log: {level: error}
+listeners:
+  - {name: db, protocol: tcp, listen: %s, upstream: pg}
+upstreams:
+  pg: {targets: [{address: %s}]}
+`, listen, backend.Addr()))
+	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Shutdown()
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo through the tcp listener: %q, %v", buf, err)
+	}
+	resp, err := http.Get("http://" + a.AdminAddr() + "/api/v1/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Listeners []struct {
+			Listener  string
+			Active    int
+			Accepted  uint64
+			Endpoints []struct {
+				Address string
+				Active  int
+			}
+		}
+	}
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if len(got.Listeners) != 1 || got.Listeners[0].Listener != "db" || got.Listeners[0].Accepted != 1 || got.Listeners[0].Active != 1 ||
+		len(got.Listeners[0].Endpoints) != 1 || got.Listeners[0].Endpoints[0].Address != backend.Addr().String() || got.Listeners[0].Endpoints[0].Active != 1 {
+		t.Fatalf("GET /api/v1/tcp = %+v; want listener db with 1 accepted, 1 active, to %s", got, backend.Addr())
 	}
 }
