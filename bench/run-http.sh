@@ -82,19 +82,9 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 OUT_DIR="$REPO_ROOT/bench/out"
 
-log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { printf '[bench] ERROR: %s\n' "$*" >&2; exit 1; }
-
-# Parse a duration as wrk takes it (10, 10s, 2m, 1h) into whole seconds.
-dur_seconds() {
-	local d=$1
-	case $d in
-	*h) echo $((${d%h} * 3600)) ;;
-	*m) echo $((${d%m} * 60)) ;;
-	*s) echo "${d%s}" ;;
-	*) echo "$d" ;;
-	esac
-}
+BENCH_TAG=bench
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for v in ROUNDS CONNS THREADS PROFILE_SECONDS NGINX_WORKERS HAPROXY_THREADS; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
@@ -210,48 +200,6 @@ install_tools() {
 }
 
 # ---------------------------------------------------------------- helpers
-# port_open PORT: does something accept TCP connections on 127.0.0.1:PORT?
-port_open() {
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-
-# wait_port NAME PID PORT SECONDS: wait until PORT accepts, while PID lives.
-wait_port() {
-	local name=$1 pid=$2 port=$3 secs=$4 i
-	for ((i = 0; i < secs * 10; i++)); do
-		port_open "$port" && return 0
-		if ! kill -0 "$pid" 2>/dev/null; then
-			log "$name exited before 127.0.0.1:$port accepted connections"
-			return 1
-		fi
-		sleep 0.1
-	done
-	log "$name: 127.0.0.1:$port did not accept connections within ${secs}s"
-	return 1
-}
-
-# start NAME LOGFILE CMD...: start CMD in its own session/process group
-# (so that cleanup can stop it with all its children); sets START_PID.
-START_PID=""
-start() {
-	local name=$1 logfile=$2
-	shift 2
-	setsid "$@" >"$logfile" 2>&1 </dev/null &
-	START_PID=$!
-	STARTED_PIDS+=("$START_PID")
-	log "started $name (pid $START_PID): $*"
-}
-
-# check_ports_free PORT...: refuse to measure whatever else listens there.
-check_ports_free() {
-	local p
-	for p in "$@"; do
-		if port_open "$p"; then
-			die "127.0.0.1:$p is already in use by another process (a previous run still alive? ss -ltnp 'sport = :$p')"
-		fi
-	done
-}
-
 # smoke NAME URL: one GET must return 200 "ok"; a few more should reach both
 # backends (each backend answers with its own X-Backend header).
 smoke() {
@@ -298,13 +246,6 @@ parse_wrk() {
 	echo "$rps $(to_ms "$p50") $(to_ms "$p99") ${non2xx:-0} ${sockerr:-0}"
 }
 
-# median of numbers on stdin
-median() {
-	sort -g | awk '{a[NR] = $1} END {
-		if (NR == 0) { print ""; exit }
-		if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-
 target_url() {
 	case $1 in
 	switchboard) echo "http://127.0.0.1:$SB_PORT/" ;;
@@ -344,7 +285,6 @@ log "raw outputs: $RUN_DIR"
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 check_ports_free "$BACKEND1_PORT" "$BACKEND2_PORT"
-want() { [[ " $TARGETS " == *" $1 "* ]]; }
 
 # --- switchboard binary (build failures are reported, not fatal)
 SB_BIN=""

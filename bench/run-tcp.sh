@@ -91,8 +91,9 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/.." && pwd)
 OUT_DIR="$REPO_ROOT/bench/out"
 NGINX_STREAM_MODULE=/usr/lib/nginx/modules/ngx_stream_module.so
 
-log() { printf '[bench-tcp %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-die() { printf '[bench-tcp] ERROR: %s\n' "$*" >&2; exit 1; }
+BENCH_TAG=bench-tcp
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for v in ROUNDS CONNS NGINX_WORKERS HAPROXY_THREADS BULK_BYTES; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
@@ -103,7 +104,6 @@ for t in $TARGETS; do
 	*) die "unknown target '$t' in TARGETS (known: switchboard nginx haproxy direct)" ;;
 	esac
 done
-dur_seconds() { case $1 in *m) echo $((${1%m} * 60)) ;; *s) echo "${1%s}" ;; *) echo "$1" ;; esac; }
 
 # ---------------------------------------------------------------- cleanup
 STARTED_PIDS=()
@@ -134,7 +134,6 @@ trap 'log "interrupted"; exit 130' INT
 trap 'log "terminated"; exit 143' TERM
 
 # ---------------------------------------------------------------- install
-want() { [[ " $TARGETS " == *" $1 "* ]]; }
 missing_pkgs() {
 	if want nginx; then
 		command -v nginx >/dev/null 2>&1 || printf 'nginx '
@@ -172,41 +171,9 @@ install_pkgs() {
 }
 
 # ---------------------------------------------------------------- helpers
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() { # NAME PID PORT
-	local i
-	for ((i = 0; i < 100; i++)); do
-		port_open "$3" && return 0
-		kill -0 "$2" 2>/dev/null || { log "$1 exited before 127.0.0.1:$3 accepted connections"; return 1; }
-		sleep 0.1
-	done
-	log "$1: 127.0.0.1:$3 did not accept connections within 10s"
-	return 1
-}
-check_ports_free() {
-	local p
-	for p in "$@"; do
-		port_open "$p" && die "127.0.0.1:$p is already in use (a previous run still alive? ss -ltnp 'sport = :$p')"
-	done
-	return 0
-}
-START_PID=""
-start() { # NAME LOGFILE CMD...
-	local name=$1 logfile=$2
-	shift 2
-	setsid "$@" >"$logfile" 2>&1 </dev/null &
-	START_PID=$!
-	STARTED_PIDS+=("$START_PID")
-	log "started $name (pid $START_PID): $*"
-}
 stop() { # PID
 	kill -TERM -- "-$1" 2>/dev/null || kill -TERM "$1" 2>/dev/null || true
 	wait "$1" 2>/dev/null || true
-}
-median() {
-	sort -g | awk '{a[NR] = $1} END {
-		if (NR == 0) { print ""; exit }
-		if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 kv() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" "$2" | tail -n1; }
 target_port() {
