@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -222,19 +223,7 @@ func (d *Discovery) Status() []ServiceStatus {
 		out = append(out, w.status(now))
 	}
 	slices.SortFunc(out, func(a, b ServiceStatus) int {
-		if a.Service != b.Service {
-			if a.Service < b.Service {
-				return -1
-			}
-			return 1
-		}
-		if a.key < b.key {
-			return -1
-		}
-		if a.key > b.key {
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.key, b.key))
 	})
 	return out
 }

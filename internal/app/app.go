@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/internal/registries"
 	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcp"
 	"github.com/switchboard-dev/switchboard/registryd"
 )
 
@@ -157,33 +159,11 @@ func New(path string, opt Options) (*App, error) {
 	return a, nil
 }
 
-// tcpStats is the admin API's view of the tcp listeners.
+// tcpStats is the admin API's view of the tcp listeners, by name.
 func (a *App) tcpStats() any {
-	type endpointView struct {
-		Upstream string `json:"upstream"`
-		Address  string `json:"address"`
-		Active   int    `json:"active"`
-		Total    uint64 `json:"total"`
-	}
-	type listenerView struct {
-		Listener  string         `json:"listener"`
-		Active    int            `json:"active"`
-		Queued    int            `json:"queued"`
-		Accepted  uint64         `json:"accepted"`
-		Rejected  uint64         `json:"rejected"`
-		Endpoints []endpointView `json:"endpoints"`
-	}
 	stats := a.proxy.TCPStats()
-	out := make([]listenerView, 0, len(stats))
-	for _, st := range stats {
-		v := listenerView{Listener: st.Listener, Active: st.Active, Queued: st.Queued, Accepted: st.Accepted, Rejected: st.Rejected, Endpoints: []endpointView{}}
-		for _, e := range st.Endpoints {
-			v.Endpoints = append(v.Endpoints, endpointView{Upstream: e.Upstream, Address: e.Address, Active: e.Active, Total: e.Total})
-		}
-		out = append(out, v)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Listener < out[j].Listener })
-	return out
+	slices.SortFunc(stats, func(x, y tcpproxy.Stats) int { return cmp.Compare(x.Listener, y.Listener) })
+	return stats
 }
 
 // startEmbedded starts the embedded registry.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
@@ -80,11 +81,7 @@ func measure(b *testing.B, setup func(*Manager), name string, register func(id s
 	pool := endpoint.NewPool("orders")
 	arrived := make(chan int, 1024)
 	cancel := f.Subscribe(func(in []registry.Instance) {
-		specs := make([]endpoint.Spec, len(in))
-		for i, x := range in {
-			specs[i] = endpoint.Spec{Address: x.HostPort(), Weight: x.EffectiveWeight()}
-		}
-		pool.Update(specs)
+		pool.Update(discovery.Specs(in))
 		arrived <- len(pool.Snapshot().Ready)
 	})
 	defer cancel()

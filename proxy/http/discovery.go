@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/registry"
 )
@@ -43,16 +44,6 @@ func discoveryKey(d *config.UpstreamDiscovery) string {
 
 func discoveryQuery(d *config.UpstreamDiscovery) registry.Query {
 	return registry.Query{Service: d.Service, Tags: d.Tags, PassingOnly: d.PassingOnly == nil || *d.PassingOnly}
-}
-
-// instanceSpecs turns registry instances into endpoint specs. Two instances
-// at one address are one endpoint (the first wins).
-func instanceSpecs(in []registry.Instance) []endpoint.Spec {
-	out := make([]endpoint.Spec, 0, len(in))
-	for _, i := range in {
-		out = append(out, endpoint.Spec{Address: i.HostPort(), Weight: i.EffectiveWeight(), Zone: i.Zone, Meta: i.Meta})
-	}
-	return out
 }
 
 // registryHealth maps each instance address to the registry's verdict.
@@ -99,7 +90,7 @@ func (u *Upstream) currentSpecs() ([]endpoint.Spec, map[string]registry.Health) 
 		return specs(&u.cfg), nil
 	}
 	in := u.feed.Instances()
-	return instanceSpecs(in), registryHealth(in)
+	return discovery.Specs(in), registryHealth(in)
 }
 
 // poolSpecs are the specs of the pool's current endpoints.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 	"github.com/switchboard-dev/switchboard/registry"
@@ -88,8 +89,13 @@ func specs(c *config.Upstream) []endpoint.Spec {
 // from the running config) exists, its pool is kept, so endpoints keep their
 // live state across a reload, and so are its balancer and client when their
 // settings did not change.
-func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Logger, m *Metrics, disc Discovery) (*Upstream, error) {
+func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Logger, m *Metrics, disc Discovery) (_ *Upstream, err error) {
 	u := &Upstream{name: name, cfg: *c, log: log, feedKey: discoveryKey(c.Discovery)}
+	defer func() {
+		if err != nil {
+			u.closeNewFeed(prev) // a failed build keeps no feed it opened
+		}
+	}()
 	if prev != nil {
 		u.pool, u.epMu = prev.pool, prev.epMu
 	} else {
@@ -116,7 +122,6 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 	} else {
 		b, err := balance.New(bc)
 		if err != nil {
-			u.closeNewFeed(prev)
 			return nil, err
 		}
 		u.bal = b
@@ -124,7 +129,6 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 	if bc.HashKey != "" {
 		k, err := balance.ParseHashKey(bc.HashKey)
 		if err != nil {
-			u.closeNewFeed(prev)
 			return nil, err
 		}
 		u.hashKey = &k
@@ -134,7 +138,6 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 	} else {
 		h, err := newHealthState(name, u.pool, c.Health, c.Breaker, c.Discovery != nil, log, m.states)
 		if err != nil {
-			u.closeNewFeed(prev)
 			return nil, fmt.Errorf("health: %w", err)
 		}
 		u.health = h
@@ -145,7 +148,6 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 		} else {
 			lim, err := ratelimit.NewConcurrency(c.Concurrency.Library())
 			if err != nil {
-				u.closeNewFeed(prev)
 				return nil, err
 			}
 			u.bulkhead = &bulkhead{cfg: *c.Concurrency, c: lim}
@@ -230,7 +232,7 @@ func (u *Upstream) activate(prev *Upstream) {
 		}
 		// Subscribe delivers the latest answer at once and every later one.
 		u.unfeed = u.feed.Subscribe(func(in []registry.Instance) {
-			u.setEndpoints(instanceSpecs(in), registryHealth(in))
+			u.setEndpoints(discovery.Specs(in), registryHealth(in))
 		})
 	} else {
 		u.setEndpoints(u.currentSpecs())

@@ -1,6 +1,7 @@
 package tcpproxy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -195,24 +196,12 @@ func (c Config) Validate() error {
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	if c.SNITimeout == 0 {
-		c.SNITimeout = DefaultSNITimeout
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.ConnectAttempts == 0 {
-		c.ConnectAttempts = DefaultConnectAttempts
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.QueueTimeout == 0 {
-		c.QueueTimeout = DefaultQueueTimeout
-	}
-	if c.ProxyProtocolTimeout == 0 {
-		c.ProxyProtocolTimeout = DefaultProxyProtocolTimeout
-	}
+	c.SNITimeout = cmp.Or(c.SNITimeout, DefaultSNITimeout)
+	c.ConnectTimeout = cmp.Or(c.ConnectTimeout, DefaultConnectTimeout)
+	c.ConnectAttempts = cmp.Or(c.ConnectAttempts, DefaultConnectAttempts)
+	c.IdleTimeout = cmp.Or(c.IdleTimeout, DefaultIdleTimeout)
+	c.QueueTimeout = cmp.Or(c.QueueTimeout, DefaultQueueTimeout)
+	c.ProxyProtocolTimeout = cmp.Or(c.ProxyProtocolTimeout, DefaultProxyProtocolTimeout)
 	return c
 }
 

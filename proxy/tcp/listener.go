@@ -1,6 +1,7 @@
 package tcpproxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -376,26 +377,30 @@ func (l *Listener) activeConns() int {
 	return len(l.conns)
 }
 
-// Stats is a listener's state for the admin API.
+// Stats is a listener's state for the admin API (GET /api/v1/tcp serves
+// it as JSON).
 type Stats struct {
-	Listener string
+	Listener string `json:"listener"`
 	// Active is the connections being served (set up or forwarded);
 	// Queued those waiting for a slot under MaxConns.
-	Active, Queued int
+	Active int `json:"active"`
+	Queued int `json:"queued"`
 	// Accepted and Rejected count connections since the listener started.
-	Accepted, Rejected uint64
+	Accepted uint64 `json:"accepted"`
+	Rejected uint64 `json:"rejected"`
 	// Endpoints lists the endpoints this listener has used recently.
-	Endpoints []EndpointStats
+	Endpoints []EndpointStats `json:"endpoints"`
 }
 
 // EndpointStats is one endpoint's share of a listener's connections.
 type EndpointStats struct {
-	Upstream, Address string
+	Upstream string `json:"upstream"`
+	Address  string `json:"address"`
 	// Active counts connections to the endpoint, those still connecting
 	// included (what MaxConnsPerEndpoint limits); Total the connections
 	// forwarded to it.
-	Active int
-	Total  uint64
+	Active int    `json:"active"`
+	Total  uint64 `json:"total"`
 }
 
 // Stats returns the listener's current numbers.
@@ -478,19 +483,7 @@ func (t *epTable) stats() []EndpointStats {
 		out = append(out, EndpointStats{Upstream: st.upstream, Address: st.addr, Active: st.active, Total: st.total.Load()})
 	}
 	slices.SortFunc(out, func(a, b EndpointStats) int {
-		if a.Upstream != b.Upstream {
-			if a.Upstream < b.Upstream {
-				return -1
-			}
-			return 1
-		}
-		if a.Address < b.Address {
-			return -1
-		}
-		if a.Address > b.Address {
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Address, b.Address))
 	})
 	return out
 }
