@@ -67,3 +67,15 @@ median() {
 		if (NR == 0) { print ""; exit }
 		if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
+
+# machine_footer: the end of a results table — the machine description the
+# script wrote to $RUN_DIR/machine.md, the load now, and where the raw
+# outputs are.
+machine_footer() {
+	echo
+	echo "Machine:"
+	echo
+	cat "$RUN_DIR/machine.md"
+	echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "- raw outputs: bench/out/$(basename "$RUN_DIR")/"
+}

@@ -632,12 +632,7 @@ status=0
 		for t in "${!FAILED_RUNS[@]}"; do echo "- **$t**: ${FAILED_RUNS[$t]} of $ROUNDS runs failed (see raw outputs)"; done
 		status=3
 	fi
-	echo
-	echo "Machine:"
-	echo
-	cat "$RUN_DIR/machine.md"
-	echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "- raw outputs: bench/out/$(basename "$RUN_DIR")/"
+	machine_footer
 } >"$RUN_DIR/results.md"
 
 cat "$RUN_DIR/results.md"

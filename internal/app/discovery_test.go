@@ -148,10 +148,8 @@ upstreams:
 // urlprefix- tag registers and deregisters.
 func TestEmbeddedRegistryFeedsUpstreamsAndAutoRoutes(t *testing.T) {
 	api, web := named(t, "api"), named(t, "web")
-	dir := t.TempDir()
-	path := filepath.Join(dir, "switchboard.yaml")
 	listen := freeAddr(t)
-	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+	a, _ := serve(t, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
 log: {level: error}
 registry: {listen: 127.0.0.1:0}
 listeners:
@@ -163,11 +161,6 @@ upstreams:
   api:
     discovery: {registry: embedded, service: api}
 `, listen))
-	a, err := app.New(path, app.Options{Stderr: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Shutdown()
 	c, err := consul.NewClient(&consul.Config{Address: a.RegistryAddr()})
 	if err != nil {
 		t.Fatal(err)
@@ -231,6 +224,20 @@ upstreams:
 	}
 }
 
+// serve writes yaml to a config file and starts `switchboard serve` on it
+// until the test ends; it returns the app and the file's path.
+func serve(t *testing.T, yaml string) (*app.App, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "switchboard.yaml")
+	writeFile(t, path, yaml)
+	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Shutdown() })
+	return a, path
+}
+
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // TestRegistryHealthIsAnEndpointSignal: with passing_only: false, an
@@ -238,10 +245,8 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // unhealthy with the registry as the reason, and comes back when it passes.
 func TestRegistryHealthIsAnEndpointSignal(t *testing.T) {
 	b1, b2 := named(t, "b1"), named(t, "b2")
-	dir := t.TempDir()
-	path := filepath.Join(dir, "switchboard.yaml")
 	listen := freeAddr(t)
-	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+	a, _ := serve(t, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
 log: {level: error}
 registry: {listen: 127.0.0.1:0}
 listeners:
@@ -252,11 +257,6 @@ upstreams:
   api:
     discovery: {registry: embedded, service: api, passing_only: false}
 `, listen))
-	a, err := app.New(path, app.Options{Stderr: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Shutdown()
 	c, err := consul.NewClient(&consul.Config{Address: a.RegistryAddr()})
 	if err != nil {
 		t.Fatal(err)
@@ -409,21 +409,14 @@ func TestAdminListsTCPListeners(t *testing.T) {
 			c.Close()
 		}
 	}()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "switchboard.yaml")
 	listen := freeAddr(t)
-	writeFile(t, path, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
+	a, _ := serve(t, fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
 log: {level: error}
 listeners:
   - {name: db, protocol: tcp, listen: %s, upstream: pg}
 upstreams:
   pg: {targets: [{address: %s}]}
 `, listen, backend.Addr()))
-	a, err := app.New(path, app.Options{Stderr: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Shutdown()
 	c, err := net.Dial("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
