@@ -333,12 +333,6 @@ func (f *feed) publish(from *discovery.View, in []registry.Instance) {
 	}
 }
 
-func (f *feed) Instances() []registry.Instance {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.last
-}
-
 // Answered reports whether the feed has had an answer yet.
 func (f *feed) Answered() bool {
 	f.mu.Lock()

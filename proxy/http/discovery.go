@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
-	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/registry"
 )
@@ -20,8 +19,6 @@ type Discovery interface {
 
 // Feed is a stream of whole instance sets for one query.
 type Feed interface {
-	// Instances is the latest set (empty before the first answer).
-	Instances() []registry.Instance
 	// Answered reports whether there has been a first answer (from the
 	// registry or a disk cache).
 	Answered() bool
@@ -81,16 +78,6 @@ func (u *Upstream) setEndpoints(specs []endpoint.Spec, health map[string]registr
 		}
 		u.h1.forget(addrs)
 	}
-}
-
-// currentSpecs are the endpoints the upstream has now: its targets, or its
-// feed's latest instances.
-func (u *Upstream) currentSpecs() ([]endpoint.Spec, map[string]registry.Health) {
-	if u.feed == nil {
-		return specs(&u.cfg), nil
-	}
-	in := u.feed.Instances()
-	return discovery.Specs(in), registryHealth(in)
 }
 
 // poolSpecs are the specs of the pool's current endpoints.

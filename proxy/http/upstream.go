@@ -235,7 +235,7 @@ func (u *Upstream) activate(prev *Upstream) {
 			u.setEndpoints(discovery.Specs(in), registryHealth(in))
 		})
 	} else {
-		u.setEndpoints(u.currentSpecs())
+		u.setEndpoints(specs(&u.cfg), nil)
 	}
 	if prev != nil {
 		if prev.h1 != nil && prev.h1 != u.h1 {
