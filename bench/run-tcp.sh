@@ -14,7 +14,9 @@
 # What is measured, per target and round:
 #   bulk      one connection sends BULK_BYTES (default 1 GiB) to a sink
 #             backend, which answers with its byte count after the EOF;
-#             MiB/s from connect to that answer.
+#             MiB/s from connect to that answer; and the CPU time per GiB
+#             of the whole machine (/proc/stat) and of the proxy, which
+#             bounds what any proxy could reach here (see the table notes).
 #   connrate  CONNS clients (default 64) for DURATION (default 10s) each
 #             loop: connect, write 8 bytes, read their echo, close;
 #             connections per second, p50/p99 of one such cycle, errors.
@@ -200,6 +202,11 @@ cpu_ticks() {
 	echo "$s"
 }
 CLK_TCK=$(getconf CLK_TCK)
+# machine_busy: busy jiffies (CLK_TCK units) summed over every core, from
+# /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal,
+# busy = all but idle and iowait. Softirq time counts, which per-process
+# times miss when ksoftirqd does a loopback hop's receive work.
+machine_busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
 
 # ---------------------------------------------------------------- setup
 mkdir -p "$OUT_DIR"
@@ -386,15 +393,23 @@ for t in "${ACTIVE[@]}"; do
 	run_bulk "$t" $((BULK_BYTES / 8)) "$RUN_DIR/warmup-bulk-$t.txt" || log "warm-up bulk of $t failed"
 	run_connrate "$t" 2s "$RUN_DIR/warmup-connrate-$t.txt" || log "warm-up connrate of $t failed"
 done
-echo "round,target,kind,value,p50_ms,p99_ms,errors,cpu_us_per_conn" >"$RUN_DIR/results.csv"
+echo "round,target,kind,value,p50_ms,p99_ms,errors,cpu_us_per_conn,machine_core_s_per_gib,proxy_core_s_per_gib" >"$RUN_DIR/results.csv"
 declare -A FAILED=()
 for ((r = 0; r < ROUNDS; r++)); do
 	for ((j = 0; j < n; j++)); do
 		t=${ACTIVE[$(((j + r) % n))]}
 		f="$RUN_DIR/round$((r + 1))-$t-bulk.txt"
+		ticks0="" busy0=$(machine_busy)
+		[[ -n ${SID[$t]:-} ]] && ticks0=$(cpu_ticks "${SID[$t]}")
 		if run_bulk "$t" "$BULK_BYTES" "$f" && [[ -n $(kv mib_per_s "$f") ]]; then
-			echo "$((r + 1)),$t,bulk,$(kv mib_per_s "$f"),,,," >>"$RUN_DIR/results.csv"
-			log "round $((r + 1)) $t bulk: $(kv mib_per_s "$f") MiB/s"
+			# CPU per GiB moved: the whole machine's (client, proxy, sink
+			# and the kernel's network work) and the proxy's own.
+			gib=$(awk -v b="$BULK_BYTES" 'BEGIN {print b / 1073741824}')
+			mcpu=$(awk -v t=$(($(machine_busy) - busy0)) -v hz="$CLK_TCK" -v g="$gib" 'BEGIN {printf "%.3f", t / hz / g}')
+			pcpu=""
+			[[ -n $ticks0 ]] && pcpu=$(awk -v t=$(($(cpu_ticks "${SID[$t]}") - ticks0)) -v hz="$CLK_TCK" -v g="$gib" 'BEGIN {printf "%.3f", t / hz / g}')
+			echo "$((r + 1)),$t,bulk,$(kv mib_per_s "$f"),,,,,$mcpu,$pcpu" >>"$RUN_DIR/results.csv"
+			log "round $((r + 1)) $t bulk: $(kv mib_per_s "$f") MiB/s, CPU core-s/GiB: machine $mcpu, proxy ${pcpu:-n/a}"
 		else
 			FAILED[$t]="${FAILED[$t]:-}bulk round $((r + 1)): $(tr '\n' ' ' <"$f"); "
 			log "round $((r + 1)) $t bulk FAILED: $(tr '\n' ' ' <"$f")"
@@ -408,7 +423,7 @@ for ((r = 0; r < ROUNDS; r++)); do
 				cpu=$(awk -v t=$(($(cpu_ticks "${SID[$t]}") - ticks0)) -v hz="$CLK_TCK" -v c="$(kv conns "$f")" \
 					'BEGIN {if (c > 0) printf "%.1f", t / hz * 1e6 / c}')
 			fi
-			echo "$((r + 1)),$t,connrate,$(kv rate "$f"),$(kv p50_ms "$f"),$(kv p99_ms "$f"),$(kv errors "$f"),$cpu" >>"$RUN_DIR/results.csv"
+			echo "$((r + 1)),$t,connrate,$(kv rate "$f"),$(kv p50_ms "$f"),$(kv p99_ms "$f"),$(kv errors "$f"),$cpu,," >>"$RUN_DIR/results.csv"
 			log "round $((r + 1)) $t connrate: $(kv rate "$f") conn/s, p99 $(kv p99_ms "$f") ms, errors $(kv errors "$f"), proxy CPU ${cpu:-n/a} µs/conn"
 		else
 			FAILED[$t]="${FAILED[$t]:-}connrate round $((r + 1)): $(tr '\n' ' ' <"$f"); "
@@ -453,17 +468,25 @@ fi
 
 # ---------------------------------------------------------------- report
 col() { awk -F, -v t="$1" -v k="$2" -v c="$3" 'NR > 1 && $2 == t && $3 == k {print $c}' "$RUN_DIR/results.csv"; }
+# paired T KIND REF: the median over rounds of T's value / REF's value in
+# the same round. Rounds measure every target back to back, so a round's
+# ratio cancels most of the machine's drift between rounds.
+paired() {
+	awk -F, -v t="$1" -v k="$2" -v ref="$3" 'NR > 1 && $3 == k && $4 != "" {v[$1, $2] = $4; r[$1] = 1}
+		END {for (i in r) if (v[i, t] != "" && v[i, ref] > 0) print v[i, t] / v[i, ref]}' "$RUN_DIR/results.csv" |
+		median | awk NF | awk '{printf "%.2fx", $1}'
+}
 direct_bulk=$(col direct bulk 4 | median)
 nginx_rate=$(col nginx connrate 4 | median)
 status=0
 {
 	echo "### TCP proxy (L4) — $(date +%Y-%m-%d), $ROUNDS round(s)"
 	echo
-	echo "| target | bulk MiB/s (median) | vs direct | conn/s (median) | vs nginx | p50 ms | p99 ms | errors | proxy CPU µs/conn | bulk per round | conn/s per round |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
+	echo "| target | bulk MiB/s (median) | vs direct | bulk core·s/GiB machine / proxy | bulk bound at $(nproc) busy cores, vs direct | conn/s (median) | vs nginx | p50 ms | p99 ms | errors | proxy CPU µs/conn | bulk per round | conn/s per round |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"
 	for t in $TARGETS; do
 		if [[ -n ${NOT_MEASURED[$t]:-} ]]; then
-			echo "| $t | — | — | — | — | — | — | — | — | not measured (see below) | |"
+			echo "| $t | — | — | — | — | — | — | — | — | — | — | not measured (see below) | |"
 			status=3
 			continue
 		fi
@@ -474,20 +497,34 @@ status=0
 		errs=$(col "$t" connrate 7 | awk '{s += $1} END {print s + 0}')
 		vd="n/a"
 		[[ -n $bulk && -n $direct_bulk ]] && vd=$(awk -v a="$bulk" -v b="$direct_bulk" 'BEGIN {printf "%.2fx", a / b}')
+		[[ $vd != n/a ]] && vd="$vd ($(paired "$t" bulk direct))"
 		vn="n/a"
 		[[ -n $rate && -n $nginx_rate ]] && vn=$(awk -v a="$rate" -v b="$nginx_rate" 'BEGIN {printf "%.2fx", a / b}')
+		[[ $vn != n/a ]] && vn="$vn ($(paired "$t" connrate nginx))"
 		pb=$(col "$t" bulk 4 | awk '{printf "%s%.0f", (NR > 1 ? ", " : ""), $1}')
 		pr=$(col "$t" connrate 4 | awk '{printf "%s%.0f", (NR > 1 ? ", " : ""), $1}')
 		cpu=$(col "$t" connrate 8 | awk NF | median)
-		printf '| %s | %.0f | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s |\n' "$t" "${bulk:-0}" "$vd" "${rate:-0}" "$vn" "${p50:-0}" "${p99:-0}" "$errs" "${cpu:-—}" "$pb" "$pr"
+		mcpu=$(col "$t" bulk 9 | awk NF | median)
+		pcpu=$(col "$t" bulk 10 | awk NF | median)
+		# The most this path could move if every core were busy at the
+		# measured CPU cost per GiB, as a ratio of direct's measured bulk.
+		bound="n/a"
+		[[ -n $mcpu && -n $direct_bulk ]] && bound=$(awk -v n="$(nproc)" -v c="$mcpu" -v d="$direct_bulk" 'BEGIN {if (c > 0) printf "%.2fx", n / c * 1024 / d; else print "n/a"}')
+		printf '| %s | %.0f | %s | %s / %s | %s | %.0f | %s | %.2f | %.2f | %s | %s | %s | %s |\n' "$t" "${bulk:-0}" "$vd" "${mcpu:-—}" "${pcpu:-—}" "$bound" "${rate:-0}" "$vn" "${p50:-0}" "${p99:-0}" "$errs" "${cpu:-—}" "$pb" "$pr"
 		((errs == 0)) || status=3
 	done
 	echo
 	echo "Medians over rounds. bulk: one connection, $BULK_BYTES bytes into a sink, MiB/s from connect to the sink's"
 	echo "answer; vs direct = bulk / direct bulk. conn/s: $CONNS clients each looping connect, 8-byte echo, close"
 	echo "for $DURATION; p50/p99 of one such cycle; errors summed over rounds; vs nginx = conn/s / nginx stream conn/s."
+	echo "In brackets after a ratio of medians: the median of the same ratio taken within each round (paired)."
 	echo "proxy CPU µs/conn: user+system CPU time of the proxy's processes during the conn/s run, per connection"
 	echo "(steadier than conn/s on a shared machine). \"direct\" is the backend with no proxy."
+	echo "bulk core·s/GiB: CPU time per GiB moved during the bulk run — machine: every core's busy time from"
+	echo "/proc/stat (client, proxy, sink, the kernel's network work); proxy: the proxy's processes alone."
+	echo "bulk bound: $(nproc) cores / machine core·s per GiB, as a ratio of direct's bulk — what the path could"
+	echo "reach if the machine were fully busy at the measured cost per byte (above 1.00x for direct means"
+	echo "direct itself is not CPU-bound)."
 	[[ -n $SPLICE_NOTE ]] && { echo; echo "$SPLICE_NOTE"; }
 	if ((${#NOT_MEASURED[@]} > 0 || ${#FAILED[@]} > 0)); then
 		echo
