@@ -25,6 +25,22 @@ import (
 	"github.com/switchboard-dev/switchboard/endpoint"
 )
 
+// WaitFor polls cond every 2 ms until it holds, failing t after timeout
+// with what it was waiting for. For state that has no event to wait on
+// (a gauge, a counter); prefer a channel when there is one.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
 // FreeAddr returns a loopback address with a port that was free a moment
 // ago, for configurations that must name a port before anything binds it.
 func FreeAddr(t testing.TB) string {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 // TestShutdownLetsEstablishedConnectionFinish: after Shutdown the
@@ -26,7 +28,7 @@ func TestShutdownLetsEstablishedConnectionFinish(t *testing.T) {
 		defer cancel()
 		done <- p.l.Shutdown(ctx)
 	}()
-	waitFor(t, 5*time.Second, "the listener to stop accepting", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the listener to stop accepting", func() bool {
 		nc, err := net.DialTimeout("tcp", p.addr, time.Second)
 		if err != nil {
 			return true
@@ -88,9 +90,9 @@ func TestShutdownClosesQueuedAndConnecting(t *testing.T) {
 	up := newUpstream(t, "app", rr(), hole)
 	p := startProxy(t, Config{Name: "t", Upstream: "app", ConnectTimeout: time.Minute, MaxConns: 1, QueueSize: 1, QueueTimeout: time.Minute}, up)
 	connecting := p.dial(t)
-	waitFor(t, 5*time.Second, "the first connection to be admitted", func() bool { return p.l.Stats().Active == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the first connection to be admitted", func() bool { return p.l.Stats().Active == 1 })
 	queued := p.dial(t)
-	waitFor(t, 5*time.Second, "the second to be queued", func() bool { return p.l.Stats().Queued == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the second to be queued", func() bool { return p.l.Stats().Queued == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
@@ -102,7 +104,7 @@ func TestShutdownClosesQueuedAndConnecting(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Shutdown = %v, want the connecting one cut at the deadline", err)
 	}
-	waitFor(t, 5*time.Second, "rejected{shutdown} = 2", func() bool { return p.rejected(RejectShutdown) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{shutdown} = 2", func() bool { return p.rejected(RejectShutdown) == 2 })
 	if n := p.connectErrors("app", hole); n != 0 {
 		t.Errorf("connect errors = %v, want 0: a dial cut by shutdown says nothing about the endpoint", n)
 	}
@@ -126,7 +128,7 @@ func TestUpdateKeepsEstablishedConnections(t *testing.T) {
 		t.Fatalf("after Update: new connection reached %q, want b", got)
 	}
 	expectClosed(t, fresh, 5*time.Second) // the new idle timeout applies to it
-	waitFor(t, 5*time.Second, "closed{idle_timeout} = 1", func() bool { return p.closed(CloseIdle) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "closed{idle_timeout} = 1", func() bool { return p.closed(CloseIdle) == 1 })
 	roundTrip(t, old, "old connection, old settings (no 50ms idle timeout)")
 	if n := p.closed(CloseIdle); n != 1 {
 		t.Errorf("closed{idle_timeout} = %v, want 1 (only the new connection)", n)

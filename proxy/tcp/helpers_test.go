@@ -328,20 +328,6 @@ func expectClosed(t testing.TB, c net.Conn, within time.Duration) time.Duration 
 	return time.Since(start)
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // blackhole returns an address where a dial hangs: a listening socket with
 // a backlog of 0 whose accept queue is already full, so the kernel drops
 // further SYNs.

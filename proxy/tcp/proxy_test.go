@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 func TestEchoThroughProxy(t *testing.T) {
@@ -27,7 +28,7 @@ func TestEchoThroughProxy(t *testing.T) {
 		t.Fatalf("after CloseWrite: read %q, %v; want EOF", rest, err)
 	}
 	c.Close()
-	waitFor(t, 5*time.Second, "the connection to be counted closed", func() bool { return p.closed(CloseDone) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the connection to be counted closed", func() bool { return p.closed(CloseDone) == 1 })
 	if got := p.forwarded("app", b.addr); got != 1 {
 		t.Errorf("switchboard_tcp_connections_total = %v, want 1", got)
 	}
@@ -81,7 +82,7 @@ func TestBulkTransferChecksum(t *testing.T) {
 		t.Fatal("checksum of the echoed bytes differs from what was sent")
 	}
 	c.Close()
-	waitFor(t, 5*time.Second, "the connection to end", func() bool { return p.closed(CloseDone) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the connection to end", func() bool { return p.closed(CloseDone) == 1 })
 	for _, dir := range []string{DirDownstreamRx, DirUpstreamRx} {
 		if got := promValue(p, "app", b.addr, dir); got != size {
 			t.Errorf("received bytes %s = %v, want %d", dir, got, size)
@@ -159,7 +160,7 @@ func TestIdleTimeoutClosesSilentConnection(t *testing.T) {
 	if took < idle-idle/4 { // the roundTrip's bytes may be seen a check late, never early
 		t.Errorf("closed after %v of silence, before idle_timeout %v", took, idle)
 	}
-	waitFor(t, 5*time.Second, "closed{cause=idle_timeout}", func() bool { return p.closed(CloseIdle) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "closed{cause=idle_timeout}", func() bool { return p.closed(CloseIdle) == 1 })
 }
 
 func TestIdleTimeoutSparesActiveConnection(t *testing.T) {
@@ -238,7 +239,7 @@ func TestConnectAttemptsExhausted(t *testing.T) {
 	p := startProxy(t, Config{Name: "t", Upstream: "app", ConnectAttempts: 2}, up)
 	c := p.dial(t)
 	expectClosed(t, c, 5*time.Second)
-	waitFor(t, 5*time.Second, "rejected{connect_failed}", func() bool { return p.rejected(RejectConnect) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{connect_failed}", func() bool { return p.rejected(RejectConnect) == 1 })
 	if got := p.connectErrors("app", a) + p.connectErrors("app", b); got != 2 {
 		t.Errorf("connect errors = %v, want 2 (connect_attempts)", got)
 	}
@@ -248,11 +249,11 @@ func TestNoEndpointAndNoUpstream(t *testing.T) {
 	empty := newUpstream(t, "empty", rr())
 	p := startProxy(t, Config{Name: "t", Upstream: "empty"}, empty)
 	expectClosed(t, p.dial(t), 5*time.Second)
-	waitFor(t, 5*time.Second, "rejected{no_endpoint}", func() bool { return p.rejected(RejectNoEndpoint) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{no_endpoint}", func() bool { return p.rejected(RejectNoEndpoint) == 1 })
 
 	p2 := startProxy(t, Config{Name: "t2", Upstream: "missing"})
 	expectClosed(t, p2.dial(t), 5*time.Second)
-	waitFor(t, 5*time.Second, "rejected{no_upstream}", func() bool { return p2.rejected(RejectNoUpstream) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{no_upstream}", func() bool { return p2.rejected(RejectNoUpstream) == 1 })
 }
 
 func TestMaxConnsClosesOverLimit(t *testing.T) {
@@ -270,7 +271,7 @@ func TestMaxConnsClosesOverLimit(t *testing.T) {
 	}
 	roundTrip(t, c1, "first still works")
 	c1.Close()
-	waitFor(t, 5*time.Second, "the slot to be free", func() bool { return p.l.Stats().Active == 0 })
+	testutil.WaitFor(t, 5*time.Second, "the slot to be free", func() bool { return p.l.Stats().Active == 0 })
 	roundTrip(t, p.dial(t), "a new one fits")
 }
 
@@ -281,7 +282,7 @@ func TestQueueAdmitsWhenSlotFrees(t *testing.T) {
 	c1 := p.dial(t)
 	roundTrip(t, c1, "first")
 	c2 := p.dial(t)
-	waitFor(t, 5*time.Second, "the second connection to be queued", func() bool { return p.l.Stats().Queued == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the second connection to be queued", func() bool { return p.l.Stats().Queued == 1 })
 	c3 := p.dial(t)
 	expectClosed(t, c3, 5*time.Second) // queue full
 	if n := p.rejected(RejectLimit); n != 1 {
@@ -308,7 +309,7 @@ func TestQueueTimeout(t *testing.T) {
 	if took := expectClosed(t, c2, 5*time.Second); took < wait-10*time.Millisecond {
 		t.Errorf("queued connection closed after %v, before queue_timeout %v", took, wait)
 	}
-	waitFor(t, 5*time.Second, "rejected{queue_timeout}", func() bool { return p.rejected(RejectQueueTimeout) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{queue_timeout}", func() bool { return p.rejected(RejectQueueTimeout) == 1 })
 	roundTrip(t, c1, "first unaffected")
 }
 
@@ -320,7 +321,7 @@ func TestUpdateRaisingMaxConnsAdmitsQueued(t *testing.T) {
 	c1 := p.dial(t)
 	roundTrip(t, c1, "first")
 	c2 := p.dial(t)
-	waitFor(t, 5*time.Second, "the second connection to be queued", func() bool { return p.l.Stats().Queued == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the second connection to be queued", func() bool { return p.l.Stats().Queued == 1 })
 	cfg.MaxConns = 2
 	if err := p.l.Update(cfg); err != nil {
 		t.Fatal(err)
@@ -346,9 +347,9 @@ func TestMaxConnsPerEndpointSkipsFullEndpoint(t *testing.T) {
 	}
 	c3 := p.dial(t)
 	expectClosed(t, c3, 5*time.Second)
-	waitFor(t, 5*time.Second, "rejected{endpoint_limit}", func() bool { return p.rejected(RejectEndpointLimit) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{endpoint_limit}", func() bool { return p.rejected(RejectEndpointLimit) == 1 })
 	c1.Close()
-	waitFor(t, 5*time.Second, "the first endpoint to be free", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "the first endpoint to be free", func() bool {
 		for _, e := range p.l.Stats().Endpoints {
 			if e.Active == 0 {
 				return true
@@ -383,7 +384,7 @@ func TestPickHeldForConnectionLifetime(t *testing.T) {
 	}
 	c1.Close()
 	c2.Close()
-	waitFor(t, 5*time.Second, "in-flight to drop to 0", func() bool { return ep.InFlight() == 0 })
+	testutil.WaitFor(t, 5*time.Second, "in-flight to drop to 0", func() bool { return ep.InFlight() == 0 })
 	if ep.Failures() != 0 {
 		t.Errorf("endpoint failures = %d, want 0", ep.Failures())
 	}
@@ -450,7 +451,7 @@ func TestByteCountersMoveDuringConnection(t *testing.T) {
 	p := startProxy(t, Config{Name: "t", Upstream: "app", IdleTimeout: 400 * time.Millisecond}, up) // checks every 100ms
 	c := p.dial(t)
 	roundTrip(t, c, strings.Repeat("x", 1000))
-	waitFor(t, 5*time.Second, "downstream_rx and upstream_rx to reach 1000 while the connection is open", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "downstream_rx and upstream_rx to reach 1000 while the connection is open", func() bool {
 		return promValue(p, "app", b.addr, DirDownstreamRx) >= 1000 && promValue(p, "app", b.addr, DirUpstreamRx) >= 1000
 	})
 	if p.closed(CloseDone)+p.closed(CloseIdle) != 0 {
@@ -458,7 +459,7 @@ func TestByteCountersMoveDuringConnection(t *testing.T) {
 	}
 	roundTrip(t, c, "yy")
 	c.Close()
-	waitFor(t, 5*time.Second, "the connection to end", func() bool { return p.closed(CloseDone) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the connection to end", func() bool { return p.closed(CloseDone) == 1 })
 	for _, dir := range []string{DirDownstreamRx, DirUpstreamRx} {
 		if got := promValue(p, "app", b.addr, dir); got != 1002 {
 			t.Errorf("received bytes %s = %v at the end, want 1002", dir, got)

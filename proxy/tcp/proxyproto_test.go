@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 var v2sig = []byte{0x0D, 0x0A, 0x0D, 0x0A, 0x00, 0x0D, 0x0A, 0x51, 0x55, 0x49, 0x54, 0x0A}
@@ -305,7 +306,7 @@ func TestTrustedSourceWithoutValidHeaderIsClosed(t *testing.T) {
 	partial.Write([]byte("PROXY TCP4 192.0.2.1"))
 	expectClosed(t, partial, 5*time.Second)
 
-	waitFor(t, 5*time.Second, "rejected{proxy_protocol} = 3", func() bool { return p.rejected(RejectProxyProtocol) == 3 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{proxy_protocol} = 3", func() bool { return p.rejected(RejectProxyProtocol) == 3 })
 	if n := b.accepts(); n != 0 {
 		t.Errorf("the backend saw %d connections, want 0", n)
 	}

@@ -239,7 +239,7 @@ func TestSNINoRouteWithoutDefaultIsClosed(t *testing.T) {
 	if _, err := tlsDial(t, p.addr, "b.example.com"); err == nil {
 		t.Fatal("TLS handshake for an unrouted name succeeded, want the connection closed")
 	}
-	waitFor(t, 5*time.Second, "rejected{sni}", func() bool { return p.rejected(RejectSNI) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{sni}", func() bool { return p.rejected(RejectSNI) == 1 })
 	c, err := tlsDial(t, p.addr, "a.example.com")
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestSNIClientHelloTimeout(t *testing.T) {
 	half := p.dial(t)
 	half.Write(captureHello(t, "a.example.com")[:20])
 	expectClosed(t, half, 5*time.Second)
-	waitFor(t, 5*time.Second, "rejected{sni} = 2", func() bool { return p.rejected(RejectSNI) == 2 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{sni} = 2", func() bool { return p.rejected(RejectSNI) == 2 })
 	if n := a.accepts(); n != 0 {
 		t.Errorf("backend saw %d connections, want 0", n)
 	}
@@ -276,7 +276,7 @@ func TestSNIGarbageIsClosedAtOnce(t *testing.T) {
 	if took := expectClosed(t, c, 5*time.Second); took > 2*time.Second {
 		t.Errorf("plain HTTP on a TLS listener closed after %v, want at once", took)
 	}
-	waitFor(t, 5*time.Second, "rejected{sni}", func() bool { return p.rejected(RejectSNI) == 1 })
+	testutil.WaitFor(t, 5*time.Second, "rejected{sni}", func() bool { return p.rejected(RejectSNI) == 1 })
 }
 
 // TestSNIForwardsHelloUnchanged: a ClientHello re-framed into two records
