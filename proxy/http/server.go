@@ -49,6 +49,11 @@ type Server struct {
 	base      *config.Config
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
+
+	// The metrics sweep (sweep.go), running from the first Apply to
+	// Shutdown.
+	stopSweep context.CancelFunc
+	sweepDone chan struct{}
 }
 
 // SetDiscovery gives upstreams with discovery their registries. Call it
@@ -104,6 +109,15 @@ func (s *Server) Apply(cfg *config.Config) error {
 		return err
 	}
 	s.base = cfg
+	if s.stopSweep == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		s.stopSweep, s.sweepDone = cancel, done
+		go func() {
+			defer close(done)
+			s.sweepLoop(ctx, metricsSweepEvery)
+		}()
+	}
 	switch {
 	case auto && s.stopWatch == nil:
 		ctx, cancel := context.WithCancel(context.Background())
@@ -280,6 +294,14 @@ func (s *Server) Shutdown() {
 		<-done // it takes s.mu to apply; let it see closed and leave
 		s.mu.Lock()
 		s.stopWatch = nil
+	}
+	if s.stopSweep != nil {
+		s.stopSweep()
+		done := s.sweepDone
+		s.mu.Unlock()
+		<-done // a sweep holds s.mu
+		s.mu.Lock()
+		s.stopSweep = nil
 	}
 	ls := s.listeners
 	s.listeners = map[string]*listener{}

@@ -145,3 +145,14 @@ func (m *Metrics) forEndpoint(listener, upstream, addr string) endpointMetrics {
 		connectDelay: m.connectDelay.WithLabelValues(listener, upstream),
 	}
 }
+
+// Vecs returns the metric vectors, for an owner that deletes the series of
+// listeners and endpoints that are gone (proxy/http's sweep). Their label
+// names are listener, upstream and endpoint, and the per-kind ones.
+func (m *Metrics) Vecs() []*prometheus.MetricVec {
+	return []*prometheus.MetricVec{
+		m.accepted.MetricVec, m.rejected.MetricVec, m.queued.MetricVec, m.closed.MetricVec,
+		m.active.MetricVec, m.total.MetricVec, m.bytes.MetricVec, m.connectErrs.MetricVec,
+		m.connectDelay.MetricVec,
+	}
+}
