@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -448,7 +449,7 @@ func TestLastViewCloseStopsTheLoop(t *testing.T) {
 	if st := h.d.Status(); len(st) != 0 {
 		t.Fatalf("status after the last view closed: %+v, want none", st)
 	}
-	waitFor(t, "goroutines back to the baseline (loop and pump ended)", func() bool {
+	testutil.WaitFor(t, 5*time.Second, "goroutines back to the baseline (loop and pump ended)", func() bool {
 		return runtime.NumGoroutine() <= base
 	})
 	// A new view starts a new loop.

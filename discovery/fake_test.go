@@ -166,16 +166,3 @@ func (r *recorder) none(t testing.TB) {
 func inst(service, id string, port int) registry.Instance {
 	return registry.Instance{ID: id, Service: service, Address: "127.0.0.1", Port: port}
 }
-
-// waitFor polls cond until it holds, failing with msg after 5s. For states
-// no channel announces (goroutine counts, files).
-func waitFor(t testing.TB, msg string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 5s: %s", msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

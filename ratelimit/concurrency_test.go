@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 func newTestConcurrency(t *testing.T, c ConcurrencyConfig) *Concurrency {
@@ -16,19 +18,6 @@ func newTestConcurrency(t *testing.T, c ConcurrencyConfig) *Concurrency {
 		t.Fatal(err)
 	}
 	return l
-}
-
-// waitFor polls cond until it holds or a deadline passes: the event is
-// another goroutine entering the queue, which has no channel to wait on.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func TestConcurrencyCapHoldsUnderManyGoroutines(t *testing.T) {
@@ -101,7 +90,7 @@ func TestConcurrencyRejectsWhenQueueIsFullAndServesInOrder(t *testing.T) {
 			order <- i
 			r()
 		}()
-		waitFor(t, "the waiter to queue", func() bool { return l.Waiting() == i+1 })
+		testutil.WaitFor(t, 5*time.Second, "the waiter to queue", func() bool { return l.Waiting() == i+1 })
 	}
 	if _, err := l.Acquire(context.Background()); !errors.Is(err, ErrConcurrencyLimited) {
 		t.Fatalf("Acquire with a full queue: %v, want ErrConcurrencyLimited", err)
@@ -126,7 +115,7 @@ func TestConcurrencyWaiterLeavesWhenContextEnds(t *testing.T) {
 		_, err := l.Acquire(ctx)
 		done <- err
 	}()
-	waitFor(t, "the waiter to queue", func() bool { return l.Waiting() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the waiter to queue", func() bool { return l.Waiting() == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire after cancel: %v, want context.Canceled", err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -108,7 +109,7 @@ func runClientScript(t *testing.T, service, tag string, argv []string) {
 	}
 	// The script is (about to be) parked on index ready.Ready; a second
 	// passing instance releases it.
-	eventually(t, 10*time.Second, "the script's blocking query reaches the server", func() bool { return s.blocking.Load() == 1 })
+	testutil.WaitFor(t, 10*time.Second, "the script's blocking query reaches the server", func() bool { return s.blocking.Load() == 1 })
 	if err := s.Register(ctx, registry.Registration{Instance: registry.Instance{
 		ID: service + "-2", Service: service, Address: "127.0.0.1", Port: 7777, Tags: []string{tag, "second"}}}); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 // These tests drive the registry with the official Consul Go client
@@ -179,14 +181,14 @@ func TestGoClientHTTPCheckFollowsBackend(t *testing.T) {
 	if es, _, _ := c.Health().Service("web", "", false, nil); statusOf(es, "web-1") != api.HealthPassing {
 		t.Fatalf("re-registration flapped the instance to %s", statusOf(es, "web-1"))
 	}
-	eventually(t, 5*time.Second, "one check runner after re-registration (the old one replaced)", func() bool { return s.runners.Load() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "one check runner after re-registration (the old one replaced)", func() bool { return s.runners.Load() == 1 })
 	if err := c.Agent().ServiceDeregister("web-1"); err != nil {
 		t.Fatal(err)
 	}
 	if n := serviceCount(s); n != 0 {
 		t.Fatalf("%d services after deregister", n)
 	}
-	eventually(t, 5*time.Second, "the check runner stops with its service", func() bool { return s.runners.Load() == 0 })
+	testutil.WaitFor(t, 5*time.Second, "the check runner stops with its service", func() bool { return s.runners.Load() == 0 })
 }
 
 func TestGoClientTCPCheckFollowsListener(t *testing.T) {
@@ -255,7 +257,7 @@ func TestGoClientBlockingQueryWakesWithin50ms(t *testing.T) {
 	}()
 	<-started
 	// The query must be parked on the server before we change anything.
-	eventually(t, 5*time.Second, "the blocking query reaches the server", func() bool { return s.blocking.Load() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the blocking query reaches the server", func() bool { return s.blocking.Load() == 1 })
 	select {
 	case r := <-done:
 		t.Fatalf("the blocking query returned before any change: %+v", r)
@@ -485,10 +487,10 @@ func TestGoClientContextCancelEndsBlockingQuery(t *testing.T) {
 		_, _, err := c.Health().Service("nothing", "", false, (&api.QueryOptions{WaitIndex: meta.LastIndex, WaitTime: time.Minute}).WithContext(ctx))
 		done <- err
 	}()
-	eventually(t, 5*time.Second, "the blocking query reaches the server", func() bool { return s.blocking.Load() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the blocking query reaches the server", func() bool { return s.blocking.Load() == 1 })
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("a cancelled blocking query must return an error")
 	}
-	eventually(t, 5*time.Second, "the server lets go of a query whose client went away", func() bool { return s.blocking.Load() == 0 })
+	testutil.WaitFor(t, 5*time.Second, "the server lets go of a query whose client went away", func() bool { return s.blocking.Load() == 0 })
 }

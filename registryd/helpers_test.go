@@ -160,19 +160,3 @@ func currentIndex(s *Server) uint64 {
 	defer s.mu.RUnlock()
 	return s.index
 }
-
-// eventually polls cond until it holds or within passes. It is for
-// conditions no event announces (a counter on the server); everything that
-// has an event waits on it instead.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		<-tick.C
-	}
-}

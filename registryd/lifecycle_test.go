@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -464,7 +465,7 @@ func TestCloseWakesWatchersAndStopsEverything(t *testing.T) {
 		_, _, err := c.Health().Service("other", "", false, &api.QueryOptions{WaitIndex: idx, WaitTime: time.Minute})
 		httpErr <- err
 	}()
-	eventually(t, 5*time.Second, "the HTTP watcher parks", func() bool { return s.blocking.Load() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the HTTP watcher parks", func() bool { return s.blocking.Load() == 1 })
 	start := time.Now()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -608,7 +609,7 @@ func TestCloseEndsBlockingQueryOnMountedHandler(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		done <- answer{resp.StatusCode, string(b), err}
 	}()
-	eventually(t, 5*time.Second, "the blocking query parks", func() bool { return s.blocking.Load() == 1 })
+	testutil.WaitFor(t, 5*time.Second, "the blocking query parks", func() bool { return s.blocking.Load() == 1 })
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 // watcherFleet is n HTTP clients, each parked in a blocking
@@ -84,7 +86,7 @@ func (f *watcherFleet) stop() {
 // parked waits until the server counts all n queries as blocked.
 func (f *watcherFleet) parked(tb testing.TB, s *Server) {
 	tb.Helper()
-	eventually(tb, 30*time.Second, fmt.Sprintf("%d watchers park on the server", f.n), func() bool {
+	testutil.WaitFor(tb, 30*time.Second, fmt.Sprintf("%d watchers park on the server", f.n), func() bool {
 		select {
 		case err := <-f.errs:
 			tb.Fatalf("watcher failed: %v", err)
