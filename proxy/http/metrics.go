@@ -22,7 +22,7 @@ type Metrics struct {
 	states     *prometheus.CounterVec
 	resilience *resilienceMetrics
 	tcp        *tcpproxy.Metrics
-	sweep      sweeper // deletes series whose owner is gone (sweep.go)
+	sweep      sweeper // deletes HTTP series whose owner is gone (sweep.go)
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -59,13 +59,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.states)
 	m.resilience = newResilienceMetrics(reg)
 	m.tcp = tcpproxy.NewMetrics(reg)
-	m.sweep.vecs = append([]*prometheus.MetricVec{
+	m.sweep.vecs = []*prometheus.MetricVec{
 		m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec, m.retries.MetricVec,
 		m.errors.MetricVec, m.states.MetricVec,
 		m.limits.decisions.MetricVec, m.limits.redisErrors.MetricVec, m.limits.bulkhead.MetricVec,
 		m.resilience.breakerState.MetricVec, m.resilience.breakerTransitions.MetricVec,
 		m.resilience.fallbacks.MetricVec,
-	}, m.tcp.Vecs()...)
+	} // not the tcp ones: proxy/tcp deletes its own series
 	return m
 }
 

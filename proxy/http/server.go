@@ -115,7 +115,7 @@ func (s *Server) Apply(cfg *config.Config) error {
 		s.stopSweep, s.sweepDone = cancel, done
 		go func() {
 			defer close(done)
-			s.sweepLoop(ctx, metricsSweepEvery)
+			s.sweepLoop(ctx)
 		}()
 	}
 	switch {

@@ -3,59 +3,68 @@ package httpproxy
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
-// Series whose listener, route, upstream or endpoint is gone are deleted:
-// routes come and go with auto routes and reloads, endpoints with
-// discovery, and without this every address a fleet ever used would stay
-// in /metrics for the life of the process. A series goes once its owner
-// has been missing at two sweeps in a row, so it stays for at least one
-// interval after the owner left: time for scrapes to see its last value.
-// (client_golang's Delete is meant for this: "useful for metrics of
-// objects that disappear".) Prometheus reads a series that comes back as
-// a counter reset.
+// The HTTP side's series whose listener, route, upstream or endpoint is
+// gone are deleted: routes come and go with auto routes and reloads,
+// endpoints with discovery, and without this every address a fleet ever
+// used would stay in /metrics for the life of the process. A series goes
+// once its owner has been missing at two sweeps in a row, so it stays for
+// at least one interval after the owner left: time for scrapes to see its
+// last value, and for requests still in flight on a replaced routing table
+// (bounded by shutdown_timeout, which stretches the interval) to finish
+// with the series they cached. client_golang's Delete is meant for this
+// ("useful for metrics of objects that disappear"); Prometheus reads a
+// series that comes back as a counter reset. proxy/tcp counts references
+// to its own series instead (tcpproxy.Metrics).
 const metricsSweepEvery = 5 * time.Minute
 
 // liveSet names what exists now. A label a set does not know (code,
 // reason, kind...) never makes a series stale.
 type liveSet struct {
 	listeners, routes, upstreams map[string]bool
-	endpoints                    map[[2]string]bool // upstream, address
+	// routeSeries are the (listener, route, upstream) label sets of the
+	// routing tables' cached series; route "" is the no-route series.
+	routeSeries map[[3]string]bool
+	endpoints   map[[2]string]bool // upstream, address
 }
 
 func newLiveSet() *liveSet {
 	return &liveSet{listeners: map[string]bool{}, routes: map[string]bool{}, upstreams: map[string]bool{},
-		endpoints: map[[2]string]bool{}}
+		routeSeries: map[[3]string]bool{}, endpoints: map[[2]string]bool{}}
 }
 
-// owns reports whether every owner named in labels still exists.
+// owns reports whether the owners named in labels still exist: a
+// listener-and-route series its exact table entry, a route series its
+// route, and an upstream or endpoint series its upstream or endpoint.
 func (l *liveSet) owns(labels []*dto.LabelPair) bool {
-	var upstream, ep string
-	var hasEP bool
+	var listener, route, upstream, ep string
+	var hasListener, hasRoute, hasUpstream, hasEP bool
 	for _, lp := range labels {
-		v := lp.GetValue()
-		switch lp.GetName() {
+		switch v := lp.GetValue(); lp.GetName() {
 		case "listener":
-			if !l.listeners[v] {
-				return false
-			}
+			listener, hasListener = v, true
 		case "route":
-			if !l.routes[v] {
-				return false
-			}
+			route, hasRoute = v, true
 		case "upstream":
-			if !l.upstreams[v] {
-				return false
-			}
-			upstream = v
+			upstream, hasUpstream = v, true
 		case "endpoint":
 			ep, hasEP = v, true
 		}
+	}
+	switch {
+	case hasListener && hasRoute:
+		return l.routeSeries[[3]string{listener, route, upstream}]
+	case hasListener && !l.listeners[listener]:
+		return false
+	case hasRoute && !l.routes[route]:
+		return false
+	case hasUpstream && !l.upstreams[upstream]:
+		return false
 	}
 	return !hasEP || l.endpoints[[2]string{upstream, ep}]
 }
@@ -63,15 +72,12 @@ func (l *liveSet) owns(labels []*dto.LabelPair) bool {
 // sweeper deletes the series of vectors whose owners are gone.
 type sweeper struct {
 	vecs []*prometheus.MetricVec
-	mu   sync.Mutex
-	dead map[string]bool // series found without an owner at the last sweep
+	dead map[string]bool // series found without an owner at the last sweep; under Server.mu
 }
 
 // sweep deletes series without an owner in live now and at the previous
 // sweep, and returns how many it deleted.
 func (s *sweeper) sweep(live *liveSet) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	dead := map[string]bool{}
 	deleted := 0
 	for i, v := range s.vecs {
@@ -133,25 +139,20 @@ func seriesKey(vec int, labels []*dto.LabelPair) string {
 }
 
 // liveLocked collects the listeners, routes, upstreams and endpoints that
-// exist now; s.mu is held. Endpoints are those in the pools, and those a
-// tcp listener still has connections to (an endpoint that left its pool
-// keeps its series while its connections last).
+// exist now; s.mu is held.
 func (s *Server) liveLocked() *liveSet {
 	l := newLiveSet()
-	for name := range s.listeners {
+	for name, ln := range s.listeners {
 		l.listeners[name] = true
-	}
-	for name, t := range s.tcp {
-		l.listeners[name] = true
-		for _, e := range t.l.Stats().Endpoints {
-			if e.Active > 0 {
-				l.endpoints[[2]string{e.Upstream, e.Address}] = true
-			}
+		tbl := ln.handler.tbl.Load()
+		if tbl == nil {
+			continue
 		}
-	}
-	l.routes[""] = true // requests that matched no route
-	for name := range s.routeStates {
-		l.routes[name] = true
+		l.routeSeries[[3]string{name, tbl.noRoute.route, tbl.noRoute.upsName}] = true
+		for _, rt := range tbl.routes {
+			l.routes[rt.metrics.route] = true
+			l.routeSeries[[3]string{name, rt.metrics.route, rt.metrics.upsName}] = true
+		}
 	}
 	for name, u := range s.upstreams {
 		l.upstreams[name] = true
@@ -163,17 +164,25 @@ func (s *Server) liveLocked() *liveSet {
 }
 
 // sweepMetrics runs one sweep. It holds s.mu throughout, so that an Apply
-// cannot bring back an owner between the look at what exists and the
-// deletion.
+// or an auto-route rebuild cannot bring back an owner between the look at
+// what exists and the deletion.
 func (s *Server) sweepMetrics() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.metrics.sweep.sweep(s.liveLocked())
 }
 
-// sweepLoop sweeps every metricsSweepEvery until ctx ends.
-func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
+// sweepEvery is the time to the next sweep: metricsSweepEvery, or the
+// shutdown timeout if longer (requests on a replaced table may last that).
+func (s *Server) sweepEvery() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return max(metricsSweepEvery, s.shutdownTimeout)
+}
+
+// sweepLoop sweeps until ctx ends.
+func (s *Server) sweepLoop(ctx context.Context) {
+	t := time.NewTimer(s.sweepEvery())
 	defer t.Stop()
 	for {
 		select {
@@ -183,6 +192,7 @@ func (s *Server) sweepLoop(ctx context.Context, every time.Duration) {
 			if n := s.sweepMetrics(); n > 0 {
 				s.log.Debug("metrics: deleted series of removed listeners, routes, upstreams or endpoints", "series", n)
 			}
+			t.Reset(s.sweepEvery())
 		}
 	}
 }

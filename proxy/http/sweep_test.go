@@ -1,15 +1,13 @@
 package httpproxy_test
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
-	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 // has reports whether the registry exposes a series of name whose labels
@@ -42,80 +40,71 @@ func (p *proxy) has(name string, labels map[string]string) bool {
 }
 
 func TestMetricsOfRemovedOwnersAreSwept(t *testing.T) {
-	b1, b2 := newBackend(t, "b1", nil), newBackend(t, "b2", nil)
+	b1, b2, b3 := newBackend(t, "b1", nil), newBackend(t, "b2", nil), newBackend(t, "b3", nil)
 	dead := deadAddr(t)
-	echo := echoServer(t, "e")
-	db, db2 := testutil.FreeAddr(t), testutil.FreeAddr(t)
-	before := fmt.Sprintf(`shutdown_timeout: 5s
-listeners:
+	before := fmt.Sprintf(`listeners:
   - name: web
     listen: 127.0.0.1:0
     routes:
       - {name: keep, match: {path_prefix: /keep}, upstream: app}
+      - {name: moved, match: {path_prefix: /moved}, upstream: app}
       - {name: gone, match: {path_prefix: /gone}, upstream: other}
-  - {name: db, protocol: tcp, listen: %q, upstream: pg}
-  - {name: db2, protocol: tcp, listen: %q, upstream: pg}
 upstreams:
   app:
     targets: [{address: %s}, {address: %s}]
   other:
     targets: [{address: %s}]
-  pg:
+  third:
     targets: [{address: %s}]
-`, db, db2, b1.addr(), dead, b2.addr(), echo)
+`, b1.addr(), dead, b2.addr(), b3.addr())
 	p := startProxy(t, before)
 	c := &http.Client{Timeout: 5 * time.Second}
-	for range 4 { // round robin: two of them meet the dead endpoint first
+	for range 4 { // round robin: some meet the dead endpoint first
 		get(t, c, p.url("web")+"/keep")
 	}
+	get(t, c, p.url("web")+"/moved")
 	get(t, c, p.url("web")+"/gone")
-	// One tcp connection stays open through db; one through db2 ends.
-	conn, err := net.Dial("tcp", db)
-	if err != nil {
-		t.Fatal(err)
+	if resp, _ := get(t, c, p.url("web")+"/nowhere"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/nowhere: %d, want 404", resp.StatusCode)
 	}
-	defer conn.Close()
-	talk(t, conn, bufio.NewReader(conn), "hi")
-	c2, err := net.Dial("tcp", db2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	talk(t, c2, bufio.NewReader(c2), "hi")
-	c2.Close()
 
-	series := map[string]struct {
+	type series struct {
 		name   string
 		labels map[string]string
-	}{
-		"kept route":                  {"switchboard_http_requests_total", map[string]string{"route": "keep", "code": "200"}},
+	}
+	kept := map[string]series{
+		"kept route":            {"switchboard_http_requests_total", map[string]string{"route": "keep", "code": "200"}},
+		"kept route's latency":  {"switchboard_http_request_duration_seconds", map[string]string{"route": "keep"}},
+		"no route (404)":        {"switchboard_http_requests_total", map[string]string{"route": "", "code": "404"}},
+		"kept listener":         {"switchboard_http_requests_in_flight", map[string]string{"listener": "web"}},
+		"moved route, new pair": {"switchboard_http_request_duration_seconds", map[string]string{"route": "moved", "upstream": "third"}},
+	}
+	gone := map[string]series{
 		"removed route":               {"switchboard_http_requests_total", map[string]string{"route": "gone"}},
 		"removed route's latency":     {"switchboard_http_request_duration_seconds", map[string]string{"route": "gone"}},
+		"moved route, old pair":       {"switchboard_http_requests_total", map[string]string{"route": "moved", "upstream": "app"}},
 		"removed upstream's endpoint": {"switchboard_upstream_errors_total", map[string]string{"upstream": "app", "endpoint": dead}},
-		"removed tcp listener":        {"switchboard_tcp_accepted_total", map[string]string{"listener": "db2"}},
-		"endpoint left, conn open":    {"switchboard_tcp_connections_active", map[string]string{"listener": "db", "endpoint": echo}},
 	}
-	for what, s := range series {
+	for what, s := range gone {
 		if !p.has(s.name, s.labels) {
 			t.Fatalf("before the reload: no %s series (%s %v)", what, s.name, s.labels)
 		}
 	}
 
-	// The reload drops route "gone", upstream "other", app's dead target,
-	// tcp listener db2, and pg's only endpoint (its connection stays).
-	echo2 := echoServer(t, "f")
-	after := fmt.Sprintf(`shutdown_timeout: 5s
-listeners:
+	// The reload drops route "gone" and upstream "other", moves route
+	// "moved" to upstream "third", and takes app's dead target out.
+	after := fmt.Sprintf(`listeners:
   - name: web
     listen: 127.0.0.1:0
     routes:
       - {name: keep, match: {path_prefix: /keep}, upstream: app}
-  - {name: db, protocol: tcp, listen: %q, upstream: pg}
+      - {name: moved, match: {path_prefix: /moved}, upstream: third}
 upstreams:
   app:
     targets: [{address: %s}]
-  pg:
+  third:
     targets: [{address: %s}]
-`, db, b1.addr(), echo2)
+`, b1.addr(), b3.addr())
 	cfg, err := config.Parse("after.yaml", []byte(after))
 	if err != nil {
 		t.Fatal(err)
@@ -123,42 +112,61 @@ upstreams:
 	if err := p.srv.Apply(cfg); err != nil {
 		t.Fatal(err)
 	}
+	get(t, c, p.url("web")+"/moved")
 
 	// The first sweep only marks: a series outlives its owner by one
 	// interval, so that scrapes see its last value.
 	if n := p.srv.SweepMetrics(); n != 0 {
 		t.Fatalf("first sweep after the reload deleted %d series, want 0 (grace)", n)
 	}
-	for what, s := range series {
+	for what, s := range gone {
 		if !p.has(s.name, s.labels) {
 			t.Fatalf("after one sweep: %s series gone already", what)
 		}
 	}
-	if n := p.srv.SweepMetrics(); n == 0 {
-		t.Fatal("second sweep deleted nothing")
-	}
-	for what, s := range series {
-		want := what == "kept route" || what == "endpoint left, conn open"
-		if got := p.has(s.name, s.labels); got != want {
-			t.Errorf("after two sweeps: %s series present = %v, want %v", what, got, want)
+	p.srv.SweepMetrics()
+	for what, s := range gone {
+		if p.has(s.name, s.labels) {
+			t.Errorf("after two sweeps: %s series still there (%s %v)", what, s.name, s.labels)
 		}
 	}
-	// The open connection still counts on its series.
-	if v := p.metric("switchboard_tcp_connections_active", map[string]string{"listener": "db", "endpoint": echo}); v != 1 {
-		t.Fatalf("active connections to the removed endpoint = %v, want 1", v)
+	for what, s := range kept {
+		if !p.has(s.name, s.labels) {
+			t.Errorf("after two sweeps: %s series deleted (%s %v)", what, s.name, s.labels)
+		}
+	}
+	// The cached series of what stayed still count.
+	n404 := p.metric("switchboard_http_requests_total", map[string]string{"route": "", "code": "404"})
+	get(t, c, p.url("web")+"/nowhere")
+	if got := p.metric("switchboard_http_requests_total", map[string]string{"route": "", "code": "404"}); got != n404+1 {
+		t.Fatalf("404s after the sweeps: %v, want %v", got, n404+1)
 	}
 
-	// Once that connection ends, its endpoint's series go too.
-	conn.Close()
-	testutil.WaitFor(t, 5*time.Second, "the tcp connection to end", func() bool {
-		return p.metric("switchboard_tcp_connections_active", map[string]string{"listener": "db", "endpoint": echo}) == 0
-	})
-	p.srv.SweepMetrics()
-	p.srv.SweepMetrics()
-	if p.has("switchboard_tcp_connections_active", map[string]string{"listener": "db", "endpoint": echo}) {
-		t.Fatal("the removed endpoint's tcp series survived two sweeps after its last connection ended")
+	// An owner that comes back between two sweeps starts its grace again
+	// when it next goes.
+	apply := func(yaml string) {
+		t.Helper()
+		cfg, err := config.Parse("x.yaml", []byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.srv.Apply(cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if !p.has("switchboard_http_requests_total", map[string]string{"route": "keep"}) {
-		t.Fatal("the kept route's series went")
+	withoutMoved := strings.Replace(after, "      - {name: moved, match: {path_prefix: /moved}, upstream: third}\n", "", 1)
+	moved := map[string]string{"route": "moved", "upstream": "third"}
+	apply(withoutMoved)
+	p.srv.SweepMetrics() // marks
+	apply(after)
+	p.srv.SweepMetrics() // back: unmarked
+	apply(withoutMoved)
+	p.srv.SweepMetrics() // marks again
+	if !p.has("switchboard_http_request_duration_seconds", moved) {
+		t.Fatal("a route that came back between sweeps lost its series at its next removal's first sweep")
+	}
+	p.srv.SweepMetrics()
+	if p.has("switchboard_http_request_duration_seconds", moved) {
+		t.Fatal("the removed route's series survived two sweeps")
 	}
 }

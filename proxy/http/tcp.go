@@ -86,7 +86,12 @@ type tcpPlan struct {
 func (s *Server) prepareTCP(cfg *config.Config) (plans []*tcpPlan, undo func(), err error) {
 	undo = func() {
 		for _, p := range plans {
-			if p.ln != nil {
+			switch {
+			case p.next != nil:
+				// Never served: it closes its socket and lets go of its
+				// metric series at once.
+				p.next.Shutdown(context.Background())
+			case p.ln != nil:
 				p.ln.Close()
 			}
 		}

@@ -166,7 +166,7 @@ func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Du
 			return balance.Result{}, 0, false
 		}
 		ep := res.Endpoint
-		es := c.l.eps.acquire(c.l, up.Name(), ep, cfg.MaxConnsPerEndpoint)
+		es := c.l.eps.acquire(up.Name(), ep, cfg.MaxConnsPerEndpoint)
 		if es == nil {
 			res.Done(endpoint.Outcome{Canceled: true}) // says nothing about ep
 			if balance.Tried(info.Tried, ep) || skips >= maxSkips {
@@ -206,14 +206,16 @@ func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Du
 			es.m.connectDelay.Observe(latency.Seconds())
 			return res, latency, true
 		}
-		c.l.eps.release(es)
 		canceled := c.l.cutCtx.Err() != nil
+		if !canceled {
+			es.m.connectErrs.Inc() // before release: es may be pruned after
+		}
+		c.l.eps.release(es)
 		res.Done(endpoint.Outcome{Err: err, Latency: latency, Canceled: canceled})
 		if canceled {
 			c.reject(RejectShutdown, err)
 			return balance.Result{}, 0, false
 		}
-		es.m.connectErrs.Inc()
 		lastErr = err
 		attempts++
 		if attempts >= cfg.ConnectAttempts {

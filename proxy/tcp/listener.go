@@ -74,7 +74,8 @@ type Listener struct {
 	cutCtx context.Context
 	cut    context.CancelFunc
 
-	serving atomic.Bool
+	serving  atomic.Bool
+	finished sync.Once // its metric series let go (finish)
 }
 
 type waiter struct {
@@ -114,7 +115,7 @@ func NewListener(ln *net.TCPListener, cfg Config, upstreams func(name string) Up
 		conns:     map[*conn]struct{}{},
 		shutCh:    make(chan struct{}),
 	}
-	l.eps.m = map[epKey]*epState{}
+	l.eps.m, l.eps.metrics, l.eps.listener = map[epKey]*epState{}, m, cfg.Name
 	l.cutCtx, l.cut = context.WithCancel(context.Background())
 	l.set.Store(s)
 	return l, nil
@@ -347,6 +348,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		l.finish()
 		return nil
 	case <-ctx.Done():
 	}
@@ -364,11 +366,21 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	// Every connection goroutine returns promptly once its sockets are
 	// closed and its dial is canceled.
 	<-done
+	l.finish()
 	if len(left) == 0 {
 		return nil
 	}
 	l.log.Warn("tcp listener: connections cut at the shutdown deadline", "listener", l.name, "cut", len(left))
 	return fmt.Errorf("tcp listener %q: %d connection(s) cut at the shutdown deadline: %w", l.name, len(left), ctx.Err())
+}
+
+// finish lets go of the listener's metric series once no connection is
+// left to use them (see seriesRefs).
+func (l *Listener) finish() {
+	l.finished.Do(func() {
+		l.eps.close()
+		l.m.releaseListener(l.name)
+	})
 }
 
 func (l *Listener) activeConns() int {
@@ -416,9 +428,12 @@ func (l *Listener) Stats() Stats {
 // epTable counts a listener's connections per endpoint, for
 // MaxConnsPerEndpoint and Stats, and keeps each endpoint's metric series.
 type epTable struct {
-	mu      sync.Mutex
-	m       map[epKey]*epState
-	pruneAt int
+	mu       sync.Mutex
+	m        map[epKey]*epState
+	pruneAt  int
+	metrics  *Metrics
+	listener string
+	closed   bool // the listener finished: its series are let go
 }
 
 type epKey struct {
@@ -439,7 +454,7 @@ type epState struct {
 const minPruneAt = 64
 
 // acquire counts a connection to ep, or returns nil if ep is at limit.
-func (t *epTable) acquire(l *Listener, upstream string, ep *endpoint.Endpoint, limit int) *epState {
+func (t *epTable) acquire(upstream string, ep *endpoint.Endpoint, limit int) *epState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := epKey{upstream, ep}
@@ -448,7 +463,7 @@ func (t *epTable) acquire(l *Listener, upstream string, ep *endpoint.Endpoint, l
 		if len(t.m) >= max(t.pruneAt, minPruneAt) {
 			t.pruneLocked()
 		}
-		st = &epState{upstream: upstream, addr: ep.Address(), m: l.m.forEndpoint(l.name, upstream, ep.Address())}
+		st = &epState{upstream: upstream, addr: ep.Address(), m: t.metrics.forEndpoint(t.listener, upstream, ep.Address())}
 		t.m[k] = st
 	}
 	st.used = true
@@ -469,10 +484,26 @@ func (t *epTable) pruneLocked() {
 	for k, st := range t.m {
 		if st.active == 0 && !st.used {
 			delete(t.m, k)
+			t.metrics.releaseEndpoint(t.listener, st.upstream, st.addr)
 		}
 		st.used = false
 	}
 	t.pruneAt = 2 * len(t.m)
+}
+
+// close lets go of every endpoint's series once the listener has finished
+// (no connection left to use them).
+func (t *epTable) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	for k, st := range t.m {
+		delete(t.m, k)
+		t.metrics.releaseEndpoint(t.listener, st.upstream, st.addr)
+	}
 }
 
 func (t *epTable) stats() []EndpointStats {

@@ -1,6 +1,9 @@
 package tcpproxy
 
 import (
+	"sync"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -54,6 +57,109 @@ type Metrics struct {
 	bytes        *prometheus.CounterVec
 	connectErrs  *prometheus.CounterVec
 	connectDelay *prometheus.HistogramVec
+
+	refs seriesRefs
+}
+
+// Series are reference-counted: a Listener holds its listener's series
+// from NewListener until its Shutdown has finished, and each entry of its
+// endpoint table holds that endpoint's until the table prunes it (idle
+// since the previous prune) or the listener finishes. A series whose last
+// holder let go is deleted after seriesGrace unless a holder takes it back
+// first: scrapes see its last value, a listener replaced under the same
+// name (new address, the old one draining) shares the series instead of
+// losing them when the old one ends, and endpoints that come and go with
+// discovery do not stay in /metrics for ever. Holding and deleting happen
+// under one lock, so a series is never deleted while a holder caches it
+// (a cached child that was deleted would go on counting unseen).
+const seriesGrace = 2 * time.Minute
+
+type seriesRefs struct {
+	mu      sync.Mutex
+	n       map[seriesKey]int
+	pending map[seriesKey]*pendingDelete // deletions waiting out the grace
+	grace   time.Duration
+}
+
+type pendingDelete struct{ t *time.Timer }
+
+type seriesKey struct {
+	kind                     uint8
+	listener, upstream, addr string
+}
+
+const (
+	keyListener     uint8 = iota // the listener's own series
+	keyEndpoint                  // (listener, upstream, endpoint) series
+	keyConnectDelay              // (listener, upstream): the connect histogram
+)
+
+func (m *Metrics) hold(keys ...seriesKey) {
+	r := &m.refs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n, r.pending = map[seriesKey]int{}, map[seriesKey]*pendingDelete{}
+	}
+	for _, k := range keys {
+		r.n[k]++
+		if p := r.pending[k]; p != nil {
+			p.t.Stop()
+			delete(r.pending, k)
+		}
+	}
+}
+
+func (m *Metrics) release(keys ...seriesKey) {
+	r := &m.refs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range keys {
+		if r.n[k]--; r.n[k] > 0 {
+			continue
+		}
+		delete(r.n, k)
+		p := &pendingDelete{}
+		p.t = time.AfterFunc(r.grace, func() { m.expire(k, p) })
+		r.pending[k] = p
+	}
+}
+
+// expire deletes k's series if nobody took them back during the grace.
+func (m *Metrics) expire(k seriesKey, p *pendingDelete) {
+	r := &m.refs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending[k] != p || r.n[k] > 0 {
+		return // taken back (and perhaps released again: a newer timer)
+	}
+	delete(r.pending, k)
+	switch k.kind {
+	case keyListener:
+		m.accepted.DeleteLabelValues(k.listener)
+		m.queued.DeleteLabelValues(k.listener)
+		for _, reason := range rejectReasons {
+			m.rejected.DeleteLabelValues(k.listener, reason)
+		}
+		for _, cause := range closeCauses {
+			m.closed.DeleteLabelValues(k.listener, cause)
+		}
+	case keyEndpoint:
+		m.active.DeleteLabelValues(k.listener, k.upstream, k.addr)
+		m.total.DeleteLabelValues(k.listener, k.upstream, k.addr)
+		m.connectErrs.DeleteLabelValues(k.listener, k.upstream, k.addr)
+		m.bytes.DeleteLabelValues(k.listener, k.upstream, k.addr, DirDownstreamRx)
+		m.bytes.DeleteLabelValues(k.listener, k.upstream, k.addr, DirUpstreamRx)
+	case keyConnectDelay:
+		m.connectDelay.DeleteLabelValues(k.listener, k.upstream)
+	}
+}
+
+// pendingDeletions is the number of series sets waiting out the grace.
+func (m *Metrics) pendingDeletions() int {
+	m.refs.mu.Lock()
+	defer m.refs.mu.Unlock()
+	return len(m.refs.pending)
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -99,6 +205,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"listener", "upstream"}),
 	}
 	reg.MustRegister(m.accepted, m.rejected, m.queued, m.closed, m.active, m.total, m.bytes, m.connectErrs, m.connectDelay)
+	m.refs.grace = seriesGrace
 	return m
 }
 
@@ -110,7 +217,10 @@ type listenerMetrics struct {
 	closed   map[string]prometheus.Counter
 }
 
+// forListener holds and returns a listener's series; releaseListener
+// lets them go.
 func (m *Metrics) forListener(name string) *listenerMetrics {
+	m.hold(seriesKey{kind: keyListener, listener: name})
 	lm := &listenerMetrics{
 		accepted: m.accepted.WithLabelValues(name),
 		queued:   m.queued.WithLabelValues(name),
@@ -126,6 +236,10 @@ func (m *Metrics) forListener(name string) *listenerMetrics {
 	return lm
 }
 
+func (m *Metrics) releaseListener(name string) {
+	m.release(seriesKey{kind: keyListener, listener: name})
+}
+
 // endpointMetrics are one (listener, upstream, endpoint) triple's series.
 type endpointMetrics struct {
 	active       prometheus.Gauge
@@ -135,7 +249,10 @@ type endpointMetrics struct {
 	connectDelay prometheus.Observer
 }
 
+// forEndpoint holds and returns an endpoint's series; releaseEndpoint lets
+// them go.
 func (m *Metrics) forEndpoint(listener, upstream, addr string) endpointMetrics {
+	m.hold(seriesKey{keyEndpoint, listener, upstream, addr}, seriesKey{kind: keyConnectDelay, listener: listener, upstream: upstream})
 	return endpointMetrics{
 		active:       m.active.WithLabelValues(listener, upstream, addr),
 		total:        m.total.WithLabelValues(listener, upstream, addr),
@@ -146,13 +263,6 @@ func (m *Metrics) forEndpoint(listener, upstream, addr string) endpointMetrics {
 	}
 }
 
-// Vecs returns the metric vectors, for an owner that deletes the series of
-// listeners and endpoints that are gone (proxy/http's sweep). Their label
-// names are listener, upstream and endpoint, and the per-kind ones.
-func (m *Metrics) Vecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{
-		m.accepted.MetricVec, m.rejected.MetricVec, m.queued.MetricVec, m.closed.MetricVec,
-		m.active.MetricVec, m.total.MetricVec, m.bytes.MetricVec, m.connectErrs.MetricVec,
-		m.connectDelay.MetricVec,
-	}
+func (m *Metrics) releaseEndpoint(listener, upstream, addr string) {
+	m.release(seriesKey{keyEndpoint, listener, upstream, addr}, seriesKey{kind: keyConnectDelay, listener: listener, upstream: upstream})
 }
