@@ -41,6 +41,8 @@ func newHandler(name string, log *slog.Logger) *Handler {
 // ServeHTTP routes and forwards one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := h.tbl.Load()
+	t.active.Add(1)
+	defer t.active.Add(-1)
 	start := time.Now()
 	rt := t.match(r)
 	if rt == nil {

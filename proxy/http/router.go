@@ -2,14 +2,15 @@ package httpproxy
 
 import (
 	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/retry"
-	"strings"
-	"time"
 )
 
 // route is the running form of a configured route.
@@ -46,6 +47,10 @@ type table struct {
 	maxBody   int64
 	idle      time.Duration // bounds an idle protocol-switch tunnel
 	noRoute   *routeMetrics
+	// active counts requests being served on this table, so that the
+	// metrics sweep keeps the series a replaced table's requests still
+	// count on (sweep.go).
+	active atomic.Int64
 }
 
 func (t *table) match(r *http.Request) *route {

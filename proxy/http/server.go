@@ -51,9 +51,12 @@ type Server struct {
 	watchDone chan struct{}
 
 	// The metrics sweep (sweep.go), running from the first Apply to
-	// Shutdown.
+	// Shutdown, and the owners of routing tables replaced since its last
+	// run (recent) or still serving requests (retiring).
 	stopSweep context.CancelFunc
 	sweepDone chan struct{}
+	recent    *liveSet
+	retiring  []*table
 }
 
 // SetDiscovery gives upstreams with discovery their registries. Call it
@@ -259,7 +262,9 @@ func (s *Server) applyLocked(cfg *config.Config) error {
 			go p.loop.run()
 		}
 		l.cert.Store(p.cert)
-		l.handler.tbl.Store(tbl)
+		if old := l.handler.tbl.Swap(tbl); old != nil {
+			s.retire(old)
+		}
 		if l.srv == nil || l.settings != settings {
 			l.startServer(settings, s.log, s.shutdownTimeout)
 		}
@@ -267,6 +272,9 @@ func (s *Server) applyLocked(cfg *config.Config) error {
 	}
 	for name, l := range s.listeners {
 		if next[name] != l {
+			if t := l.handler.tbl.Load(); t != nil {
+				s.retire(t)
+			}
 			s.log.Info("listener removed, draining", "listener", name, "listen", l.addr)
 			l.loop.stop() // refuse new connections now; drain the rest below
 			s.draining.Add(1)

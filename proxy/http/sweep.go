@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,13 +15,16 @@ import (
 // endpoints with discovery, and without this every address a fleet ever
 // used would stay in /metrics for the life of the process. A series goes
 // once its owner has been missing at two sweeps in a row, so it stays for
-// at least one interval after the owner left: time for scrapes to see its
-// last value, and for requests still in flight on a replaced routing table
-// (bounded by shutdown_timeout, which stretches the interval) to finish
-// with the series they cached. client_golang's Delete is meant for this
-// ("useful for metrics of objects that disappear"); Prometheus reads a
-// series that comes back as a counter reset. proxy/tcp counts references
-// to its own series instead (tcpproxy.Metrics).
+// at least one interval after the owner was last seen: time for scrapes
+// to see its last value. The owners of a routing table count as present
+// until the sweep after the table was replaced, and for as long as it
+// still serves requests (a long stream or tunnel on a removed route):
+// those requests count on series they cached, which must not be deleted
+// under them. client_golang's Delete is meant for this ("useful for
+// metrics of objects that disappear"); Prometheus reads a series that
+// comes back as a counter reset. proxy/tcp, whose series are all cached
+// by objects with a clear end, counts references instead
+// (tcpproxy.Metrics).
 const metricsSweepEvery = 5 * time.Minute
 
 // liveSet names what exists now. A label a set does not know (code,
@@ -31,6 +35,18 @@ type liveSet struct {
 	// routing tables' cached series; route "" is the no-route series.
 	routeSeries map[[3]string]bool
 	endpoints   map[[2]string]bool // upstream, address
+}
+
+// addTable adds the owners of t's series: its listener, and the
+// (listener, route, upstream) and route of each route and of the no-route
+// series.
+func (l *liveSet) addTable(t *table) {
+	l.listeners[t.listener] = true
+	l.routeSeries[[3]string{t.listener, t.noRoute.route, t.noRoute.upsName}] = true
+	for _, rt := range t.routes {
+		l.routes[rt.metrics.route] = true
+		l.routeSeries[[3]string{t.listener, rt.metrics.route, rt.metrics.upsName}] = true
+	}
 }
 
 func newLiveSet() *liveSet {
@@ -138,21 +154,38 @@ func seriesKey(vec int, labels []*dto.LabelPair) string {
 	return b.String()
 }
 
-// liveLocked collects the listeners, routes, upstreams and endpoints that
-// exist now; s.mu is held.
+// retire records a routing table that was replaced or whose listener was
+// removed; s.mu is held.
+func (s *Server) retire(t *table) {
+	if s.recent == nil {
+		s.recent = newLiveSet()
+	}
+	s.recent.addTable(t)
+	// Keep only tables still serving (and this one, which a request may
+	// have loaded a moment ago and not yet counted): this bounds the list
+	// however often auto routes rebuild between sweeps.
+	s.retiring = slices.DeleteFunc(s.retiring, func(t *table) bool { return t.active.Load() == 0 })
+	s.retiring = append(s.retiring, t)
+}
+
+// liveLocked collects the owners present now: those of the running
+// routing tables, of tables replaced since the last sweep or still serving
+// requests, the upstreams and their pools' endpoints. It starts the next
+// period of replaced tables; s.mu is held.
 func (s *Server) liveLocked() *liveSet {
-	l := newLiveSet()
-	for name, ln := range s.listeners {
-		l.listeners[name] = true
-		tbl := ln.handler.tbl.Load()
-		if tbl == nil {
-			continue
+	l := s.recent
+	if l == nil {
+		l = newLiveSet()
+	}
+	s.recent = nil
+	for _, ln := range s.listeners {
+		if t := ln.handler.tbl.Load(); t != nil {
+			l.addTable(t)
 		}
-		l.routeSeries[[3]string{name, tbl.noRoute.route, tbl.noRoute.upsName}] = true
-		for _, rt := range tbl.routes {
-			l.routes[rt.metrics.route] = true
-			l.routeSeries[[3]string{name, rt.metrics.route, rt.metrics.upsName}] = true
-		}
+	}
+	s.retiring = slices.DeleteFunc(s.retiring, func(t *table) bool { return t.active.Load() == 0 })
+	for _, t := range s.retiring {
+		l.addTable(t)
 	}
 	for name, u := range s.upstreams {
 		l.upstreams[name] = true
@@ -172,17 +205,9 @@ func (s *Server) sweepMetrics() int {
 	return s.metrics.sweep.sweep(s.liveLocked())
 }
 
-// sweepEvery is the time to the next sweep: metricsSweepEvery, or the
-// shutdown timeout if longer (requests on a replaced table may last that).
-func (s *Server) sweepEvery() time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return max(metricsSweepEvery, s.shutdownTimeout)
-}
-
-// sweepLoop sweeps until ctx ends.
+// sweepLoop sweeps every metricsSweepEvery until ctx ends.
 func (s *Server) sweepLoop(ctx context.Context) {
-	t := time.NewTimer(s.sweepEvery())
+	t := time.NewTicker(metricsSweepEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -192,7 +217,6 @@ func (s *Server) sweepLoop(ctx context.Context) {
 			if n := s.sweepMetrics(); n > 0 {
 				s.log.Debug("metrics: deleted series of removed listeners, routes, upstreams or endpoints", "series", n)
 			}
-			t.Reset(s.sweepEvery())
 		}
 	}
 }

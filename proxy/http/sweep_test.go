@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,25 +115,38 @@ upstreams:
 	}
 	get(t, c, p.url("web")+"/moved")
 
-	// The first sweep only marks: a series outlives its owner by one
-	// interval, so that scrapes see its last value.
+	present := func(when string, want map[string]bool) {
+		t.Helper()
+		for what, s := range gone {
+			if got := p.has(s.name, s.labels); got != want[what] {
+				t.Fatalf("%s: %s series present = %v, want %v", when, what, got, want[what])
+			}
+		}
+	}
+	all := func(v bool) map[string]bool {
+		m := map[string]bool{}
+		for what := range gone {
+			m[what] = v
+		}
+		return m
+	}
+	// The first sweep after the reload still counts the replaced table's
+	// owners as present, and only marks the endpoint that left.
 	if n := p.srv.SweepMetrics(); n != 0 {
-		t.Fatalf("first sweep after the reload deleted %d series, want 0 (grace)", n)
+		t.Fatalf("first sweep after the reload deleted %d series, want 0", n)
 	}
-	for what, s := range gone {
-		if !p.has(s.name, s.labels) {
-			t.Fatalf("after one sweep: %s series gone already", what)
-		}
-	}
+	present("after one sweep", all(true))
+	// The second deletes the endpoint's series and marks the table's.
 	p.srv.SweepMetrics()
-	for what, s := range gone {
-		if p.has(s.name, s.labels) {
-			t.Errorf("after two sweeps: %s series still there (%s %v)", what, s.name, s.labels)
-		}
-	}
+	want := all(true)
+	want["removed upstream's endpoint"] = false
+	present("after two sweeps", want)
+	// The third deletes those.
+	p.srv.SweepMetrics()
+	present("after three sweeps", all(false))
 	for what, s := range kept {
 		if !p.has(s.name, s.labels) {
-			t.Errorf("after two sweeps: %s series deleted (%s %v)", what, s.name, s.labels)
+			t.Errorf("after three sweeps: %s series deleted (%s %v)", what, s.name, s.labels)
 		}
 	}
 	// The cached series of what stayed still count.
@@ -157,16 +171,78 @@ upstreams:
 	withoutMoved := strings.Replace(after, "      - {name: moved, match: {path_prefix: /moved}, upstream: third}\n", "", 1)
 	moved := map[string]string{"route": "moved", "upstream": "third"}
 	apply(withoutMoved)
+	p.srv.SweepMetrics() // the replaced table's owners still count
 	p.srv.SweepMetrics() // marks
 	apply(after)
-	p.srv.SweepMetrics() // back: unmarked
-	apply(withoutMoved)
-	p.srv.SweepMetrics() // marks again
+	apply(withoutMoved) // back and gone again between two sweeps
+	p.srv.SweepMetrics()
+	p.srv.SweepMetrics()
 	if !p.has("switchboard_http_request_duration_seconds", moved) {
-		t.Fatal("a route that came back between sweeps lost its series at its next removal's first sweep")
+		t.Fatal("a route that was back between two sweeps lost its series one sweep after it went again")
 	}
 	p.srv.SweepMetrics()
 	if p.has("switchboard_http_request_duration_seconds", moved) {
-		t.Fatal("the removed route's series survived two sweeps")
+		t.Fatal("the removed route's series survived three sweeps")
+	}
+}
+
+// A request still running on a replaced routing table keeps its route's
+// series, however many sweeps pass, and is counted when it ends.
+func TestMetricsSweepKeepsSeriesOfRequestsInFlight(t *testing.T) {
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
+	slow := newBackend(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		fmt.Fprint(w, "late")
+	})
+	fast := newBackend(t, "fast", nil)
+	cfg := func(withSlow bool) string {
+		y := "listeners:\n  - name: web\n    listen: 127.0.0.1:0\n    routes:\n      - {name: keep, match: {path_prefix: /keep}, upstream: fast}\n"
+		if withSlow {
+			y += "      - {name: slow, match: {path_prefix: /slow}, upstream: slow, timeout: 0s}\n"
+		}
+		return y + fmt.Sprintf("upstreams:\n  fast:\n    targets: [{address: %s}]\n  slow:\n    targets: [{address: %s}]\n", fast.addr(), slow.addr())
+	}
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	p := startProxy(t, cfg(true))
+	t.Cleanup(unblock) // before the backends' Close: a failure must not hang
+	url := p.url("web")
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Get(url + "/slow")
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-arrived
+	c, err := config.Parse("x.yaml", []byte(cfg(false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Apply(c); err != nil {
+		t.Fatal(err)
+	}
+	slowSeries := map[string]string{"route": "slow"}
+	for range 4 {
+		p.srv.SweepMetrics()
+	}
+	if !p.has("switchboard_http_request_duration_seconds", slowSeries) {
+		t.Fatal("the series of a route with a request in flight went while the request ran")
+	}
+	unblock()
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("the slow request ended with %d, want 200", code)
+	}
+	if got := p.metric("switchboard_http_requests_total", map[string]string{"route": "slow", "code": "200"}); got != 1 {
+		t.Fatalf("requests counted for the removed route = %v, want 1", got)
+	}
+	p.srv.SweepMetrics() // the table no longer serves: marks
+	p.srv.SweepMetrics()
+	if p.has("switchboard_http_request_duration_seconds", slowSeries) {
+		t.Fatal("the removed route's series outlived its last request by two sweeps")
 	}
 }

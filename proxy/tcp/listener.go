@@ -131,6 +131,17 @@ func (l *Listener) Serve() error {
 	if !l.serving.CompareAndSwap(false, true) {
 		return fmt.Errorf("tcp listener %q: Serve called twice", l.name)
 	}
+	// Shutdown waits for the accept loop too: a connection accepted as
+	// the socket closes still touches the listener's metric series, which
+	// Shutdown lets go of once everything is done.
+	l.cmu.Lock()
+	if l.shut {
+		l.cmu.Unlock()
+		return nil
+	}
+	l.wg.Add(1)
+	l.cmu.Unlock()
+	defer l.wg.Done()
 	l.log.Info("tcp listener serving", "listener", l.name, "addr", l.ln.Addr().String())
 	var backoff time.Duration
 	for {
