@@ -176,7 +176,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 		info.Key, info.HasKey = rt.up.requestKey(r)
 	}
 	pol := rt.retry
-	maxAttempts := 2 // without a policy: one more try after a connect failure
+	maxAttempts := 2 // without a policy: one more try after a connect failure or a broken idempotent exchange
 	var rb *retry.ReplayableBody
 	idempotent := true
 	if pol != nil {
@@ -229,7 +229,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, t *table, rt *
 		if err != nil {
 			clientGone := ctx.Err() != nil
 			pick.Done(endpoint.Outcome{Err: err, Latency: time.Since(t0), Canceled: clientGone || isBodyError(err)})
-			if reason := h.retryAfterError(rt, pol, err, attempt, maxAttempts, idempotent, rb, clientGone, deadline); reason != "" {
+			if reason := h.retryAfterError(rt, pol, err, attempt, maxAttempts, idempotent, rb, out.replayable(), clientGone, deadline); reason != "" {
 				h.upstreamError(rt, ep, reason)
 				if h.retryWait(ctx, rt, pol, attempt, reason, deadline) {
 					st.tried = append(st.tried, ep)
@@ -293,10 +293,16 @@ func (h *Handler) hedgeDelay(rt *route, pol *retry.Policy, attempt int, body io.
 
 // retryAfterError decides whether a failed attempt is tried again and says
 // why ("connect", "reset", "timeout"), or "" when it is not. A connect
-// failure sent nothing and is always safe; anything else needs a policy that
+// failure sent nothing and is always safe. Without a policy, an exchange
+// that broke before any response byte is tried again too when the request
+// can be sent again (idempotent, no body: replayable): an endpoint shutting
+// down resets the connections in its accept queue, and a GET that met one
+// must not fail for it. nginx's default proxy_next_upstream (error) does
+// the same for idempotent requests; a timeout is not retried (a slow
+// endpoint would get the load twice). Anything else needs a policy that
 // retries it, an idempotent request and a body that can be sent again.
 // Every retry under a policy is paid from the route's retry budget.
-func (h *Handler) retryAfterError(rt *route, pol *retry.Policy, err error, attempt, maxAttempts int, idempotent bool, rb *retry.ReplayableBody, clientGone bool, deadline time.Time) string {
+func (h *Handler) retryAfterError(rt *route, pol *retry.Policy, err error, attempt, maxAttempts int, idempotent bool, rb *retry.ReplayableBody, replayable, clientGone bool, deadline time.Time) string {
 	if clientGone || attempt+1 >= maxAttempts || isBodyError(err) {
 		return ""
 	}
@@ -307,8 +313,13 @@ func (h *Handler) retryAfterError(rt *route, pol *retry.Policy, err error, attem
 	var ce *connectError
 	isConnect := errors.As(err, &ce)
 	if pol == nil {
-		if isConnect && len(rt.up.pool.Snapshot().Ready) > 1 {
+		switch {
+		case len(rt.up.pool.Snapshot().Ready) < 2:
+			return ""
+		case isConnect:
 			return "connect"
+		case replayable && !isTimeout(err):
+			return "reset"
 		}
 		return ""
 	}

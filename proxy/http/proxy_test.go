@@ -211,6 +211,52 @@ func TestConnectFailureRetriedOnAnotherEndpoint(t *testing.T) {
 	}
 }
 
+// Without a retry policy, an idempotent request without a body whose
+// exchange broke before any response byte goes once more to another
+// endpoint (nginx's default proxy_next_upstream does the same); a POST is
+// not sent twice.
+func TestBrokenExchangeRetriedWithoutPolicyOnlyWhenReplayable(t *testing.T) {
+	a := newBackend(t, "a", nil)
+	broken := serveRaw(t, func(c net.Conn) {
+		// Read the request head, then hang up without a byte of answer.
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				return
+			}
+		}
+	})
+	p := startProxy(t, upstreamYAML("", broken, a.addr()))
+	for i := range 6 {
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/")
+		if resp.StatusCode != 200 || body != "a" {
+			t.Fatalf("GET %d: %d %q; a broken exchange of a GET must be retried on the other endpoint", i, resp.StatusCode, body)
+		}
+	}
+	// Round robin over [broken, a]: each GET's first pick is broken.
+	if got := p.metric("switchboard_upstream_retries_total", map[string]string{"upstream": "app", "reason": "reset"}); got != 6 {
+		t.Fatalf("reset retries = %v, want 6", got)
+	}
+	fails := 0
+	for range 2 { // one of the two POSTs is picked for broken first
+		resp, err := http.Post(p.url("web")+"/", "text/plain", strings.NewReader("once"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusBadGateway && resp.Header.Get("X-Switchboard-Error") == "upstream_error" {
+			fails++
+		}
+	}
+	if fails != 1 {
+		t.Fatalf("POSTs answered 502 upstream_error: %d, want 1 (a POST is not re-sent without a policy)", fails)
+	}
+	if got := p.metric("switchboard_upstream_retries_total", map[string]string{"upstream": "app", "reason": "reset"}); got != 6 {
+		t.Fatalf("reset retries after the POSTs = %v, want still 6", got)
+	}
+}
+
 func TestForwardingHeaders(t *testing.T) {
 	var got http.Header
 	var gotHost string
