@@ -285,7 +285,16 @@ func TestMonitorReportsVerdictsOnItsSchedule(t *testing.T) {
 	c.Interval = time.Second
 	c.Timeout = 500 * time.Millisecond
 	results := make(chan error)
-	checker := CheckerFunc(func(ctx context.Context, addr string) error { return <-results })
+	// It honours ctx, as a Checker must: Close cancels the check that
+	// began after the last result and waits for it.
+	checker := CheckerFunc(func(ctx context.Context, addr string) error {
+		select {
+		case err := <-results:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
 	verdicts := make(chan activeVerdict, 4)
 	clk := &instantClock{now: time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC)}
 	m, err := NewMonitor(c, collect(verdicts), WithChecker(checker), WithLogger(quiet), withClock(clk))
