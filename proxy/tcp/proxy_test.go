@@ -28,7 +28,12 @@ func TestEchoThroughProxy(t *testing.T) {
 		t.Fatalf("after CloseWrite: read %q, %v; want EOF", rest, err)
 	}
 	c.Close()
-	testutil.WaitFor(t, 5*time.Second, "the connection to be counted closed", func() bool { return p.closed(CloseDone) == 1 })
+	// The close is counted before the connection lets go of its slots:
+	// wait for both.
+	testutil.WaitFor(t, 5*time.Second, "the connection to be counted closed and let go", func() bool {
+		st := p.l.Stats()
+		return p.closed(CloseDone) == 1 && st.Active == 0 && len(st.Endpoints) == 1 && st.Endpoints[0].Active == 0
+	})
 	if got := p.forwarded("app", b.addr); got != 1 {
 		t.Errorf("switchboard_tcp_connections_total = %v, want 1", got)
 	}
