@@ -676,3 +676,44 @@ func TestSubscribeDuringPublicationsMissesAndRepeatsNothing(t *testing.T) {
 		}
 	}
 }
+
+// A service's errors series goes once no view watches it (after the
+// grace); one still watched keeps its own.
+func TestErrorsSeriesGoesWithTheLastWatch(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.errRefs.SetGrace(0)
+	h := newHarness(t, func(o *Options) { o.Metrics = m })
+	has := func(service string) bool {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "switchboard_discovery_errors_total" {
+				continue
+			}
+			for _, s := range mf.GetMetric() {
+				for _, l := range s.GetLabel() {
+					if l.GetName() == "service" && l.GetValue() == service {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	kept := h.d.Watch(registry.Query{Service: "kept"})
+	defer kept.Close()
+	gone := h.d.Watch(registry.Query{Service: "gone"})
+	h.step(t, "gone", answer{err: errors.New("connection refused")})
+	<-h.sleeps
+	if got := gathered(t, reg, "switchboard_discovery_errors_total", "test", "gone"); got != 1 {
+		t.Fatalf("errors of gone = %v, want 1", got)
+	}
+	gone.Close()
+	testutil.WaitFor(t, 5*time.Second, "gone's errors series to go", func() bool { return !has("gone") })
+	if !has("kept") {
+		t.Fatal("the errors series of a service still watched went too")
+	}
+}

@@ -2,8 +2,11 @@ package discovery
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/internal/seriesref"
 )
 
 // Metrics exports the state of every view of the Discoveries that use it:
@@ -18,6 +21,10 @@ import (
 // largest, errors the sum.
 type Metrics struct {
 	errors *prometheus.CounterVec
+	// errRefs counts the watch loops of each (registry, service) holding
+	// their errors series: it goes errorsGrace after the last one ends,
+	// so services that come and go do not stay in /metrics for ever.
+	errRefs *seriesref.Refs[[2]string]
 
 	stale, age, instances *prometheus.Desc
 
@@ -43,9 +50,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"registry", "service"}, nil),
 		ds: map[*Discovery]struct{}{},
 	}
+	m.errRefs = seriesref.New(errorsGrace, func(k [2]string) { m.errors.DeleteLabelValues(k[0], k[1]) })
 	reg.MustRegister(m.errors, (*gauges)(m))
 	return m
 }
+
+// errorsGrace is how long a service's errors series outlives its last
+// watch loop: scrapes see its last value.
+const errorsGrace = 2 * time.Minute
 
 func (m *Metrics) add(d *Discovery) {
 	m.mu.Lock()

@@ -193,6 +193,7 @@ func newWatch(d *Discovery, q registry.Query, key string) *watch {
 	w.ctx, w.cancel = context.WithCancel(d.ctx)
 	w.st.started = d.opts.now()
 	if m := d.opts.Metrics; m != nil {
+		m.errRefs.Hold([2]string{d.opts.Registry, q.Service}) // let go when run ends
 		w.errors = m.errors.WithLabelValues(d.opts.Registry, q.Service)
 	}
 	return w
@@ -236,6 +237,9 @@ func (w *watch) lastError() string {
 func (w *watch) run() {
 	defer w.d.loops.Done()
 	defer close(w.done)
+	if m := w.d.opts.Metrics; m != nil {
+		defer m.errRefs.Release([2]string{w.d.opts.Registry, w.q.Service})
+	}
 	if w.d.cache != nil {
 		if c, ok := w.d.cache.load(w.key, w.q.Service); ok {
 			w.cur = c.Instances

@@ -1,10 +1,11 @@
 package tcpproxy
 
 import (
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/internal/seriesref"
 )
 
 // The reasons a connection is closed before (or instead of) being
@@ -58,30 +59,19 @@ type Metrics struct {
 	connectErrs  *prometheus.CounterVec
 	connectDelay *prometheus.HistogramVec
 
-	refs seriesRefs
+	refs *seriesref.Refs[seriesKey]
 }
 
-// Series are reference-counted: a Listener holds its listener's series
-// from NewListener until its Shutdown has finished, and each entry of its
-// endpoint table holds that endpoint's until the table prunes it (idle
-// since the previous prune) or the listener finishes. A series whose last
-// holder let go is deleted after seriesGrace unless a holder takes it back
-// first: scrapes see its last value, a listener replaced under the same
-// name (new address, the old one draining) shares the series instead of
-// losing them when the old one ends, and endpoints that come and go with
-// discovery do not stay in /metrics for ever. Holding and deleting happen
-// under one lock, so a series is never deleted while a holder caches it
-// (a cached child that was deleted would go on counting unseen).
+// Series are reference-counted (internal/seriesref): a Listener holds its
+// listener's series from NewListener until its Shutdown has finished, and
+// each entry of its endpoint table holds that endpoint's until the table
+// prunes it (idle since the previous prune) or the listener finishes. A
+// series whose last holder let go is deleted after seriesGrace unless a
+// holder takes it back first: scrapes see its last value, a listener
+// replaced under the same name (new address, the old one draining) shares
+// the series instead of losing them when the old one ends, and endpoints
+// that come and go with discovery do not stay in /metrics for ever.
 const seriesGrace = 2 * time.Minute
-
-type seriesRefs struct {
-	mu      sync.Mutex
-	n       map[seriesKey]int
-	pending map[seriesKey]*pendingDelete // deletions waiting out the grace
-	grace   time.Duration
-}
-
-type pendingDelete struct{ t *time.Timer }
 
 type seriesKey struct {
 	kind                     uint8
@@ -94,46 +84,8 @@ const (
 	keyConnectDelay              // (listener, upstream): the connect histogram
 )
 
-func (m *Metrics) hold(keys ...seriesKey) {
-	r := &m.refs
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.n == nil {
-		r.n, r.pending = map[seriesKey]int{}, map[seriesKey]*pendingDelete{}
-	}
-	for _, k := range keys {
-		r.n[k]++
-		if p := r.pending[k]; p != nil {
-			p.t.Stop()
-			delete(r.pending, k)
-		}
-	}
-}
-
-func (m *Metrics) release(keys ...seriesKey) {
-	r := &m.refs
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, k := range keys {
-		if r.n[k]--; r.n[k] > 0 {
-			continue
-		}
-		delete(r.n, k)
-		p := &pendingDelete{}
-		p.t = time.AfterFunc(r.grace, func() { m.expire(k, p) })
-		r.pending[k] = p
-	}
-}
-
-// expire deletes k's series if nobody took them back during the grace.
-func (m *Metrics) expire(k seriesKey, p *pendingDelete) {
-	r := &m.refs
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pending[k] != p || r.n[k] > 0 {
-		return // taken back (and perhaps released again: a newer timer)
-	}
-	delete(r.pending, k)
+// deleteSeries deletes the series k names (seriesref calls it).
+func (m *Metrics) deleteSeries(k seriesKey) {
 	switch k.kind {
 	case keyListener:
 		m.accepted.DeleteLabelValues(k.listener)
@@ -153,13 +105,6 @@ func (m *Metrics) expire(k seriesKey, p *pendingDelete) {
 	case keyConnectDelay:
 		m.connectDelay.DeleteLabelValues(k.listener, k.upstream)
 	}
-}
-
-// pendingDeletions is the number of series sets waiting out the grace.
-func (m *Metrics) pendingDeletions() int {
-	m.refs.mu.Lock()
-	defer m.refs.mu.Unlock()
-	return len(m.refs.pending)
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -205,7 +150,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"listener", "upstream"}),
 	}
 	reg.MustRegister(m.accepted, m.rejected, m.queued, m.closed, m.active, m.total, m.bytes, m.connectErrs, m.connectDelay)
-	m.refs.grace = seriesGrace
+	m.refs = seriesref.New(seriesGrace, m.deleteSeries)
 	return m
 }
 
@@ -220,7 +165,7 @@ type listenerMetrics struct {
 // forListener holds and returns a listener's series; releaseListener
 // lets them go.
 func (m *Metrics) forListener(name string) *listenerMetrics {
-	m.hold(seriesKey{kind: keyListener, listener: name})
+	m.refs.Hold(seriesKey{kind: keyListener, listener: name})
 	lm := &listenerMetrics{
 		accepted: m.accepted.WithLabelValues(name),
 		queued:   m.queued.WithLabelValues(name),
@@ -237,7 +182,7 @@ func (m *Metrics) forListener(name string) *listenerMetrics {
 }
 
 func (m *Metrics) releaseListener(name string) {
-	m.release(seriesKey{kind: keyListener, listener: name})
+	m.refs.Release(seriesKey{kind: keyListener, listener: name})
 }
 
 // endpointMetrics are one (listener, upstream, endpoint) triple's series.
@@ -252,7 +197,7 @@ type endpointMetrics struct {
 // forEndpoint holds and returns an endpoint's series; releaseEndpoint lets
 // them go.
 func (m *Metrics) forEndpoint(listener, upstream, addr string) endpointMetrics {
-	m.hold(seriesKey{keyEndpoint, listener, upstream, addr}, seriesKey{kind: keyConnectDelay, listener: listener, upstream: upstream})
+	m.refs.Hold(seriesKey{keyEndpoint, listener, upstream, addr}, seriesKey{kind: keyConnectDelay, listener: listener, upstream: upstream})
 	return endpointMetrics{
 		active:       m.active.WithLabelValues(listener, upstream, addr),
 		total:        m.total.WithLabelValues(listener, upstream, addr),
@@ -264,5 +209,5 @@ func (m *Metrics) forEndpoint(listener, upstream, addr string) endpointMetrics {
 }
 
 func (m *Metrics) releaseEndpoint(listener, upstream, addr string) {
-	m.release(seriesKey{keyEndpoint, listener, upstream, addr}, seriesKey{kind: keyConnectDelay, listener: listener, upstream: upstream})
+	m.refs.Release(seriesKey{keyEndpoint, listener, upstream, addr}, seriesKey{kind: keyConnectDelay, listener: listener, upstream: upstream})
 }

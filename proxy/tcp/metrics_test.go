@@ -28,11 +28,7 @@ func seriesCount(c prometheus.Collector) int {
 	return n
 }
 
-func setGrace(m *Metrics, d time.Duration) {
-	m.refs.mu.Lock()
-	m.refs.grace = d
-	m.refs.mu.Unlock()
-}
+func setGrace(m *Metrics, d time.Duration) { m.refs.SetGrace(d) }
 
 // listenOn starts a listener named name on m, shut down at the end of the
 // test if nothing did before.
@@ -85,7 +81,7 @@ func TestSeriesOfEndpointsThatLeftAreDeleted(t *testing.T) {
 			t.Fatal("no connect error counted for the first endpoint")
 		}
 	}
-	testutil.WaitFor(t, 5*time.Second, "pending series deletions", func() bool { return m.pendingDeletions() == 0 })
+	testutil.WaitFor(t, 5*time.Second, "pending series deletions", func() bool { return m.refs.Pending() == 0 })
 	n := seriesCount(m.connectErrs)
 	if n > 2*minPruneAt || n < 2 {
 		t.Fatalf("after %d endpoints came and went: %d connect-error series, want between 2 and %d", churn, n, 2*minPruneAt)
@@ -118,7 +114,7 @@ func TestListenerSeriesLiveWhileAnyHolderDoes(t *testing.T) {
 		return metricValue(m.active.WithLabelValues("db", "app", be.addr)) == 0
 	})
 	shutdownNow(t, old) // the old one ends; the new one goes on
-	testutil.WaitFor(t, 5*time.Second, "pending series deletions", func() bool { return m.pendingDeletions() == 0 })
+	testutil.WaitFor(t, 5*time.Second, "pending series deletions", func() bool { return m.refs.Pending() == 0 })
 	if seriesCount(m.accepted) != 1 || seriesCount(m.total) != 1 {
 		t.Fatalf("after the old listener's end: %d accepted and %d total series, want 1 each (the new listener's)",
 			seriesCount(m.accepted), seriesCount(m.total))
@@ -144,7 +140,7 @@ func TestSeriesGoAfterTheGraceUnlessTakenBack(t *testing.T) {
 	setGrace(m, time.Hour)
 	first, _ := listenOn(t, m, "db", up, Config{})
 	shutdownNow(t, first)
-	if n := m.pendingDeletions(); n != 1 {
+	if n := m.refs.Pending(); n != 1 {
 		t.Fatalf("after the listener's end: %d pending deletions, want 1", n)
 	}
 	if seriesCount(m.accepted) != 1 {
@@ -152,12 +148,12 @@ func TestSeriesGoAfterTheGraceUnlessTakenBack(t *testing.T) {
 	}
 	// A listener of the same name within the grace takes them back.
 	second, _ := listenOn(t, m, "db", up, Config{})
-	if n := m.pendingDeletions(); n != 0 {
+	if n := m.refs.Pending(); n != 0 {
 		t.Fatalf("after a new holder: %d pending deletions, want 0", n)
 	}
 	setGrace(m, 0)
 	shutdownNow(t, second)
 	testutil.WaitFor(t, 5*time.Second, "the listener's series to go", func() bool {
-		return m.pendingDeletions() == 0 && seriesCount(m.accepted)+seriesCount(m.rejected)+seriesCount(m.closed)+seriesCount(m.queued) == 0
+		return m.refs.Pending() == 0 && seriesCount(m.accepted)+seriesCount(m.rejected)+seriesCount(m.closed)+seriesCount(m.queued) == 0
 	})
 }
