@@ -18,7 +18,7 @@ import (
 
 // captureHello returns the bytes crypto/tls sends as its ClientHello for
 // serverName: its first flight, one or more records.
-func captureHello(t *testing.T, serverName string) []byte {
+func captureHello(t testing.TB, serverName string) []byte {
 	t.Helper()
 	a, b := net.Pipe()
 	defer a.Close()
