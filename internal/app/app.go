@@ -6,6 +6,7 @@ package app
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,7 @@ type App struct {
 
 	reloadMu       sync.Mutex
 	cfg            *config.Config
+	fileSum        [sha256.Size]byte // of the file last read, applied or not; under reloadMu
 	reloads        *prometheus.CounterVec
 	reloadFailures prometheus.Counter
 	reloadOK       prometheus.Gauge
@@ -68,14 +70,14 @@ type Options struct {
 // New loads the configuration at path and starts everything it describes.
 // A configuration with problems returns config.Errors and starts nothing.
 func New(path string, opt Options) (*App, error) {
-	cfg, err := config.Load(path)
+	cfg, sum, err := loadConfig(path)
 	if err != nil {
 		return nil, err
 	}
 	if opt.Stderr == nil {
 		opt.Stderr = os.Stderr
 	}
-	a := &App{path: path, level: new(slog.LevelVar), cfg: cfg}
+	a := &App{path: path, level: new(slog.LevelVar), cfg: cfg, fileSum: sum}
 	a.level.Set(parseLevel(cfg.Log.Level))
 	ho := &slog.HandlerOptions{Level: a.level}
 	if cfg.Log.Format == "json" {
@@ -250,7 +252,10 @@ func (a *App) Reload() error {
 }
 
 func (a *App) reload() error {
-	cfg, err := config.Load(a.path)
+	cfg, sum, err := loadConfig(a.path)
+	if sum != ([sha256.Size]byte{}) {
+		a.fileSum = sum
+	}
 	if err == nil {
 		err = a.apply(cfg)
 	}
@@ -287,6 +292,12 @@ func (a *App) Run(ctx context.Context) error {
 
 	changes, closeWatch := a.watch()
 	defer closeWatch()
+	// The watch began after New read the file: a change written in
+	// between raised no event. Catch it up now.
+	if a.fileChanged() {
+		a.log.Info("config file changed since start: reloading", "config", a.path)
+		a.Reload()
+	}
 	// Ready only now: signals are handled, so a SIGTERM or SIGHUP sent by
 	// whoever waited for readiness is never lost.
 	a.admin.SetReady(true)
@@ -321,6 +332,29 @@ func (a *App) Shutdown() error {
 	}
 	a.log.Info("stopped")
 	return nil
+}
+
+// loadConfig reads and parses the configuration at path, and returns the
+// SHA-256 of the bytes it read (zero if it could not read them).
+func loadConfig(path string) (*config.Config, [sha256.Size]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, [sha256.Size]byte{}, fmt.Errorf("config: %w", err)
+	}
+	cfg, err := config.Parse(path, data)
+	return cfg, sha256.Sum256(data), err
+}
+
+// fileChanged reports whether the config file now differs from the bytes
+// last read (a file that cannot be read is left to the next event).
+func (a *App) fileChanged() bool {
+	data, err := os.ReadFile(a.path)
+	if err != nil {
+		return false
+	}
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	return sha256.Sum256(data) != a.fileSum
 }
 
 // watch reports changes to the config file. It watches the directory, not

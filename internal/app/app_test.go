@@ -184,6 +184,46 @@ func TestReloadUnderLoadDropsNothing(t *testing.T) {
 	t.Logf("%d requests, 0 failed, across %d reloads", okCount.Load(), reloads)
 }
 
+// A change written after New read the file but before Run watched it
+// raises no file event; Run catches it up.
+func TestChangeBeforeRunIsApplied(t *testing.T) {
+	a1, fresh := named(t, "a1"), named(t, "fresh")
+	listen := freeAddr(t)
+	path := filepath.Join(t.TempDir(), "switchboard.yaml")
+	writeFile(t, path, config(listen, []string{hostport(a1)}, 1, false, ""))
+	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reloaded := make(chan error, 10)
+	a.Reloaded = func(err error) { reloaded <- err }
+	writeFile(t, path, config(listen, []string{hostport(a1)}, 1, true, hostport(fresh)))
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-runDone
+	}()
+	select {
+	case err := <-reloaded:
+		if err != nil {
+			t.Fatalf("catch-up reload: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the change made before Run was not applied")
+	}
+	resp, err := http.Get("http://" + listen + "/new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "fresh" {
+		t.Fatalf("the route the change added: %d %q", resp.StatusCode, body)
+	}
+}
+
 func scrape(t *testing.T, admin string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + admin + "/metrics")
