@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/internal/atomicfile"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -153,45 +154,14 @@ func (p *persister) flush() {
 	}
 }
 
-// writeAtomic replaces path with f so that a reader (or a crash) sees the
-// old file or the new one, never a mix: write a temporary file in the same
-// directory, fsync it, rename it over path, fsync the directory so that the
-// rename itself survives a power loss (rename(2) is atomic within one file
-// system; the directory fsync is what makes it durable, see fsync(2)).
-func writeAtomic(path string, f *cacheFile) (err error) {
+// writeAtomic replaces path with f (atomicfile.Write). Its temporary
+// files are named .tmp-<file name>-*, which newPersister cleans up.
+func writeAtomic(path string, f *cacheFile) error {
 	data, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".tmp-"+strings.TrimSuffix(filepath.Base(path), ".json")+"-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(path, ".tmp-"+strings.TrimSuffix(filepath.Base(path), ".json")+"-*", data)
 }
 
 // load reads the cached view of key. A missing file is no view; a damaged

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/internal/atomicfile"
 	"github.com/switchboard-dev/switchboard/internal/ctxtime"
 )
 
@@ -183,7 +184,7 @@ func (s *Server) writeSnapshot() error {
 	s.dirty = false
 	s.mu.Unlock()
 	if err == nil {
-		err = writeFileAtomic(filepath.Join(s.cfg.DataDir, snapshotName), b)
+		err = atomicfile.Write(filepath.Join(s.cfg.DataDir, snapshotName), "."+snapshotName+".tmp-*", b)
 	}
 	if err != nil {
 		s.mu.Lock()
@@ -192,35 +193,6 @@ func (s *Server) writeSnapshot() error {
 		return fmt.Errorf("registryd: write snapshot: %w", err)
 	}
 	return nil
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // after a successful rename this finds nothing
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // loadSnapshot creates DataDir if needed and loads its snapshot, if any.
