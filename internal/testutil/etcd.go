@@ -84,12 +84,18 @@ func (s *EtcdServer) URL() string { return "http://" + s.client }
 // DataDir is the member's data directory.
 func (s *EtcdServer) DataDir() string { return s.dataDir }
 
-// Stop sends SIGTERM and waits for etcd to exit (SIGKILL after 10s).
-func (s *EtcdServer) Stop() {
+// takeProc detaches the running etcd process, or returns nil.
+func (s *EtcdServer) takeProc() *etcdProc {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	p := s.proc
 	s.proc = nil
-	s.mu.Unlock()
+	return p
+}
+
+// Stop sends SIGTERM and waits for etcd to exit (SIGKILL after 10s).
+func (s *EtcdServer) Stop() {
+	p := s.takeProc()
 	if p == nil {
 		return
 	}
@@ -105,10 +111,7 @@ func (s *EtcdServer) Stop() {
 // Kill sends SIGKILL and waits for etcd to exit. It is a no-op when etcd
 // is not running.
 func (s *EtcdServer) Kill() {
-	s.mu.Lock()
-	p := s.proc
-	s.proc = nil
-	s.mu.Unlock()
+	p := s.takeProc()
 	if p == nil {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
@@ -61,8 +62,33 @@ func (p *proxy) url(listener string) string {
 	return "http://" + a
 }
 
-// counter returns the value of a counter or gauge series, 0 if absent.
+// metric returns the value of a counter or gauge series (a histogram's
+// sample count), 0 if absent.
 func (p *proxy) metric(name string, labels map[string]string) float64 {
+	p.t.Helper()
+	m := p.series(name, labels)
+	switch {
+	case m == nil:
+		return 0
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return 0
+}
+
+// has reports whether a series of name whose labels include labels exists.
+func (p *proxy) has(name string, labels map[string]string) bool {
+	p.t.Helper()
+	return p.series(name, labels) != nil
+}
+
+// series returns the first series of name whose labels include labels,
+// or nil.
+func (p *proxy) series(name string, labels map[string]string) *dto.Metric {
 	p.t.Helper()
 	mfs, err := p.reg.Gather()
 	if err != nil {
@@ -83,17 +109,10 @@ func (p *proxy) metric(name string, labels map[string]string) float64 {
 					continue next
 				}
 			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
+			return m
 		}
 	}
-	return 0
+	return nil
 }
 
 // backend is a real HTTP server that names itself and counts connections.

@@ -11,35 +11,6 @@ import (
 	"github.com/switchboard-dev/switchboard/config"
 )
 
-// has reports whether the registry exposes a series of name whose labels
-// include labels.
-func (p *proxy) has(name string, labels map[string]string) bool {
-	p.t.Helper()
-	mfs, err := p.reg.Gather()
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for k, v := range labels {
-				if have[k] != v {
-					continue next
-				}
-			}
-			return true
-		}
-	}
-	return false
-}
-
 func TestMetricsOfRemovedOwnersAreSwept(t *testing.T) {
 	b1, b2, b3 := newBackend(t, "b1", nil), newBackend(t, "b2", nil), newBackend(t, "b3", nil)
 	dead := deadAddr(t)

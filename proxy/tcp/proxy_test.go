@@ -199,7 +199,7 @@ func TestIdleTimeoutOff(t *testing.T) {
 
 func TestConnectRefusedRetriesNextEndpoint(t *testing.T) {
 	good := startServer(t, echo)
-	refused := freeAddr(t)
+	refused := testutil.FreeAddr(t)
 	up := newUpstream(t, "app", rr(), refused, good.addr)
 	p := startProxy(t, Config{Name: "t", Upstream: "app"}, up)
 	for i := 0; i < 4; i++ {
@@ -239,7 +239,7 @@ func TestConnectTimeoutRetriesNextEndpoint(t *testing.T) {
 }
 
 func TestConnectAttemptsExhausted(t *testing.T) {
-	a, b := freeAddr(t), freeAddr(t)
+	a, b := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	up := newUpstream(t, "app", rr(), a, b)
 	p := startProxy(t, Config{Name: "t", Upstream: "app", ConnectAttempts: 2}, up)
 	c := p.dial(t)
@@ -435,16 +435,6 @@ func TestManyConcurrentConnections(t *testing.T) {
 			t.Error(err)
 		}
 	}
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestByteCountersMoveDuringConnection: a long connection's byte counters
