@@ -1,6 +1,7 @@
 # bench/lib.sh — helpers shared by bench/run-http.sh and bench/run-tcp.sh.
-# Sourced, not run. The caller sets BENCH_TAG (the log prefix) and keeps
-# STARTED_PIDS=() for its cleanup trap.
+# shellcheck shell=bash
+# Sourced, not run. The caller sets BENCH_TAG (the log prefix) and calls
+# install_cleanup before it starts anything.
 
 log() { printf '[%s %s] %s\n' "$BENCH_TAG" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '[%s] ERROR: %s\n' "$BENCH_TAG" "$*" >&2; exit 1; }
@@ -78,4 +79,47 @@ machine_footer() {
 	cat "$RUN_DIR/machine.md"
 	echo "- load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "- raw outputs: bench/out/$(basename "$RUN_DIR")/"
+}
+
+# What cleanup undoes; the scripts add to these as they go.
+STARTED_PIDS=()     # process-group leaders started with start (setsid)
+BG_PIDS=()          # other background children (e.g. the profile run's wrk)
+WORK=""             # a temporary directory to remove
+POLICY_RC_CREATED=0 # 1 while /usr/sbin/policy-rc.d is ours
+
+# cleanup stops everything the script started (SIGTERM to each process
+# group, SIGKILL after 5 s), removes WORK and our policy-rc.d, and exits
+# with the script's status.
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+cleanup() {
+	local rc=$? pid i
+	set +e
+	trap - EXIT INT TERM
+	for pid in "${BG_PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	done
+	for pid in "${STARTED_PIDS[@]}"; do
+		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
+	done
+	for pid in "${STARTED_PIDS[@]}"; do
+		for ((i = 0; i < 50; i++)); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		if kill -0 "$pid" 2>/dev/null; then
+			log "pid $pid did not stop on SIGTERM in 5s; sending SIGKILL"
+			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+		fi
+		wait "$pid" 2>/dev/null
+	done
+	if ((POLICY_RC_CREATED)); then rm -f /usr/sbin/policy-rc.d; fi
+	if [[ -n $WORK && -d $WORK ]]; then rm -rf -- "$WORK"; fi
+	exit "$rc"
+}
+
+# install_cleanup runs cleanup on exit, Ctrl-C and SIGTERM.
+install_cleanup() {
+	trap cleanup EXIT
+	trap 'log "interrupted"; exit 130' INT
+	trap 'log "terminated"; exit 143' TERM
 }

@@ -99,41 +99,7 @@ for t in $TARGETS; do
 done
 
 # ---------------------------------------------------------------- cleanup
-STARTED_PIDS=()   # process-group leaders we started (via setsid)
-BG_PIDS=()        # other background children (the wrk of the profile run)
-WORK=""
-POLICY_RC_CREATED=0
-
-# shellcheck disable=SC2317  # invoked by the EXIT trap
-cleanup() {
-	local rc=$?
-	set +e
-	trap - EXIT INT TERM
-	local pid i
-	for pid in "${BG_PIDS[@]}"; do
-		kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-	done
-	for pid in "${STARTED_PIDS[@]}"; do
-		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
-	done
-	for pid in "${STARTED_PIDS[@]}"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		if kill -0 "$pid" 2>/dev/null; then
-			log "pid $pid did not stop on SIGTERM in 5s; sending SIGKILL"
-			kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
-		fi
-		wait "$pid" 2>/dev/null
-	done
-	if ((POLICY_RC_CREATED)); then rm -f /usr/sbin/policy-rc.d; fi
-	if [[ -n $WORK && -d $WORK ]]; then rm -rf -- "$WORK"; fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT
-trap 'log "terminated"; exit 143' TERM
+install_cleanup # lib.sh: stops what the script started, on any exit
 
 # ---------------------------------------------------------------- install
 need_tools=(wrk nginx haproxy curl)

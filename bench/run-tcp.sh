@@ -108,32 +108,7 @@ for t in $TARGETS; do
 done
 
 # ---------------------------------------------------------------- cleanup
-STARTED_PIDS=()
-WORK=""
-POLICY_RC_CREATED=0
-# shellcheck disable=SC2317  # invoked by the EXIT trap
-cleanup() {
-	local rc=$? pid i
-	set +e
-	trap - EXIT INT TERM
-	for pid in "${STARTED_PIDS[@]}"; do
-		kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
-	done
-	for pid in "${STARTED_PIDS[@]}"; do
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -0 "$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null
-		wait "$pid" 2>/dev/null
-	done
-	if ((POLICY_RC_CREATED)); then rm -f /usr/sbin/policy-rc.d; fi
-	if [[ -n $WORK && -d $WORK ]]; then rm -rf -- "$WORK"; fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'log "interrupted"; exit 130' INT
-trap 'log "terminated"; exit 143' TERM
+install_cleanup # lib.sh: stops what the script started, on any exit
 
 # ---------------------------------------------------------------- install
 missing_pkgs() {
