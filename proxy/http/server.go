@@ -43,20 +43,43 @@ type Server struct {
 	routeStates map[string]*routeState // by route name, kept across rebuilds
 
 	// Auto routes: the source, the services last read from it, the
-	// configuration without them, and the watch's cancel.
-	routeSrc  RouteSource
-	services  map[string][]string
-	base      *config.Config
-	stopWatch context.CancelFunc
-	watchDone chan struct{}
+	// configuration without them, and the watch.
+	routeSrc RouteSource
+	services map[string][]string
+	base     *config.Config
+	watch    *bgLoop
 
 	// The metrics sweep (sweep.go), running from the first Apply to
 	// Shutdown, and the owners of routing tables replaced since its last
 	// run (recent) or still serving requests (retiring).
-	stopSweep context.CancelFunc
-	sweepDone chan struct{}
-	recent    *liveSet
-	retiring  []*table
+	sweep    *bgLoop
+	recent   *liveSet
+	retiring []*table
+}
+
+// bgLoop is a goroutine of the server's that runs until its context ends.
+type bgLoop struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when it has returned
+}
+
+func startLoop(run func(context.Context)) *bgLoop {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &bgLoop{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		run(ctx)
+	}()
+	return l
+}
+
+// stopLocked ends l and waits for it with s.mu released (l may take
+// s.mu: the sweep and an auto-route apply do); s.mu is held.
+func (s *Server) stopLocked(l *bgLoop) {
+	l.cancel()
+	s.mu.Unlock()
+	<-l.done
+	s.mu.Lock()
 }
 
 // SetDiscovery gives upstreams with discovery their registries. Call it
@@ -112,29 +135,18 @@ func (s *Server) Apply(cfg *config.Config) error {
 		return err
 	}
 	s.base = cfg
-	if s.stopSweep == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		s.stopSweep, s.sweepDone = cancel, done
-		go func() {
-			defer close(done)
-			s.sweepLoop(ctx)
-		}()
+	if s.sweep == nil {
+		s.sweep = startLoop(s.sweepLoop)
 	}
 	switch {
-	case auto && s.stopWatch == nil:
-		ctx, cancel := context.WithCancel(context.Background())
-		done, src := make(chan struct{}), s.routeSrc
-		s.stopWatch, s.watchDone = cancel, done
-		go func() {
-			defer close(done)
-			s.watchRoutes(ctx, src)
-		}()
-	case !auto && s.stopWatch != nil:
+	case auto && s.watch == nil:
+		src := s.routeSrc
+		s.watch = startLoop(func(ctx context.Context) { s.watchRoutes(ctx, src) })
+	case !auto && s.watch != nil:
 		// The watch ends by itself: it checks its context under s.mu
 		// before applying anything.
-		s.stopWatch()
-		s.stopWatch, s.watchDone, s.services = nil, nil, nil
+		s.watch.cancel()
+		s.watch, s.services = nil, nil
 	}
 	return nil
 }
@@ -295,21 +307,13 @@ func (s *Server) applyLocked(cfg *config.Config) error {
 func (s *Server) Shutdown() {
 	s.mu.Lock()
 	s.closed = true
-	if s.stopWatch != nil {
-		s.stopWatch()
-		done := s.watchDone
-		s.mu.Unlock()
-		<-done // it takes s.mu to apply; let it see closed and leave
-		s.mu.Lock()
-		s.stopWatch = nil
+	if s.watch != nil {
+		s.stopLocked(s.watch) // it sees closed under s.mu and leaves
+		s.watch = nil
 	}
-	if s.stopSweep != nil {
-		s.stopSweep()
-		done := s.sweepDone
-		s.mu.Unlock()
-		<-done // a sweep holds s.mu
-		s.mu.Lock()
-		s.stopSweep = nil
+	if s.sweep != nil {
+		s.stopLocked(s.sweep)
+		s.sweep = nil
 	}
 	ls := s.listeners
 	s.listeners = map[string]*listener{}

@@ -164,8 +164,12 @@ func (s *Server) retire(t *table) {
 	// Keep only tables still serving (and this one, which a request may
 	// have loaded a moment ago and not yet counted): this bounds the list
 	// however often auto routes rebuild between sweeps.
-	s.retiring = slices.DeleteFunc(s.retiring, func(t *table) bool { return t.active.Load() == 0 })
-	s.retiring = append(s.retiring, t)
+	s.retiring = append(dropIdle(s.retiring), t)
+}
+
+// dropIdle removes the tables that serve no request.
+func dropIdle(ts []*table) []*table {
+	return slices.DeleteFunc(ts, func(t *table) bool { return t.active.Load() == 0 })
 }
 
 // liveLocked collects the owners present now: those of the running
@@ -183,7 +187,7 @@ func (s *Server) liveLocked() *liveSet {
 			l.addTable(t)
 		}
 	}
-	s.retiring = slices.DeleteFunc(s.retiring, func(t *table) bool { return t.active.Load() == 0 })
+	s.retiring = dropIdle(s.retiring)
 	for _, t := range s.retiring {
 		l.addTable(t)
 	}
