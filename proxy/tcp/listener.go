@@ -386,7 +386,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 }
 
 // finish lets go of the listener's metric series once no connection is
-// left to use them (see seriesRefs).
+// left to use them (see seriesGrace in metrics.go).
 func (l *Listener) finish() {
 	l.finished.Do(func() {
 		l.eps.close()
@@ -444,7 +444,6 @@ type epTable struct {
 	pruneAt  int
 	metrics  *Metrics
 	listener string
-	closed   bool // the listener finished: its series are let go
 }
 
 type epKey struct {
@@ -503,14 +502,10 @@ func (t *epTable) pruneLocked() {
 }
 
 // close lets go of every endpoint's series once the listener has finished
-// (no connection left to use them).
+// (no connection left to use them); finish calls it once.
 func (t *epTable) close() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
-		return
-	}
-	t.closed = true
 	for k, st := range t.m {
 		delete(t.m, k)
 		t.metrics.releaseEndpoint(t.listener, st.upstream, st.addr)
