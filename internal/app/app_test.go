@@ -168,15 +168,7 @@ func TestReloadUnderLoadDropsNothing(t *testing.T) {
 	if n := failures.Load(); n != 0 {
 		t.Fatalf("%d of %d requests failed across %d reloads; first: %v", n, n+okCount.Load(), reloads, firstErr.Load())
 	}
-	resp, err := http.Get("http://" + listen + "/new")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "fresh" {
-		t.Fatalf("new route after reload: %d %q", resp.StatusCode, body)
-	}
+	expectFresh(t, listen, "new route after reload")
 	metrics := scrape(t, a.AdminAddr())
 	if !strings.Contains(metrics, "switchboard_config_reload_failures_total 1\n") {
 		t.Fatalf("want exactly one reload failure counted; metrics:\n%s", grep(metrics, "reload"))
@@ -213,6 +205,12 @@ func TestChangeBeforeRunIsApplied(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the change made before Run was not applied")
 	}
+	expectFresh(t, listen, "the route the change added")
+}
+
+// expectFresh checks that listen's /new route answers 200 "fresh".
+func expectFresh(t *testing.T, listen, what string) {
+	t.Helper()
 	resp, err := http.Get("http://" + listen + "/new")
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +218,7 @@ func TestChangeBeforeRunIsApplied(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 || string(body) != "fresh" {
-		t.Fatalf("the route the change added: %d %q", resp.StatusCode, body)
+		t.Fatalf("%s: %d %q", what, resp.StatusCode, body)
 	}
 }
 
