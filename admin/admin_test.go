@@ -16,7 +16,7 @@ import (
 	"github.com/switchboard-dev/switchboard/admin"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
 // newAdmin runs a real data plane with one upstream of two endpoints and

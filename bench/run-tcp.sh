@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run-tcp.sh — L4 (TCP) load benchmark: switchboard's proxy/tcp vs
+# bench/run-tcp.sh — L4 (TCP) load benchmark: switchboard's proxy/tcpproxy vs
 # nginx `stream` vs HAProxy `mode tcp` vs no proxy at all, on loopback, on
 # this machine.
 #
@@ -24,7 +24,7 @@
 # switchboard is `switchboard serve` (built from ./cmd/switchboard, or
 # SWITCHBOARD_BIN) with one `protocol: tcp` listener, round_robin over the
 # two backends; the config is written out below. HARNESS=1 measures
-# bench/tcpproxy instead: one proxy/tcp Listener on a static pool, built
+# bench/tcpproxy instead: one proxy/tcpproxy Listener on a static pool, built
 # straight on the package (it served before the config wiring existed, and
 # it is what the splice check traces).
 #
@@ -356,7 +356,7 @@ for t in $TARGETS; do [[ -z ${NOT_MEASURED[$t]:-} ]] && ACTIVE+=("$t"); done
 	echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //') stream, worker_processes $NGINX_WORKERS, proxy_half_close on"
 	echo "- haproxy: $(haproxy -v 2>&1 | head -n1 | awk '{print $3}'), nbthread $HAPROXY_THREADS$( ((HAPROXY_SPLICE)) && echo ', option splice-auto')"
-	echo "- go: $(go version | awk '{print $3}'); switchboard: $( ((HARNESS)) && echo 'bench/tcpproxy harness (proxy/tcp, round_robin)' || echo "$SB_BIN serve (one tcp listener, round_robin)") at $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD -- proxy/tcp bench 2>/dev/null || echo ' (uncommitted changes)')"
+	echo "- go: $(go version | awk '{print $3}'); switchboard: $( ((HARNESS)) && echo 'bench/tcpproxy harness (proxy/tcpproxy, round_robin)' || echo "$SB_BIN serve (one tcp listener, round_robin)") at $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD -- proxy/tcpproxy bench 2>/dev/null || echo ' (uncommitted changes)')"
 	echo "- bulk: $BULK_BYTES bytes on one connection into a sink; connrate: $CONNS clients x $DURATION, connect + 8-byte echo + close"
 	echo "- backends: one tcpload process (Go), 127.0.0.1:$B1 and :$B2; $ROUNDS round(s), order rotating"
 } >"$RUN_DIR/machine.md"

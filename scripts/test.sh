@@ -43,7 +43,7 @@ need_pkg etcd-server "the registry/etcd tests start an etcd" test -x /usr/bin/et
 need_pkg python3-consul "registryd's conformance test runs python-consul" /usr/bin/python3 -c 'import consul'
 need_pkg nodejs "registryd's conformance test runs node-consul" command -v node
 need_pkg npm "installs node-consul for registryd's conformance test" command -v npm
-need_pkg strace "proxy/tcp's test that bytes move with splice(2) runs strace" command -v strace
+need_pkg strace "proxy/tcpproxy's test that bytes move with splice(2) runs strace" command -v strace
 
 # node-consul, pinned by its package-lock.json.
 nodeclient=registryd/testdata/nodeclient

@@ -1,5 +1,5 @@
 // Command tcpproxy is the benchmark harness for switchboard's L4 data plane:
-// one proxy/tcp Listener in front of a static pool, built directly on the
+// one proxy/tcpproxy Listener in front of a static pool, built directly on the
 // package (not on switchboard's config), so that bench/run-tcp.sh can
 // measure the data plane before `listeners: - protocol: tcp` is wired into
 // `switchboard serve`.
@@ -25,7 +25,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcp"
+	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 )
 
 type upstream struct {

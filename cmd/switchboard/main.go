@@ -23,8 +23,8 @@ import (
 
 	"github.com/switchboard-dev/switchboard/admin"
 	"github.com/switchboard-dev/switchboard/config"
-	"github.com/switchboard-dev/switchboard/internal/app"
-	"github.com/switchboard-dev/switchboard/internal/demo"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/demo"
 )
 
 const usage = `switchboard: load balancer, service registry and resilience toolkit

@@ -29,9 +29,9 @@ import (
 	"github.com/switchboard-dev/switchboard/admin"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/discovery"
-	"github.com/switchboard-dev/switchboard/internal/registries"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
-	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcp"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/registries"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
+	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 	"github.com/switchboard-dev/switchboard/registryd"
 )
 

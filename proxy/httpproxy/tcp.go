@@ -8,12 +8,12 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/config"
-	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcp"
+	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 )
 
 // The server runs tcp listeners beside the HTTP ones: they share the
 // upstreams (pools, balancers, health checks, discovery), and reloads treat
-// both alike. The forwarding itself is proxy/tcp's.
+// both alike. The forwarding itself is proxy/tcpproxy's.
 
 // Pick chooses an endpoint for a TCP connection (tcpproxy.Upstream).
 func (u *Upstream) Pick(info *balance.Info) (balance.Result, error) { return u.bal.Pick(info) }
@@ -26,7 +26,7 @@ type tcpListener struct {
 	done chan struct{} // closed when Serve returns
 }
 
-// tcpConfig is the proxy/tcp form of a validated tcp listener.
+// tcpConfig is the proxy/tcpproxy form of a validated tcp listener.
 func tcpConfig(lc *config.Listener, ups map[string]*config.Upstream) tcpproxy.Config {
 	c := tcpproxy.Config{
 		Name:                lc.Name,

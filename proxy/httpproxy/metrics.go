@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcp"
+	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 )
 
 // Metrics are the HTTP data plane's Prometheus metrics. Per-request series
@@ -65,7 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.limits.decisions.MetricVec, m.limits.redisErrors.MetricVec, m.limits.bulkhead.MetricVec,
 		m.resilience.breakerState.MetricVec, m.resilience.breakerTransitions.MetricVec,
 		m.resilience.fallbacks.MetricVec,
-	} // not the tcp ones: proxy/tcp deletes its own series
+	} // not the tcp ones: proxy/tcpproxy deletes its own series
 	return m
 }
 

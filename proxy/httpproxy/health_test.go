@@ -14,7 +14,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/admin"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
 // restartable is a backend that can be stopped and started again on the

@@ -19,7 +19,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/discovery"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 

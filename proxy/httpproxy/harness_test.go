@@ -18,7 +18,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
 // proxy is a running data plane for one test.

@@ -22,7 +22,7 @@ import (
 // those requests count on series they cached, which must not be deleted
 // under them. client_golang's Delete is meant for this ("useful for
 // metrics of objects that disappear"); Prometheus reads a series that
-// comes back as a counter reset. proxy/tcp, whose series are all cached
+// comes back as a counter reset. proxy/tcpproxy, whose series are all cached
 // by objects with a clear end, counts references instead
 // (tcpproxy.Metrics).
 const metricsSweepEvery = 5 * time.Minute

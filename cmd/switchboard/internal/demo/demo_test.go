@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
-	"github.com/switchboard-dev/switchboard/internal/app"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/http"
+	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
 func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 
-	"github.com/switchboard-dev/switchboard/internal/app"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
 )
 
 // Options configure the demo.

@@ -13,7 +13,7 @@ import (
 // input; a name it returns is a valid lower-case host name; and bytes after
 // a complete ClientHello (the rest of the client's flight) change nothing.
 //
-//	go test -run '^$' -fuzz=FuzzParseClientHello -fuzztime=60s ./proxy/tcp
+//	go test -run '^$' -fuzz=FuzzParseClientHello -fuzztime=60s ./proxy/tcpproxy
 func FuzzParseClientHello(f *testing.F) {
 	full := captureHello(f, "db.example.com")
 	f.Add(full)
@@ -52,7 +52,7 @@ func FuzzParseClientHello(f *testing.F) {
 // accepts lies within the input, parses the same from exactly its own
 // bytes, and its addresses survive being sent on again as v1 and v2.
 //
-//	go test -run '^$' -fuzz=FuzzParseProxyHeader -fuzztime=60s ./proxy/tcp
+//	go test -run '^$' -fuzz=FuzzParseProxyHeader -fuzztime=60s ./proxy/tcpproxy
 func FuzzParseProxyHeader(f *testing.F) {
 	v4 := [2]netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:40000"), netip.MustParseAddrPort("198.51.100.2:5432")}
 	v6 := [2]netip.AddrPort{netip.MustParseAddrPort("[2001:db8::1]:40000"), netip.MustParseAddrPort("[2001:db8::2]:443")}

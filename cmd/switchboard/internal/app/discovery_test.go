@@ -16,7 +16,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
-	"github.com/switchboard-dev/switchboard/internal/app"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 	etcdreg "github.com/switchboard-dev/switchboard/registry/etcd"

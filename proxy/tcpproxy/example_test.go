@@ -9,7 +9,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcp"
+	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 )
 
 // upstream is a pool behind a balancer: what the proxy's upstreams are.
