@@ -14,46 +14,35 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-dev/switchboard/admin"
-	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
+	"github.com/switchboard-dev/switchboard/upstream"
 )
 
-// newAdmin runs a real data plane with one upstream of two endpoints and
-// an admin server over it.
-func newAdmin(t *testing.T, reload func() error) (*admin.Server, *httptest.Server, *httpproxy.Server) {
+// testUpstream is what the admin API sees of one upstream.
+type testUpstream struct{ *upstream.Upstream }
+
+func (testUpstream) Protocol() string               { return "http1" }
+func (testUpstream) ConnStats() map[string][2]int64 { return nil }
+
+// newAdmin runs an upstream of two endpoints (a real upstream.Upstream)
+// and an admin server over it.
+func newAdmin(t *testing.T, reload func() error) (*admin.Server, *httptest.Server, testUpstream) {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(`admin: {enabled: false}
-listeners:
-  - name: web
-    listen: 127.0.0.1:0
-    routes: [{match: {path_prefix: /}, upstream: orders}]
-upstreams:
-  orders:
-    targets: [{address: 127.0.0.1:9001, weight: 3}, {address: 127.0.0.1:9002, zone: b}]
-`))
+	u, err := upstream.New("orders", upstream.Config{
+		Targets: []endpoint.Spec{{Address: "127.0.0.1:9001", Weight: 3}, {Address: "127.0.0.1:9002", Zone: "b"}},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(u.Close)
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	px := httpproxy.NewServer(log, httpproxy.NewMetrics(reg))
-	if err := px.Apply(cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(px.Shutdown)
-	ups := func() []admin.Upstream {
-		var out []admin.Upstream
-		for _, u := range px.Upstreams() {
-			out = append(out, u)
-		}
-		return out
-	}
+	ups := func() []admin.Upstream { return []admin.Upstream{testUpstream{u}} }
 	reg.MustRegister(admin.NewEndpointCollector(ups))
 	a := admin.New(admin.Source{Upstreams: ups, Reload: reload}, reg, log)
 	ts := httptest.NewServer(a.Handler())
 	t.Cleanup(ts.Close)
-	return a, ts, px
+	return a, ts, testUpstream{u}
 }
 
 func do(t *testing.T, method, url, token string) (int, string) {
@@ -74,7 +63,7 @@ func do(t *testing.T, method, url, token string) (int, string) {
 func TestUpstreamsShowStateAndReason(t *testing.T) {
 	_, ts, px := newAdmin(t, nil)
 	since := time.Date(2026, 11, 30, 3, 0, 12, 0, time.UTC)
-	u := px.Upstreams()[0]
+	u := px
 	ep := u.Pool().Snapshot().All[1]
 	ep.SetStatus(endpoint.Ejected, "5 consecutive connect failures", since)
 	u.Pool().Refresh()

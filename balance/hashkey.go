@@ -2,6 +2,8 @@ package balance
 
 import (
 	"fmt"
+	"net"
+	"net/http"
 	"net/textproto"
 	"strings"
 
@@ -73,3 +75,30 @@ func (k HashKey) String() string {
 
 // isToken reports whether s is an RFC 9110 token (header and cookie names).
 func isToken(s string) bool { return httpguts.ValidHeaderFieldName(s) }
+
+// FromRequest extracts the key of r, or reports false when r carries none
+// (no such header, cookie or query parameter).
+func (k *HashKey) FromRequest(r *http.Request) (string, bool) {
+	switch k.Source {
+	case HashKeyHeader:
+		if v := r.Header[k.Name]; len(v) > 0 {
+			return v[0], true
+		}
+	case HashKeyCookie:
+		if c, err := r.Cookie(k.Name); err == nil {
+			return c.Value, true
+		}
+	case HashKeyClientIP:
+		// The direct peer: X-Forwarded-For is the client's to write.
+		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+			return host, true
+		}
+	case HashKeyPath:
+		return r.URL.Path, true
+	case HashKeyQuery:
+		if vs, ok := r.URL.Query()[k.Name]; ok && len(vs) > 0 {
+			return vs[0], true
+		}
+	}
+	return "", false
+}

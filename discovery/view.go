@@ -52,7 +52,7 @@ func (v *View) Snapshot() Snapshot {
 }
 
 // Ready waits until the view has its first snapshot, from the registry or
-// from the disk cache. It fails when ctx ends first (with the registry's last
+// from the disk cache, and its subscribers have had it. It fails when ctx ends first (with the registry's last
 // error in the message) or when the Discovery is closed.
 func (v *View) Ready(ctx context.Context) error {
 	select {
@@ -462,10 +462,6 @@ func (w *watch) publish(updatedAt time.Time) {
 	w.st.fromCache = s.FromCache
 	w.st.version = s.Version
 	w.stMu.Unlock()
-	if !w.published {
-		w.published = true
-		close(w.ready)
-	}
 	w.subsMu.Lock()
 	subs := make([]*subscriber, 0, len(w.subs))
 	for s := range w.subs {
@@ -476,6 +472,12 @@ func (w *watch) publish(updatedAt time.Time) {
 		if !sub.cancelled.Load() {
 			sub.fn(*s)
 		}
+	}
+	// Ready only once the subscribers have the first snapshot: whoever
+	// waits on Ready (serve, at start) then finds their pools filled.
+	if !w.published {
+		w.published = true
+		close(w.ready)
 	}
 }
 

@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/admin"
-	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/demo"
+	"github.com/switchboard-dev/switchboard/config"
 )
 
 const usage = `switchboard: load balancer, service registry and resilience toolkit

@@ -5,17 +5,10 @@ import (
 	"net/http"
 )
 
-// Error codes of the responses the proxy itself generates. They appear in
-// the JSON body's "code" and in the X-Switchboard-Error header.
-const (
-	CodeNoRoute         = "no_route"                // 404: no route matches
-	CodeNoEndpoint      = "no_healthy_endpoint"     // 503: the upstream has no endpoint that can take traffic
-	CodeConnectFailed   = "upstream_connect_failed" // 502: no endpoint accepted a connection
-	CodeUpstreamTimeout = "upstream_timeout"        // 504: the endpoint did not answer in time
-	CodeUpstreamError   = "upstream_error"          // 502: the endpoint broke the exchange
-	CodeBodyTooLarge    = "body_too_large"          // 413: request body over max_body_bytes
-	CodeBadRequest      = "bad_request"             // 400: the request could not be read
-)
+// CodeNoRoute is the error code of a request that no route matches (404).
+// The other codes of the errors the proxy generates are the pipeline's
+// (pipeline.CodeRateLimited, ...).
+const CodeNoRoute = "no_route"
 
 // HeaderError names the error code on every proxy-generated error response.
 const HeaderError = "X-Switchboard-Error"

@@ -5,24 +5,17 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 )
 
-// Metrics are the HTTP data plane's Prometheus metrics. Per-request series
-// are resolved once per route and status code and cached, so a request
-// costs atomic adds, not label lookups.
+// Metrics are the HTTP front end's Prometheus metrics: requests answered,
+// their duration and those in flight. Per-request series are resolved once
+// per route and status code and cached, so a request costs atomic adds,
+// not label lookups. What happens between routing and answering is counted
+// by the pipeline's and the upstreams' own metrics.
 type Metrics struct {
-	requests   *prometheus.CounterVec
-	duration   *prometheus.HistogramVec
-	inflight   *prometheus.GaugeVec
-	retries    *prometheus.CounterVec
-	errors     *prometheus.CounterVec
-	limits     *limitMetrics
-	states     *prometheus.CounterVec
-	resilience *resilienceMetrics
-	tcp        *tcpproxy.Metrics
-	sweep      sweeper // deletes HTTP series whose owner is gone (sweep.go)
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	inflight *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -41,32 +34,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_http_requests_in_flight",
 			Help: "HTTP requests being served, by listener.",
 		}, []string{"listener"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchboard_upstream_retries_total",
-			Help: "Upstream attempts made again on another endpoint, by upstream and reason.",
-		}, []string{"upstream", "reason"}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "switchboard_upstream_errors_total",
-			Help: "Failed upstream attempts, by upstream, endpoint and kind (connect, timeout, reset).",
-		}, []string{"upstream", "endpoint", "kind"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inflight, m.retries, m.errors)
-	m.limits = newLimitMetrics(reg)
-	m.states = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "switchboard_endpoint_state_changes_total",
-		Help: "Endpoint state changes made by health checking, by upstream, endpoint and the state entered.",
-	}, []string{"upstream", "endpoint", "state"})
-	reg.MustRegister(m.states)
-	m.resilience = newResilienceMetrics(reg)
-	m.tcp = tcpproxy.NewMetrics(reg)
-	m.sweep.vecs = []*prometheus.MetricVec{
-		m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec, m.retries.MetricVec,
-		m.errors.MetricVec, m.states.MetricVec,
-		m.limits.decisions.MetricVec, m.limits.redisErrors.MetricVec, m.limits.bulkhead.MetricVec,
-		m.resilience.breakerState.MetricVec, m.resilience.breakerTransitions.MetricVec,
-		m.resilience.fallbacks.MetricVec,
-	} // not the tcp ones: proxy/tcpproxy deletes its own series
+	reg.MustRegister(m.requests, m.duration, m.inflight)
 	return m
+}
+
+// Vecs returns the metric vectors, for a caller that deletes the series of
+// listeners and routes that are gone.
+func (m *Metrics) Vecs() []*prometheus.MetricVec {
+	return []*prometheus.MetricVec{m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec}
 }
 
 // routeMetrics caches one route's series.

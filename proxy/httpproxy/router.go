@@ -2,45 +2,18 @@ package httpproxy
 
 import (
 	"net/http"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/switchboard-dev/switchboard/breaker"
-	"github.com/switchboard-dev/switchboard/fallback"
-	"github.com/switchboard-dev/switchboard/retry"
+	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/pipeline"
 )
 
-// route is the running form of a configured route.
-type route struct {
-	name     string
-	host     string // lower-case; "" matches any
-	wildcard bool   // host was "*.example.com": host holds ".example.com"
-	prefix   string
-	methods  []string
-	headers  [][2]string // canonical name, exact value
-	up       *Upstream
-	timeout  time.Duration
-	metrics  *routeMetrics
-
-	limiters           []*limiter // rate limits, in order
-	bulkhead           *bulkhead  // nil: no concurrency limit
-	bulkheadRejected   prometheus.Counter
-	upBulkheadRejected prometheus.Counter
-
-	brk      *breaker.Breaker // route breaker; nil for none
-	fb       *fallback.Chain  // fallback chain; nil for none
-	staleMax int64            // largest response body kept for stale
-
-	retry  *retry.Policy // nil: only the connect-failure retry
-	budget *retry.Budget
-	p95    *p95Tracker // recent latency, for hedge_after: p95; nil otherwise
-}
-
-// table is one listener's routes, swapped whole on reload.
-type table struct {
+// Table is one listener's routes, swapped whole on reload; a request keeps
+// the table it started with.
+type Table struct {
 	listener  string
 	routes    []*route
 	accessLog bool
@@ -48,12 +21,67 @@ type table struct {
 	idle      time.Duration // bounds an idle protocol-switch tunnel
 	noRoute   *routeMetrics
 	// active counts requests being served on this table, so that the
-	// metrics sweep keeps the series a replaced table's requests still
-	// count on (sweep.go).
+	// series its requests count on outlive a reload while they run.
 	active atomic.Int64
 }
 
-func (t *table) match(r *http.Request) *route {
+// route is one entry of a table: a matcher and the pipeline it feeds.
+type route struct {
+	name     string
+	host     string // lower-case; "" matches any
+	wildcard bool   // host was "*.example.com": host holds ".example.com"
+	prefix   string
+	methods  []string
+	headers  [][2]string // canonical name, exact value
+	pipe     *pipeline.Route
+	metrics  *routeMetrics
+}
+
+// NewTable builds the routing table of listener lc; pipes gives each
+// route's pipeline by route name (every route of lc must have one).
+func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *Metrics) *Table {
+	t := &Table{
+		listener:  lc.Name,
+		accessLog: lc.AccessLog,
+		maxBody:   int64(lc.MaxBodyBytes),
+		idle:      lc.Timeouts.Idle.Std(),
+		noRoute:   m.forRoute(lc.Name, "", ""),
+	}
+	for _, rc := range lc.Routes {
+		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix, pipe: pipes(rc.Name)}
+		if h := strings.ToLower(rc.Match.Host); strings.HasPrefix(h, "*.") {
+			rt.host, rt.wildcard = h[1:], true
+		} else {
+			rt.host = h
+		}
+		if len(rc.Match.Methods) > 0 {
+			rt.methods = rc.Match.Methods
+		}
+		names := make([]string, 0, len(rc.Match.Headers))
+		for k := range rc.Match.Headers {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
+		}
+		rt.metrics = m.forRoute(lc.Name, rc.Name, rc.Upstream)
+		t.routes = append(t.routes, rt)
+	}
+	return t
+}
+
+// Series calls fn with the labels of every series the table's requests
+// count on: its listener and each (route, upstream), the no-route series
+// ("", "") included.
+func (t *Table) Series(fn func(listener, route, upstream string)) {
+	fn(t.listener, t.noRoute.route, t.noRoute.upsName)
+	for _, rt := range t.routes {
+		fn(t.listener, rt.metrics.route, rt.metrics.upsName)
+	}
+}
+
+func (t *Table) match(r *http.Request) *route {
 	var host string
 	for _, rt := range t.routes {
 		if rt.host != "" {

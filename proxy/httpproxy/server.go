@@ -8,100 +8,42 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sort"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
-	"github.com/switchboard-dev/switchboard/fallback"
-	"github.com/switchboard-dev/switchboard/retry"
+	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
-// Server runs the HTTP listeners and upstreams of a configuration and moves
-// them to a new configuration without dropping requests or connections.
+// Server runs the HTTP listeners of a configuration and moves them to a
+// new one without dropping requests or connections: it binds the sockets,
+// serves each with the HTTP/1 engine (or net/http for TLS), and swaps each
+// listener's routing table whole.
 type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 
-	mu              sync.Mutex // serialises Apply and Shutdown
-	upstreams       map[string]*Upstream
-	listeners       map[string]*listener
-	shutdownTimeout time.Duration
-	draining        sync.WaitGroup // listeners removed by a reload, still finishing
-	closed          bool
-	limits          *limitSet
-	limitMetrics    *limitMetrics
-
-	ups    atomic.Pointer[[]*Upstream]          // sorted by name, for the admin API
-	byName atomic.Pointer[map[string]*Upstream] // for tcp listeners' picks
-	tcp    map[string]*tcpListener
-
-	disc Discovery // registries for upstreams with discovery; nil for none
-
-	routeStates map[string]*routeState // by route name, kept across rebuilds
-
-	// Auto routes: the source, the services last read from it, the
-	// configuration without them, and the watch.
-	routeSrc RouteSource
-	services map[string][]string
-	base     *config.Config
-	watch    *bgLoop
-
-	// The metrics sweep (sweep.go), running from the first Apply to
-	// Shutdown, and the owners of routing tables replaced since its last
-	// run (recent) or still serving requests (retiring).
-	sweep    *bgLoop
-	recent   *liveSet
-	retiring []*table
+	mu        sync.Mutex // serialises changes and Shutdown
+	listeners map[string]*listener
+	drain     time.Duration  // shutdown_timeout
+	draining  sync.WaitGroup // listeners removed by a change, still finishing
+	retired   []retiredTable // tables replaced while serving, or recently
+	closed    bool
 }
 
-// bgLoop is a goroutine of the server's that runs until its context ends.
-type bgLoop struct {
-	cancel context.CancelFunc
-	done   chan struct{} // closed when it has returned
+// retiredTable is a table a change replaced, and when.
+type retiredTable struct {
+	t  *Table
+	at time.Time
 }
 
-func startLoop(run func(context.Context)) *bgLoop {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &bgLoop{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		run(ctx)
-	}()
-	return l
-}
-
-// stopLocked ends l and waits for it with s.mu released (l may take
-// s.mu: the sweep and an auto-route apply do); s.mu is held.
-func (s *Server) stopLocked(l *bgLoop) {
-	l.cancel()
-	s.mu.Unlock()
-	<-l.done
-	s.mu.Lock()
-}
-
-// SetDiscovery gives upstreams with discovery their registries. Call it
-// before the Apply that first needs it.
-func (s *Server) SetDiscovery(d Discovery) {
-	s.mu.Lock()
-	s.disc = d
-	s.mu.Unlock()
-}
-
-// NewServer returns a server with nothing running.
+// NewServer returns a server with no listeners.
 func NewServer(log *slog.Logger, m *Metrics) *Server {
-	s := &Server{log: log, metrics: m, upstreams: map[string]*Upstream{}, listeners: map[string]*listener{},
-		limits: &limitSet{}, limitMetrics: m.limits}
-	s.ups.Store(&[]*Upstream{})
-	s.byName.Store(&map[string]*Upstream{})
-	s.tcp = map[string]*tcpListener{}
-	return s
+	return &Server{log: log, metrics: m, listeners: map[string]*listener{}}
 }
-
-// Upstreams returns the running upstreams, sorted by name.
-func (s *Server) Upstreams() []*Upstream { return *s.ups.Load() }
 
 // Addr returns the bound address of the named listener ("" if none), which
 // tells tests the port of a listener configured on port 0.
@@ -111,215 +53,147 @@ func (s *Server) Addr(name string) string {
 	if l := s.listeners[name]; l != nil {
 		return l.loop.ln.Addr().String()
 	}
-	if t := s.tcp[name]; t != nil {
-		return t.l.Addr().String()
-	}
 	return ""
 }
 
-// Apply moves the server to cfg, which must have passed validation. Either
-// all of cfg takes effect or, on error, none of it does: upstreams, TLS
-// certificates and new sockets are all prepared before anything running is
-// touched.
-func (s *Server) Apply(cfg *config.Config) error {
+// Tables calls fn with every routing table whose requests may still count
+// on their series: the running ones, those replaced at or after since, and
+// replaced ones still serving requests (a long stream on a removed route).
+// Others are forgotten.
+func (s *Server) Tables(since time.Time, fn func(*Table)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.listeners {
+		fn(l.handler.tbl.Load())
+	}
+	s.retired = slices.DeleteFunc(s.retired, func(r retiredTable) bool {
+		return r.at.Before(since) && r.t.active.Load() == 0
+	})
+	for _, r := range s.retired {
+		fn(r.t)
+	}
+}
+
+// retire records a table that was replaced or whose listener was removed;
+// s.mu is held.
+func (s *Server) retire(t *Table) {
+	s.retired = append(s.retired, retiredTable{t: t, at: time.Now()})
+}
+
+// Change is a prepared set of listeners: Commit applies it, Discard
+// drops it. Exactly one of them must be called.
+type Change struct {
+	s     *Server
+	plans []plan
+	drain time.Duration
+}
+
+// plan is one listener of a change.
+type plan struct {
+	lc    *config.Listener
+	l     *listener // existing listener kept, or nil
+	loop  *acceptLoop
+	cert  *tls.Certificate
+	table *Table
+}
+
+// Prepare builds the routing tables of cfg's http listeners (pipes gives
+// each route's pipeline by name), loads their certificates and binds the
+// new sockets, without changing anything that runs. cfg must have passed
+// validation.
+func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.Route) (*Change, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errors.New("server is shut down")
+		return nil, errors.New("server is shut down")
 	}
-	auto := wantsAutoRoutes(cfg)
-	if auto && s.routeSrc == nil {
-		return errors.New("auto_routes needs the embedded registry, which is not running")
-	}
-	if err := s.applyLocked(withAutoRoutes(cfg, s.services)); err != nil {
-		return err
-	}
-	s.base = cfg
-	if s.sweep == nil {
-		s.sweep = startLoop(s.sweepLoop)
-	}
-	switch {
-	case auto && s.watch == nil:
-		src := s.routeSrc
-		s.watch = startLoop(func(ctx context.Context) { s.watchRoutes(ctx, src) })
-	case !auto && s.watch != nil:
-		// The watch ends by itself: it checks its context under s.mu
-		// before applying anything.
-		s.watch.cancel()
-		s.watch, s.services = nil, nil
-	}
-	return nil
-}
-
-// applyLocked is Apply's work; s.mu is held.
-func (s *Server) applyLocked(cfg *config.Config) error {
-
-	// Prepare.
-	ups := make(map[string]*Upstream, len(cfg.Upstreams))
-	discard := func() { // what the prepare phase opened, on failure
-		for name, u := range ups {
-			u.closeNewFeed(s.upstreams[name])
-		}
-	}
-	for name, uc := range cfg.Upstreams {
-		u, err := buildUpstream(name, uc, s.upstreams[name], s.log, s.metrics, s.disc)
-		if err != nil {
-			discard()
-			return fmt.Errorf("upstream %q: %w", name, err)
-		}
-		ups[name] = u
-	}
-	type plan struct {
-		lc   *config.Listener
-		l    *listener // existing listener kept, or nil
-		loop *acceptLoop
-		cert *tls.Certificate
-	}
-	var plans []plan
-	var bound []*acceptLoop
-	undo := func() {
-		for _, lp := range bound {
-			lp.stop()
-		}
-		discard()
-	}
+	c := &Change{s: s, drain: cfg.ShutdownTimeout.Std()}
 	for i := range cfg.Listeners {
 		lc := &cfg.Listeners[i]
 		if lc.Protocol != "" && lc.Protocol != "http" {
 			continue // other protocols are served elsewhere
 		}
-		p := plan{lc: lc}
+		p := plan{lc: lc, table: NewTable(lc, pipes, s.metrics)}
 		if lc.TLS != nil {
-			c, err := tls.LoadX509KeyPair(lc.TLS.CertFile, lc.TLS.KeyFile)
+			cert, err := tls.LoadX509KeyPair(lc.TLS.CertFile, lc.TLS.KeyFile)
 			if err != nil {
-				undo()
-				return fmt.Errorf("listener %q: load TLS certificate: %w", lc.Name, err)
+				c.Discard()
+				return nil, fmt.Errorf("listener %q: load TLS certificate: %w", lc.Name, err)
 			}
-			p.cert = &c
+			p.cert = &cert
 		}
 		if old := s.listeners[lc.Name]; old != nil && old.addr == lc.Listen {
 			p.l = old
 		} else {
 			ln, err := net.Listen("tcp", lc.Listen)
 			if err != nil {
-				undo()
-				return fmt.Errorf("listener %q: %w", lc.Name, err)
+				c.Discard()
+				return nil, fmt.Errorf("listener %q: %w", lc.Name, err)
 			}
 			p.loop = newAcceptLoop(ln, s.log)
-			bound = append(bound, p.loop)
 		}
-		plans = append(plans, p)
+		c.plans = append(c.plans, p)
 	}
+	return c, nil
+}
 
-	tplans, tundo, err := s.prepareTCP(cfg)
-	if err != nil {
-		undo()
-		return err
-	}
-	undoHTTP := undo
-	undo = func() { undoHTTP(); tundo() }
-
-	// Routes, with their rate limits (a global limit needs a Redis client).
-	limits := &limitSet{limiters: map[string]*limiter{}, bulkheads: map[string]*bulkhead{}}
-	states := map[string]*routeState{}
-	tables := make([]*table, len(plans))
-	for i, p := range plans {
-		t, err := s.buildTable(p.lc, ups, limits, states)
-		if err != nil {
-			undo()
-			for id, l := range limits.limiters {
-				if s.limits.limiters[id] != l {
-					l.close()
-				}
-			}
-			return err
-		}
-		tables[i] = t
-	}
-
-	// Commit.
-	for name, u := range ups {
-		u.activate(s.upstreams[name])
-	}
-	for name, u := range s.upstreams {
-		if _, kept := ups[name]; !kept {
-			u.retire()
+// Discard closes the sockets the change bound.
+func (c *Change) Discard() {
+	for _, p := range c.plans {
+		if p.loop != nil {
+			p.loop.stop()
 		}
 	}
-	s.upstreams = ups
-	list := make([]*Upstream, 0, len(ups))
-	for _, u := range ups {
-		list = append(list, u)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i].name < list[j].name })
-	s.ups.Store(&list)
-	s.byName.Store(&ups)
-	s.shutdownTimeout = cfg.ShutdownTimeout.Std()
-	s.commitTCP(tplans)
+}
 
-	for id, l := range s.limits.limiters {
-		if limits.limiters[id] != l {
-			l.close()
-		}
-	}
-	s.limits = limits
-	s.routeStates = states
-	next := make(map[string]*listener, len(plans))
-	for i, p := range plans {
-		tbl := tables[i]
+// Commit starts the new listeners, swaps the tables of the kept ones and
+// drains the removed ones (in the background, up to shutdown_timeout).
+func (c *Change) Commit() {
+	s := c.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drain = c.drain
+	next := make(map[string]*listener, len(c.plans))
+	for _, p := range c.plans {
 		settings := serverSettingsOf(p.lc)
 		l := p.l
 		if l == nil {
-			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: newHandler(p.lc.Name, s.log)}
+			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: &Handler{name: p.lc.Name, log: s.log}}
 			go p.loop.run()
 		}
 		l.cert.Store(p.cert)
-		if old := l.handler.tbl.Swap(tbl); old != nil {
+		if old := l.handler.tbl.Swap(p.table); old != nil {
 			s.retire(old)
 		}
 		if l.srv == nil || l.settings != settings {
-			l.startServer(settings, s.log, s.shutdownTimeout)
+			l.startServer(settings, s.log, s.drain)
 		}
 		next[l.name] = l
 	}
 	for name, l := range s.listeners {
 		if next[name] != l {
-			if t := l.handler.tbl.Load(); t != nil {
-				s.retire(t)
-			}
+			s.retire(l.handler.tbl.Load())
 			s.log.Info("listener removed, draining", "listener", name, "listen", l.addr)
 			l.loop.stop() // refuse new connections now; drain the rest below
 			s.draining.Add(1)
-			timeout := s.shutdownTimeout
 			go func() {
 				defer s.draining.Done()
-				l.shutdown(timeout, s.log)
+				l.shutdown(c.drain, s.log)
 			}()
 		}
 	}
 	s.listeners = next
-	return nil
 }
 
-// Shutdown stops accepting on every listener, lets in-flight requests finish
-// up to the configured shutdown timeout, then closes what is left. It
-// returns once everything has stopped.
+// Shutdown stops accepting on every listener, lets in-flight requests
+// finish up to shutdown_timeout, then closes what is left. It returns once
+// everything has stopped.
 func (s *Server) Shutdown() {
 	s.mu.Lock()
 	s.closed = true
-	if s.watch != nil {
-		s.stopLocked(s.watch) // it sees closed under s.mu and leaves
-		s.watch = nil
-	}
-	if s.sweep != nil {
-		s.stopLocked(s.sweep)
-		s.sweep = nil
-	}
 	ls := s.listeners
 	s.listeners = map[string]*listener{}
-	tls := s.tcp
-	s.tcp = map[string]*tcpListener{}
-	timeout := s.shutdownTimeout
+	timeout := s.drain
 	s.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, l := range ls {
@@ -329,92 +203,8 @@ func (s *Server) Shutdown() {
 			l.shutdown(timeout, s.log)
 		}()
 	}
-	for _, t := range tls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t.shutdown(timeout)
-		}()
-	}
 	wg.Wait()
 	s.draining.Wait()
-	s.mu.Lock()
-	for _, u := range s.upstreams {
-		u.retire()
-	}
-	s.limits.close()
-	s.mu.Unlock()
-}
-
-func (s *Server) buildTable(lc *config.Listener, ups map[string]*Upstream, limits *limitSet, states map[string]*routeState) (*table, error) {
-	t := &table{
-		listener:  lc.Name,
-		accessLog: lc.AccessLog,
-		maxBody:   int64(lc.MaxBodyBytes),
-		idle:      lc.Timeouts.Idle.Std(),
-		noRoute:   s.metrics.forRoute(lc.Name, "", ""),
-	}
-	for _, rc := range lc.Routes {
-		rt := &route{
-			name:   rc.Name,
-			prefix: rc.Match.PathPrefix,
-			up:     ups[rc.Upstream],
-		}
-		if rc.Timeout != nil {
-			rt.timeout = rc.Timeout.Std()
-		}
-		if h := strings.ToLower(rc.Match.Host); strings.HasPrefix(h, "*.") {
-			rt.host, rt.wildcard = h[1:], true
-		} else {
-			rt.host = h
-		}
-		if len(rc.Match.Methods) > 0 {
-			rt.methods = rc.Match.Methods
-		}
-		names := make([]string, 0, len(rc.Match.Headers))
-		for k := range rc.Match.Headers {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		for _, k := range names {
-			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
-		}
-		rt.metrics = s.metrics.forRoute(lc.Name, rc.Name, rc.Upstream)
-		var err error
-		if rt.limiters, rt.bulkhead, err = s.buildLimits(&rc, s.limits, limits); err != nil {
-			return nil, err
-		}
-		// A route keeps its breaker, fallback chain (with its stale
-		// copies), retry budget and latency tracker across rebuilds while
-		// their settings stay the same: reloads and auto-route changes
-		// must not close an open breaker or refill a spent budget.
-		key := routeStateKey(&rc)
-		if st := s.routeStates[rc.Name]; st != nil && st.key == key {
-			rt.brk, rt.fb, rt.retry, rt.budget, rt.p95 = st.brk, st.fb, st.retry, st.budget, st.p95
-		} else {
-			if err := s.buildResilience(rt, rc.Breaker, rc.Fallback); err != nil {
-				return nil, fmt.Errorf("route %q: %w", rc.Name, err)
-			}
-			if rc.Retry != nil {
-				p := rc.Retry.WithDefaults()
-				rt.retry, rt.budget = &p, retry.NewBudget(p)
-				if _, p95, on := p.Hedge(); on && p95 {
-					rt.p95 = &p95Tracker{}
-				}
-			}
-		}
-		states[rc.Name] = &routeState{key: key, brk: rt.brk, fb: rt.fb, retry: rt.retry, budget: rt.budget, p95: rt.p95}
-		if rc.Fallback != nil {
-			rt.staleMax = rc.Fallback.Cache.MaxResponseBytes
-			if rt.staleMax == 0 {
-				rt.staleMax = fallback.DefaultMaxResponseBytes
-			}
-		}
-		rt.bulkheadRejected = s.limitMetrics.bulkhead.WithLabelValues(rc.Name, "route")
-		rt.upBulkheadRejected = s.limitMetrics.bulkhead.WithLabelValues(rc.Name, "upstream")
-		t.routes = append(t.routes, rt)
-	}
-	return t, nil
 }
 
 // serverSettings are the listener settings that need a new http.Server to
@@ -451,7 +241,7 @@ type listener struct {
 }
 
 // server is what a listener needs of an HTTP server: net/http.Server (TLS,
-// HTTP/2) or h1Server (cleartext HTTP/1.x).
+// HTTP/2) or h1.Server (cleartext HTTP/1.x).
 type server interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -462,14 +252,14 @@ func (l *listener) startServer(st serverSettings, log *slog.Logger, drain time.D
 	var srv server
 	var serve func(net.Listener) error
 	if !st.tls {
-		h1 := &h1Server{
-			handler:           l.handler,
-			readHeaderTimeout: st.readHeader,
-			idleTimeout:       st.idle,
-			maxHeaderBytes:    st.maxHeaderBytes,
-			log:               log,
+		hs := &h1.Server{
+			Handler:           l.handler,
+			ReadHeaderTimeout: st.readHeader,
+			IdleTimeout:       st.idle,
+			MaxHeaderBytes:    st.maxHeaderBytes,
+			Log:               log,
 		}
-		srv, serve = h1, h1.Serve
+		srv, serve = hs, hs.Serve
 	} else {
 		hs := &http.Server{
 			Handler:           l.handler,

@@ -27,11 +27,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/switchboard-dev/switchboard/admin"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/registries"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/discovery"
-	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/registries"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
-	tcpproxy "github.com/switchboard-dev/switchboard/proxy/tcpproxy"
+	"github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 	"github.com/switchboard-dev/switchboard/registryd"
 )
 
@@ -42,7 +42,7 @@ type App struct {
 	level *slog.LevelVar
 
 	reg      *prometheus.Registry
-	proxy    *httpproxy.Server
+	plane    *plane.Plane
 	regs     *registries.Manager
 	embedded *registryd.Server // nil when the registry block is absent
 	admin    *admin.Server
@@ -103,9 +103,9 @@ func New(path string, opt Options) (*App, error) {
 	a.reloadOK.Set(1)
 	a.reg.MustRegister(a.reloads, a.reloadFailures, a.reloadOK)
 
-	a.proxy = httpproxy.NewServer(a.log, httpproxy.NewMetrics(a.reg))
+	a.plane = plane.New(a.log, a.reg)
 	a.regs = registries.New(a.log, a.reg)
-	a.proxy.SetDiscovery(a.regs)
+	a.plane.SetDiscovery(a.regs)
 	if cfg.RegistryEnabled() {
 		srv, err := startEmbedded(cfg.Registry, a.log)
 		if err != nil {
@@ -113,10 +113,10 @@ func New(path string, opt Options) (*App, error) {
 		}
 		a.embedded = srv
 		a.regs.SetEmbedded(srv.Discoverer())
-		a.proxy.SetRouteSource(srv)
+		a.plane.SetRouteSource(srv)
 	}
 	ups := func() []admin.Upstream {
-		list := a.proxy.Upstreams()
+		list := a.plane.Upstreams()
 		out := make([]admin.Upstream, len(list))
 		for i, u := range list {
 			out[i] = u
@@ -163,7 +163,7 @@ func New(path string, opt Options) (*App, error) {
 
 // tcpStats is the admin API's view of the tcp listeners, by name.
 func (a *App) tcpStats() any {
-	stats := a.proxy.TCPStats()
+	stats := a.plane.TCPStats()
 	slices.SortFunc(stats, func(x, y tcpproxy.Stats) int { return cmp.Compare(x.Listener, y.Listener) })
 	return stats
 }
@@ -185,14 +185,14 @@ func startEmbedded(rc *config.Registry, log *slog.Logger) (*registryd.Server, er
 	return srv, nil
 }
 
-// apply moves the registries and the proxy to cfg, all or nothing: the
-// registries cfg adds or changes are staged for the proxy to prepare with,
-// and become current only when the proxy took cfg.
+// apply moves the registries and the data plane to cfg, all or nothing: the
+// registries cfg adds or changes are staged for the data plane to prepare
+// with, and become current only when the plane took cfg.
 func (a *App) apply(cfg *config.Config) error {
 	if err := a.regs.Stage(cfg); err != nil {
 		return err
 	}
-	if err := a.proxy.Apply(cfg); err != nil {
+	if err := a.plane.Apply(cfg); err != nil {
 		a.regs.Rollback()
 		return err
 	}
@@ -206,7 +206,7 @@ const StartupWait = 5 * time.Second
 
 // stopAll stops what New started, after a failed start.
 func (a *App) stopAll() {
-	a.proxy.Shutdown()
+	a.plane.Shutdown()
 	a.regs.Close()
 	if a.embedded != nil {
 		a.embedded.Close()
@@ -227,8 +227,8 @@ func (a *App) RegistryAddr() string {
 // Log returns the process logger.
 func (a *App) Log() *slog.Logger { return a.log }
 
-// Proxy returns the HTTP data plane.
-func (a *App) Proxy() *httpproxy.Server { return a.proxy }
+// Plane returns the data plane.
+func (a *App) Plane() *plane.Plane { return a.plane }
 
 // AdminAddr is the admin listener's bound address, or "".
 func (a *App) AdminAddr() string {
@@ -320,7 +320,7 @@ func (a *App) Run(ctx context.Context) error {
 func (a *App) Shutdown() error {
 	a.log.Info("shutting down: draining in-flight requests", "timeout", a.cfg.ShutdownTimeout.Std())
 	a.admin.SetReady(false)
-	a.proxy.Shutdown()
+	a.plane.Shutdown()
 	a.regs.Close()
 	if a.embedded != nil {
 		a.embedded.Close()

@@ -15,8 +15,8 @@ import (
 
 	consul "github.com/hashicorp/consul/api"
 
-	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
+	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 	etcdreg "github.com/switchboard-dev/switchboard/registry/etcd"
@@ -25,7 +25,7 @@ import (
 // pool returns the running upstream's pool.
 func pool(t *testing.T, a *app.App, name string) *endpoint.Pool {
 	t.Helper()
-	for _, u := range a.Proxy().Upstreams() {
+	for _, u := range a.Plane().Upstreams() {
 		if u.Name() == name {
 			return u.Pool()
 		}

@@ -88,7 +88,7 @@ func Run(ctx context.Context, opt Options) error {
 		a.Shutdown()
 		return fmt.Errorf("register the demo backends: %w", err)
 	}
-	if err := waitRouted(ctx, "http://"+a.Proxy().Addr("demo")+"/"); err != nil {
+	if err := waitRouted(ctx, "http://"+a.Plane().Addr("demo")+"/"); err != nil {
 		a.Shutdown()
 		return err
 	}
@@ -112,7 +112,7 @@ Try:
   switchboard status --admin %[2]s
 
 Ctrl-C stops everything.
-`, a.Proxy().Addr("demo"), a.AdminAddr(), len(addrs), path, addrs[0], regAddr)
+`, a.Plane().Addr("demo"), a.AdminAddr(), len(addrs), path, addrs[0], regAddr)
 	if opt.Started != nil {
 		opt.Started(a)
 	}

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
+	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
 func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
@@ -43,11 +43,11 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 
 	// The route comes from the registrations' urlprefix-/ tag; the demo
 	// starts once it serves.
-	pool := upstreamPool(t, a, httpproxy.AutoUpstreamName("demo"))
+	pool := upstreamPool(t, a, plane.AutoUpstreamName("demo"))
 
 	testutil.WaitReady(t, pool, 3)
 
-	base := "http://" + a.Proxy().Addr("demo")
+	base := "http://" + a.Plane().Addr("demo")
 	get := func() (int, string) {
 		resp, err := http.Get(base + "/hello")
 		if err != nil {
@@ -102,7 +102,7 @@ func backendAddr(t *testing.T, out string) string {
 
 func upstreamPool(t *testing.T, a *app.App, name string) *endpoint.Pool {
 	t.Helper()
-	for _, u := range a.Proxy().Upstreams() {
+	for _, u := range a.Plane().Upstreams() {
 		if u.Name() == name {
 			return u.Pool()
 		}

@@ -80,8 +80,8 @@ func measure(b *testing.B, setup func(*Manager), name string, register func(id s
 	defer f.Close()
 	pool := endpoint.NewPool("orders")
 	arrived := make(chan int, 1024)
-	cancel := f.Subscribe(func(in []registry.Instance) {
-		pool.Update(discovery.Specs(in))
+	cancel := f.Subscribe(func(s discovery.Snapshot) {
+		pool.Update(discovery.Specs(s.Instances))
 		arrived <- len(pool.Snapshot().Ready)
 	})
 	defer cancel()

@@ -1,6 +1,6 @@
 // Package registries runs the registries a configuration names (the
 // embedded one and the external consul, etcd, dns and static ones), each
-// behind a discovery cache, and gives the proxy's upstreams their feeds.
+// behind a discovery cache, and gives the upstreams their views.
 package registries
 
 import (
@@ -19,8 +19,8 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/discovery"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 	"github.com/switchboard-dev/switchboard/registry"
+	"github.com/switchboard-dev/switchboard/upstream"
 )
 
 // backend is one running registry behind its discovery cache.
@@ -40,30 +40,29 @@ func (b *backend) close() {
 	}
 }
 
-// Manager owns the registries and the feeds handed to upstreams. A feed
+// Manager owns the registries and the views handed to upstreams. A view
 // follows its registry by name: when a reload changes a registry's
-// settings, the registry is rebuilt and its feeds move to the new one.
+// settings, the registry is rebuilt and its views move to the new one.
 type Manager struct {
 	log      *slog.Logger
 	metrics  *discovery.Metrics
 	embedded registry.Discoverer
 
-	// Lock order: Manager.mu, then a feed's deliver, then its mu (and
-	// the discovery views' own locks); subscribers (the proxy's
-	// upstreams) take their locks inside deliver and never call back
-	// into the Manager.
+	// Lock order: Manager.mu, then a view's deliver, then its mu (and
+	// the discovery views' own locks); subscribers (the upstreams) take
+	// their locks inside deliver and never call back into the Manager.
 	mu       sync.Mutex
 	backends map[string]*backend
 	// staged holds the registries a configuration being applied adds or
 	// changes: Watch uses them, Commit makes them current, Rollback
 	// closes them.
 	staged map[string]*backend
-	feeds  map[*feed]struct{}
+	views  map[*view]struct{}
 }
 
 // New returns a Manager with no registries; metrics go to reg.
 func New(log *slog.Logger, reg prometheus.Registerer) *Manager {
-	return &Manager{log: log, metrics: discovery.NewMetrics(reg), backends: map[string]*backend{}, staged: map[string]*backend{}, feeds: map[*feed]struct{}{}}
+	return &Manager{log: log, metrics: discovery.NewMetrics(reg), backends: map[string]*backend{}, staged: map[string]*backend{}, views: map[*view]struct{}{}}
 }
 
 // SetEmbedded makes the embedded registry available as "embedded".
@@ -74,8 +73,8 @@ func (m *Manager) SetEmbedded(d registry.Discoverer) {
 }
 
 // Stage builds the registries of cfg that are new or whose settings
-// changed, without touching the running ones: Watch hands out feeds of the
-// staged registries, so the proxy can prepare cfg. Then Commit (the proxy
+// changed, without touching the running ones: Watch hands out views of the
+// staged registries, so the data plane can prepare cfg. Then Commit (the proxy
 // applied cfg) or Rollback (it did not). On error nothing is staged.
 func (m *Manager) Stage(cfg *config.Config) error {
 	m.mu.Lock()
@@ -132,7 +131,7 @@ func (m *Manager) Stage(cfg *config.Config) error {
 	return nil
 }
 
-// Commit makes the staged registries current, moves the feeds of changed
+// Commit makes the staged registries current, moves the views of changed
 // registries to them, and closes the registries cfg no longer names.
 func (m *Manager) Commit(cfg *config.Config) {
 	m.mu.Lock()
@@ -140,9 +139,9 @@ func (m *Manager) Commit(cfg *config.Config) {
 	for name, b := range m.staged {
 		old := m.backends[name]
 		m.backends[name] = b
-		for f := range m.feeds {
-			if f.registry == name {
-				f.attach(b)
+		for v := range m.views {
+			if v.registry == name {
+				v.attach(b)
 			}
 		}
 		if old != nil {
@@ -162,7 +161,7 @@ func (m *Manager) Commit(cfg *config.Config) {
 }
 
 // Rollback closes the staged registries; the running ones are untouched.
-// Feeds handed out from them must have been closed by the failed apply.
+// Views handed out from them must have been closed by the failed apply.
 func (m *Manager) Rollback() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -186,10 +185,10 @@ func (m *Manager) Apply(cfg *config.Config) error {
 	return nil
 }
 
-// WaitReady waits until every feed has its first answer (from its registry
-// or the disk cache), or ctx ends; it returns the feeds still waiting.
-// serve calls it once at start, so that it does not begin with empty pools
-// while the registries answer.
+// WaitReady waits until every view has its first answer (from its
+// registry or the disk cache) and has handed it to its upstream, or ctx
+// ends; it returns the views still waiting. serve calls it once at start,
+// so that it does not begin with empty pools while the registries answer.
 func (m *Manager) WaitReady(ctx context.Context) (waiting []string) {
 	m.mu.Lock()
 	type pending struct {
@@ -197,10 +196,10 @@ func (m *Manager) WaitReady(ctx context.Context) (waiting []string) {
 		v    *discovery.View
 	}
 	var all []pending
-	for f := range m.feeds {
-		f.mu.Lock()
-		all = append(all, pending{f.registry + "/" + f.q.Key(), f.view})
-		f.mu.Unlock()
+	for v := range m.views {
+		v.mu.Lock()
+		all = append(all, pending{v.registry + "/" + v.q.Key(), v.view})
+		v.mu.Unlock()
 	}
 	m.mu.Unlock()
 	for _, p := range all {
@@ -244,11 +243,11 @@ func (m *Manager) Status() []discovery.ServiceStatus {
 	return out
 }
 
-// Watch implements httpproxy.Discovery: a feed of the registry's staged
-// version when a configuration is being applied, else of the running one.
-// It does not wait for the registry; the feed delivers nothing until the
-// first answer (see WaitReady).
-func (m *Manager) Watch(name string, q registry.Query) (httpproxy.Feed, error) {
+// Watch returns a view of the query's instances from the named registry:
+// of its staged version when a configuration is being applied, else of
+// the running one. It does not wait for the registry; the view delivers
+// nothing until the first answer (see WaitReady).
+func (m *Manager) Watch(name string, q registry.Query) (upstream.View, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b := m.staged[name]
@@ -261,126 +260,129 @@ func (m *Manager) Watch(name string, q registry.Query) (httpproxy.Feed, error) {
 		}
 		return nil, fmt.Errorf("registry %q is not running", name)
 	}
-	f := &feed{m: m, registry: name, q: q, subs: map[int]func([]registry.Instance){}}
-	m.feeds[f] = struct{}{}
-	f.attach(b)
-	return f, nil
+	v := &view{m: m, registry: name, q: q, subs: map[int]func(discovery.Snapshot){}}
+	m.views[v] = struct{}{}
+	v.attach(b)
+	return v, nil
 }
 
-// feed is an httpproxy.Feed over the view of whichever backend currently
-// has its registry's name.
-type feed struct {
+// view is an upstream.View over the discovery view of whichever backend
+// currently has its registry's name.
+type view struct {
 	m        *Manager
 	registry string
 	q        registry.Query
 
 	deliver sync.Mutex // serialises calls to subscribers
 
-	mu       sync.Mutex
-	backend  *backend
-	view     *discovery.View
-	unview   func()
-	answered bool // last holds an answer (from a registry or a disk cache)
-	last     []registry.Instance
-	subs     map[int]func([]registry.Instance)
-	nextID   int
-	closed   bool
+	mu      sync.Mutex
+	backend *backend
+	view    *discovery.View
+	unview  func()
+	last    discovery.Snapshot // Version 0 until the first answer
+	version uint64             // of the snapshots it delivers, across backends
+	subs    map[int]func(discovery.Snapshot)
+	nextID  int
+	closed  bool
 }
 
-// attach moves the feed to b's view; m.mu is held.
-func (f *feed) attach(b *backend) {
-	f.mu.Lock()
-	if f.backend == b || f.closed {
-		f.mu.Unlock()
+// attach moves v to b's view; m.mu is held.
+func (v *view) attach(b *backend) {
+	v.mu.Lock()
+	if v.backend == b || v.closed {
+		v.mu.Unlock()
 		return
 	}
-	v := b.disc.Watch(f.q)
-	old, oldUn := f.view, f.unview
-	f.view, f.backend = v, b
-	f.mu.Unlock()
+	dv := b.disc.Watch(v.q)
+	old, oldUn := v.view, v.unview
+	v.view, v.backend = dv, b
+	v.mu.Unlock()
 	if oldUn != nil {
 		oldUn()
 	}
-	un := v.Subscribe(func(s discovery.Snapshot) { f.publish(v, s.Instances) })
-	f.mu.Lock()
-	f.unview = un
-	f.mu.Unlock()
+	un := dv.Subscribe(func(s discovery.Snapshot) { v.publish(dv, s) })
+	v.mu.Lock()
+	v.unview = un
+	v.mu.Unlock()
 	if old != nil {
 		old.Close()
 	}
 }
 
-func (f *feed) publish(from *discovery.View, in []registry.Instance) {
-	f.deliver.Lock()
-	defer f.deliver.Unlock()
-	f.mu.Lock()
-	if f.closed || f.view != from {
-		f.mu.Unlock()
+func (v *view) publish(from *discovery.View, s discovery.Snapshot) {
+	v.deliver.Lock()
+	defer v.deliver.Unlock()
+	v.mu.Lock()
+	if v.closed || v.view != from {
+		v.mu.Unlock()
 		return
 	}
-	if f.answered && reflect.DeepEqual(in, f.last) {
-		f.mu.Unlock() // only the view's staleness changed: nothing to route differently
+	if v.last.Version > 0 && reflect.DeepEqual(s.Instances, v.last.Instances) {
+		v.mu.Unlock() // only the view's staleness changed: nothing to route differently
 		return
 	}
-	f.last, f.answered = in, true
-	subs := make([]func([]registry.Instance), 0, len(f.subs))
-	for _, id := range sortedKeys(f.subs) {
-		subs = append(subs, f.subs[id])
+	v.version++
+	s.Version = v.version
+	v.last = s
+	subs := make([]func(discovery.Snapshot), 0, len(v.subs))
+	for _, id := range sortedKeys(v.subs) {
+		subs = append(subs, v.subs[id])
 	}
-	f.mu.Unlock()
+	v.mu.Unlock()
 	for _, fn := range subs {
-		fn(in)
+		fn(s)
 	}
 }
 
-// Answered reports whether the feed has had an answer yet.
-func (f *feed) Answered() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.answered
+// Snapshot returns the last answer delivered; Version 0 before the first.
+func (v *view) Snapshot() discovery.Snapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.last
 }
 
 // Subscribe calls fn with the latest answer (if there is one yet) and then
 // with every new one. After cancel returns, fn is not running and is not
 // called again.
-func (f *feed) Subscribe(fn func([]registry.Instance)) (cancel func()) {
-	f.deliver.Lock()
-	f.mu.Lock()
-	id := f.nextID
-	f.nextID++
-	f.subs[id] = fn
-	last, answered := f.last, f.answered
-	f.mu.Unlock()
-	if answered {
+func (v *view) Subscribe(fn func(discovery.Snapshot)) (cancel func()) {
+	v.deliver.Lock()
+	v.mu.Lock()
+	id := v.nextID
+	v.nextID++
+	v.subs[id] = fn
+	last := v.last
+	v.mu.Unlock()
+	if last.Version > 0 {
 		fn(last)
 	}
-	f.deliver.Unlock()
+	v.deliver.Unlock()
 	return func() {
-		f.deliver.Lock() // wait for a delivery in progress
-		f.mu.Lock()
-		delete(f.subs, id)
-		f.mu.Unlock()
-		f.deliver.Unlock()
+		v.deliver.Lock() // wait for a delivery in progress
+		v.mu.Lock()
+		delete(v.subs, id)
+		v.mu.Unlock()
+		v.deliver.Unlock()
 	}
 }
 
-func (f *feed) Close() {
-	f.m.mu.Lock()
-	delete(f.m.feeds, f)
-	f.m.mu.Unlock()
-	f.mu.Lock()
-	if f.closed {
-		f.mu.Unlock()
+// Close releases the view.
+func (v *view) Close() {
+	v.m.mu.Lock()
+	delete(v.m.views, v)
+	v.m.mu.Unlock()
+	v.mu.Lock()
+	if v.closed {
+		v.mu.Unlock()
 		return
 	}
-	f.closed = true
-	v, un := f.view, f.unview
-	f.mu.Unlock()
+	v.closed = true
+	dv, un := v.view, v.unview
+	v.mu.Unlock()
 	if un != nil {
 		un()
 	}
-	if v != nil {
-		v.Close()
+	if dv != nil {
+		dv.Close()
 	}
 }
 

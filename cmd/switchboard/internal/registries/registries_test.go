@@ -15,10 +15,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 	etcdreg "github.com/switchboard-dev/switchboard/registry/etcd"
 	"github.com/switchboard-dev/switchboard/registryd"
+	"github.com/switchboard-dev/switchboard/upstream"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -45,14 +47,12 @@ func parse(t testing.TB, yaml string) *config.Config {
 	return cfg
 }
 
-// sets records the instance sets a feed delivers.
+// sets records the instance sets a view delivers.
 type sets chan []registry.Instance
 
-func subscribe(t testing.TB, f interface {
-	Subscribe(func([]registry.Instance)) func()
-}) sets {
+func subscribe(t testing.TB, v upstream.View) sets {
 	ch := make(sets, 1024)
-	cancel := f.Subscribe(func(in []registry.Instance) { ch <- in })
+	cancel := v.Subscribe(func(s discovery.Snapshot) { ch <- s.Instances })
 	t.Cleanup(cancel)
 	return ch
 }

@@ -1,4 +1,4 @@
-package httpproxy
+package h1
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// startH1 serves h on an h1Server and, beside it, on a net/http.Server
+// startH1 serves h on an Server and, beside it, on a net/http.Server
 // with the same limits, and returns both addresses.
 func startH1(t *testing.T, h http.Handler, maxHeader int) (ours, std string) {
 	t.Helper()
@@ -24,7 +24,7 @@ func startH1(t *testing.T, h http.Handler, maxHeader int) (ours, std string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s1 := &h1Server{handler: h, readHeaderTimeout: 5 * time.Second, idleTimeout: 5 * time.Second, maxHeaderBytes: maxHeader, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s1 := &Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxHeaderBytes: maxHeader, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	s2 := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, MaxHeaderBytes: maxHeader}
 	go s1.Serve(l1)
 	go s2.Serve(l2)
@@ -109,7 +109,7 @@ func TestH1ServerRejectsWhatNetHTTPRejects(t *testing.T) {
 			// later than the test waits; the first verdict is the one
 			// that matters.
 			if len(got) == 0 || len(want) == 0 || got[0] != want[0] {
-				t.Fatalf("h1Server answered %v, net/http %v", got, want)
+				t.Fatalf("Server answered %v, net/http %v", got, want)
 			}
 		})
 	}
@@ -184,13 +184,13 @@ func TestH1ServerChunksResponsesOfUnknownLength(t *testing.T) {
 
 func TestH1ServerShutdownClosesIdleAndWaitsForActive(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
-	s := &h1Server{handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			close(entered)
 			<-release
 		}
 		io.WriteString(w, "done")
-	}), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	}), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	go s.Serve(l)
 	addr := l.Addr().String()
@@ -241,17 +241,17 @@ func TestH1ServerShutdownClosesIdleAndWaitsForActive(t *testing.T) {
 func TestRequestURIEscapesWhatCouldEndTheRequestLine(t *testing.T) {
 	r, _ := http.NewRequest("GET", "http://a/public%20HTTP/1.0%20/admin", nil)
 	r.RequestURI = "/public HTTP/1.0 /admin" // as HTTP/2's :path may carry it
-	if got := requestURI(r); got != "/public%20HTTP/1.0%20/admin" {
+	if got := RequestURI(r); got != "/public%20HTTP/1.0%20/admin" {
 		t.Fatalf("requestURI = %q", got)
 	}
 	r.RequestURI = "/ok?q=1"
-	if got := requestURI(r); got != "/ok?q=1" {
+	if got := RequestURI(r); got != "/ok?q=1" {
 		t.Fatalf("a clean target must go as it came: %q", got)
 	}
 }
 
 func TestH1ServerTimesOutATricklingBody(t *testing.T) {
-	s := &h1Server{handler: okHandler, readHeaderTimeout: time.Second, idleTimeout: 200 * time.Millisecond, maxHeaderBytes: 1 << 20, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Server{Handler: okHandler, ReadHeaderTimeout: time.Second, IdleTimeout: 200 * time.Millisecond, MaxHeaderBytes: 1 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	go s.Serve(l)
 	defer s.Close()
@@ -276,6 +276,6 @@ func TestH1ServerClosesWhenAnExpectedBodyWasNotAskedFor(t *testing.T) {
 	raw := "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
 	got, want := exchange(t, ours, raw), exchange(t, std, raw)
 	if !strings.Contains(got, "Connection: close\r\n") || strings.Contains(got, "100 Continue") {
-		t.Fatalf("h1Server:\n%s\nnet/http:\n%s", got, want)
+		t.Fatalf("Server:\n%s\nnet/http:\n%s", got, want)
 	}
 }

@@ -1,4 +1,4 @@
-package httpproxy
+package h1
 
 import (
 	"bufio"
@@ -16,16 +16,26 @@ import (
 	"time"
 )
 
-// h1Client speaks HTTP/1.1 to upstream endpoints over pooled keep-alive
+// ClientConfig tunes a Client.
+type ClientConfig struct {
+	// ConnectTimeout bounds dialing an endpoint.
+	ConnectTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the response header once
+	// the request is sent.
+	ResponseHeaderTimeout time.Duration
+	// IdleTimeout closes connections idle for longer (0: never).
+	IdleTimeout time.Duration
+	// MaxIdlePerEndpoint caps the idle connections kept per endpoint.
+	MaxIdlePerEndpoint int
+}
+
+// Client speaks HTTP/1.1 to upstream endpoints over pooled keep-alive
 // connections. Unlike net/http.Transport it runs the whole exchange on the
 // caller's goroutine (no per-connection read and write loops, no channel
 // hand-offs), which is what makes the proxy's hot path cheap; see
 // docs/BENCHMARKS.md for the measurement that chose it.
-type h1Client struct {
-	connectTimeout    time.Duration
-	respHeaderTimeout time.Duration
-	idleTimeout       time.Duration
-	maxIdle           int
+type Client struct {
+	cfg ClientConfig
 
 	mu    sync.Mutex
 	pools map[string]*connPool
@@ -34,30 +44,26 @@ type h1Client struct {
 	closed  bool
 }
 
-func newH1Client(connect, respHeader, idle time.Duration, maxIdle int) *h1Client {
-	c := &h1Client{
-		connectTimeout:    connect,
-		respHeaderTimeout: respHeader,
-		idleTimeout:       idle,
-		maxIdle:           maxIdle,
-		pools:             map[string]*connPool{},
-	}
+// NewClient returns a client with no connections.
+func NewClient(cfg ClientConfig) *Client {
+	c := &Client{cfg: cfg, pools: map[string]*connPool{}}
 	c.poolsRO.Store(&map[string]*connPool{})
 	return c
 }
 
-// connectError marks a failure to establish a connection: nothing was sent,
-// so retrying elsewhere is always safe.
-type connectError struct{ err error }
+// ConnectError marks a failure to establish a connection: nothing was
+// sent, so retrying elsewhere is always safe.
+type ConnectError struct{ Err error }
 
-func (e *connectError) Error() string { return "connect: " + e.err.Error() }
-func (e *connectError) Unwrap() error { return e.err }
+func (e *ConnectError) Error() string { return "connect: " + e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
 
-// errHeaderTimeout is returned when the upstream sent no response header in
-// time; errRequestTimeout when the route's whole-request timeout ran out.
+// ErrHeaderTimeout is returned when the upstream sent no response header in
+// time; ErrRequestTimeout when the request's whole deadline ran out. Both
+// are net.Errors whose Timeout is true.
 var (
-	errHeaderTimeout  = timeoutError("upstream response header timeout")
-	errRequestTimeout = timeoutError("request timeout")
+	ErrHeaderTimeout  error = timeoutError("upstream response header timeout")
+	ErrRequestTimeout error = timeoutError("request timeout")
 )
 
 type timeoutError string
@@ -91,7 +97,7 @@ type pconn struct {
 	abort func()
 }
 
-func (c *h1Client) pool(addr string) *connPool {
+func (c *Client) pool(addr string) *connPool {
 	if p := (*c.poolsRO.Load())[addr]; p != nil {
 		return p
 	}
@@ -113,8 +119,8 @@ func (c *h1Client) pool(addr string) *connPool {
 	return p
 }
 
-// forget closes the idle connections of endpoints that left the pool.
-func (c *h1Client) forget(addrs []string) {
+// Forget closes the idle connections of endpoints that are gone.
+func (c *Client) Forget(addrs []string) {
 	c.mu.Lock()
 	var gone []*connPool
 	for _, a := range addrs {
@@ -134,9 +140,9 @@ func (c *h1Client) forget(addrs []string) {
 	}
 }
 
-// close closes every idle connection; connections in use are closed when
+// Close closes every idle connection; connections in use are closed when
 // their exchange ends.
-func (c *h1Client) close() {
+func (c *Client) Close() {
 	c.mu.Lock()
 	c.closed = true
 	pools := make([]*connPool, 0, len(c.pools))
@@ -149,8 +155,8 @@ func (c *h1Client) close() {
 	}
 }
 
-// stats returns the open and idle connection counts per endpoint address.
-func (c *h1Client) stats() map[string][2]int64 {
+// Stats returns the open and idle connection counts per endpoint address.
+func (c *Client) Stats() map[string][2]int64 {
 	m := map[string][2]int64{}
 	for a, p := range *c.poolsRO.Load() {
 		m[a] = [2]int64{p.open.Load(), p.idleN.Load()}
@@ -251,11 +257,11 @@ func (pc *pconn) alive() bool {
 	return alive
 }
 
-func (c *h1Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pconn, error) {
-	d := net.Dialer{Timeout: c.connectTimeout, Deadline: deadline, KeepAlive: 30 * time.Second}
+func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pconn, error) {
+	d := net.Dialer{Timeout: c.cfg.ConnectTimeout, Deadline: deadline, KeepAlive: 30 * time.Second}
 	conn, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
-		return nil, &connectError{err}
+		return nil, &ConnectError{err}
 	}
 	p.dials.Add(1)
 	p.open.Add(1)
@@ -269,20 +275,20 @@ func (c *h1Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*
 // aLongTimeAgo is a deadline in the past: setting it unblocks any I/O.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// do sends out to the endpoint at addr and returns its response. ctx is the
+// Do sends out to the endpoint at addr and returns its response. ctx is the
 // client's: when it ends (the client went away) the exchange is cut short.
 // deadline, when not zero, bounds the whole exchange including the body.
-// The response body must be closed; reading it to EOF first returns the
-// connection to the pool. A *connectError means nothing reached the
-// endpoint.
+// The response body (a *Body) must be closed; reading it to EOF first
+// returns the connection to the pool. A *ConnectError means nothing
+// reached the endpoint; a *BodyError that reading out.Body failed.
 //
 // A request on a reused connection that fails before any response byte
 // (the endpoint closed an idle connection as we picked it) is retried once
 // on a fresh connection when it can be sent again, as net/http does.
-func (c *h1Client) do(ctx context.Context, deadline time.Time, addr string, out *outRequest) (*http.Response, error) {
+func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Request) (*http.Response, error) {
 	p := c.pool(addr)
 	now := time.Now()
-	pc := p.get(now, c.idleTimeout)
+	pc := p.get(now, c.cfg.IdleTimeout)
 	// Look at a reused connection before using it (one non-blocking peek):
 	// one the endpoint closed is useless, and one with unread bytes — an
 	// answer nobody asked for, or the tail of a body longer than its
@@ -290,7 +296,7 @@ func (c *h1Client) do(ctx context.Context, deadline time.Time, addr string, out 
 	// response (net/http's "unsolicited response on idle HTTP channel").
 	for pc != nil && !pc.alive() {
 		pc.closeConn()
-		pc = p.get(now, c.idleTimeout)
+		pc = p.get(now, c.cfg.IdleTimeout)
 	}
 	if pc == nil {
 		var err error
@@ -298,23 +304,23 @@ func (c *h1Client) do(ctx context.Context, deadline time.Time, addr string, out 
 			return nil, err
 		}
 	}
-	resp, stop, err := c.exchange(ctx, deadline, pc, out)
+	resp, stop, err := c.exchange(ctx, deadline, pc, &out)
 	if err != nil && pc.reused && out.replayable() && !isTimeout(err) && ctx.Err() == nil {
 		if pc, err = c.dial(ctx, p, deadline); err != nil {
 			return nil, err
 		}
-		resp, stop, err = c.exchange(ctx, deadline, pc, out)
+		resp, stop, err = c.exchange(ctx, deadline, pc, &out)
 	}
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &upstreamBody{rc: resp.Body, pc: pc, c: c, stop: stop, close: resp.Close}
+	resp.Body = &Body{rc: resp.Body, pc: pc, c: c, stop: stop, close: resp.Close}
 	return resp, nil
 }
 
 // exchange writes the request and reads the response header on pc. On error
 // pc is closed.
-func (c *h1Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, out *outRequest) (*http.Response, func() bool, error) {
+func (c *Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, func() bool, error) {
 	// A cancelled client context unblocks whatever I/O the exchange or the
 	// body copy is doing.
 	stop := context.AfterFunc(ctx, pc.abort)
@@ -333,12 +339,12 @@ func (c *h1Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, 
 // timeout starts once the request is sent and is capped by the request's
 // own deadline, which then bounds the body. A request without a body is
 // sent and answered under one deadline, set once.
-func (c *h1Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, out *outRequest) (*http.Response, error) {
-	hdrDeadline := time.Now().Add(c.respHeaderTimeout)
+func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, error) {
+	hdrDeadline := time.Now().Add(c.cfg.ResponseHeaderTimeout)
 	if !deadline.IsZero() && deadline.Before(hdrDeadline) {
 		hdrDeadline = deadline
 	}
-	if out.body == nil {
+	if out.Body == nil {
 		pc.conn.SetDeadline(hdrDeadline)
 	} else {
 		pc.conn.SetWriteDeadline(deadline)
@@ -347,8 +353,8 @@ func (c *h1Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn,
 		pc.closeConn()
 		return nil, fmt.Errorf("write request: %w", err)
 	}
-	if out.body != nil {
-		hdrDeadline = time.Now().Add(c.respHeaderTimeout)
+	if out.Body != nil {
+		hdrDeadline = time.Now().Add(c.cfg.ResponseHeaderTimeout)
 		if !deadline.IsZero() && deadline.Before(hdrDeadline) {
 			hdrDeadline = deadline
 		}
@@ -358,11 +364,11 @@ func (c *h1Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn,
 	if ctx.Err() != nil {
 		pc.abort()
 	}
-	resp, err := http.ReadResponse(pc.br, out.req)
+	resp, err := http.ReadResponse(pc.br, out.Req)
 	// 1xx informational responses other than 101 are skipped: the final
 	// response follows on the same connection.
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-		resp, err = http.ReadResponse(pc.br, out.req)
+		resp, err = http.ReadResponse(pc.br, out.Req)
 	}
 	if err == nil && resp.StatusCode < 100 {
 		resp.Body.Close()
@@ -372,9 +378,9 @@ func (c *h1Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn,
 		pc.closeConn()
 		if isTimeout(err) {
 			if !deadline.IsZero() && !time.Now().Before(deadline) {
-				return nil, errRequestTimeout
+				return nil, ErrRequestTimeout
 			}
-			return nil, errHeaderTimeout
+			return nil, ErrHeaderTimeout
 		}
 		return nil, fmt.Errorf("read response: %w", err)
 	}
@@ -393,42 +399,46 @@ func (c *h1Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn,
 	return resp, nil
 }
 
-// outRequest is the request as it goes upstream. Its header has had the
+// Request is a request as it goes upstream. Its header has had the
 // hop-by-hop fields removed and the forwarding fields added.
-type outRequest struct {
-	req    *http.Request
-	uri    string
-	host   string
-	header http.Header
-	body   io.Reader // nil for none
-	length int64     // -1: unknown (chunked)
-	// upgrade is the Upgrade header value for a protocol switch
+type Request struct {
+	// Req gives the method, and is what the response parser is told the
+	// response answers (http.ReadResponse).
+	Req *http.Request
+	// URI is the request target; Host the Host header.
+	URI, Host string
+	Header    http.Header
+	// Body is nil for none; Length is its length (-1: unknown, sent
+	// chunked).
+	Body   io.Reader
+	Length int64
+	// Upgrade is the Upgrade header value for a protocol switch
 	// (WebSocket); "" otherwise.
-	upgrade string
+	Upgrade string
 }
 
 // replayable reports whether the request may be sent again after a reused
 // connection failed: it has no body and is idempotent (RFC 9110 9.2.2) or
 // carries an Idempotency-Key.
-func (o *outRequest) replayable() bool {
-	if o.body != nil || o.upgrade != "" {
+func (o *Request) replayable() bool {
+	if o.Body != nil || o.Upgrade != "" {
 		return false
 	}
-	switch o.req.Method {
+	switch o.Req.Method {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
 		return true
 	}
-	return o.header.Get("Idempotency-Key") != ""
+	return o.Header.Get("Idempotency-Key") != ""
 }
 
-func (o *outRequest) write(bw *bufio.Writer) error {
-	bw.WriteString(o.req.Method)
+func (o *Request) write(bw *bufio.Writer) error {
+	bw.WriteString(o.Req.Method)
 	bw.WriteByte(' ')
-	bw.WriteString(o.uri)
+	bw.WriteString(o.URI)
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(o.host)
+	bw.WriteString(o.Host)
 	bw.WriteString("\r\n")
-	for k, vv := range o.header {
+	for k, vv := range o.Header {
 		for _, v := range vv {
 			bw.WriteString(k)
 			bw.WriteString(": ")
@@ -436,36 +446,36 @@ func (o *outRequest) write(bw *bufio.Writer) error {
 			bw.WriteString("\r\n")
 		}
 	}
-	if o.upgrade != "" {
+	if o.Upgrade != "" {
 		bw.WriteString("Connection: Upgrade\r\nUpgrade: ")
-		bw.WriteString(o.upgrade)
+		bw.WriteString(o.Upgrade)
 		bw.WriteString("\r\n")
 	}
 	switch {
-	case o.body == nil:
-		if methodWantsLength(o.req.Method) {
+	case o.Body == nil:
+		if methodWantsLength(o.Req.Method) {
 			bw.WriteString("Content-Length: 0\r\n")
 		}
 		bw.WriteString("\r\n")
 		return bw.Flush()
-	case o.length >= 0:
+	case o.Length >= 0:
 		bw.WriteString("Content-Length: ")
 		var nb [20]byte
-		bw.Write(strconv.AppendInt(nb[:0], o.length, 10))
+		bw.Write(strconv.AppendInt(nb[:0], o.Length, 10))
 		bw.WriteString("\r\n\r\n")
-		n, err := io.CopyN(bw, o.body, o.length)
+		n, err := io.CopyN(bw, o.Body, o.Length)
 		if err != nil {
-			if n < o.length && errors.Is(err, io.EOF) {
+			if n < o.Length && errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return &bodyError{err}
+			return &BodyError{err}
 		}
 		return bw.Flush()
 	default:
 		bw.WriteString("Transfer-Encoding: chunked\r\n\r\n")
 		cw := httputil.NewChunkedWriter(bw)
-		if err := copyFlushing(cw, bw, o.body); err != nil {
-			return &bodyError{err}
+		if err := copyFlushing(cw, bw, o.Body); err != nil {
+			return &BodyError{err}
 		}
 		if err := cw.Close(); err != nil {
 			return err
@@ -500,33 +510,39 @@ func copyFlushing(dst io.Writer, bw *bufio.Writer, src io.Reader) error {
 	}
 }
 
-// bodyError is a failure to read the client's request body (the client's
-// fault, not the endpoint's).
-type bodyError struct{ err error }
+// BodyError is a failure to read the request's body (the client's fault,
+// not the endpoint's).
+type BodyError struct{ Err error }
 
-func (e *bodyError) Error() string { return "read request body: " + e.err.Error() }
-func (e *bodyError) Unwrap() error { return e.err }
+func (e *BodyError) Error() string { return "read request body: " + e.Err.Error() }
+func (e *BodyError) Unwrap() error { return e.Err }
 
 func methodWantsLength(m string) bool {
 	return m == http.MethodPost || m == http.MethodPut || m == http.MethodPatch
 }
 
+// copyBufPool holds the 32 KiB buffers of body copies.
 var copyBufPool = sync.Pool{New: func() any { b := make([]byte, 32*1024); return &b }}
 
-// upstreamBody wraps a response body from an h1 endpoint. Reading it to EOF
-// hands the connection back to the pool; closing it early closes the
-// connection.
-type upstreamBody struct {
+// GetBuffer returns a 32 KiB copy buffer; PutBuffer gives it back.
+func GetBuffer() *[]byte { return copyBufPool.Get().(*[]byte) }
+
+// PutBuffer returns a buffer from GetBuffer.
+func PutBuffer(b *[]byte) { copyBufPool.Put(b) }
+
+// Body is the body of a response from Client.Do. Reading it to EOF hands
+// the connection back to the pool; closing it early closes the connection.
+type Body struct {
 	rc    io.ReadCloser
 	pc    *pconn
-	c     *h1Client
+	c     *Client
 	stop  func() bool // stops the context watcher
 	eof   bool
 	close bool // the response said Connection: close
 	done  bool
 }
 
-func (b *upstreamBody) Read(p []byte) (int, error) {
+func (b *Body) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err == io.EOF {
 		b.eof = true
@@ -534,7 +550,7 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *upstreamBody) Close() error {
+func (b *Body) Close() error {
 	if b.done {
 		return nil
 	}
@@ -546,9 +562,48 @@ func (b *upstreamBody) Close() error {
 	// on framing: the connection cannot carry another exchange.
 	if b.eof && !b.close && stopped && b.pc.br.Buffered() == 0 {
 		b.rc.Close()
-		b.pc.pool.put(b.pc, b.c.maxIdle)
+		b.pc.pool.put(b.pc, b.c.cfg.MaxIdlePerEndpoint)
 		return nil
 	}
 	b.pc.closeConn()
 	return nil
+}
+
+// Detach takes the connection out of the client for a protocol switch
+// (101 Switching Protocols): the exchange's deadline and cancellation end,
+// and the caller reads and writes the connection itself, starting with
+// what br has buffered. Closing the body closes the connection.
+func (b *Body) Detach() (conn net.Conn, br *bufio.Reader) {
+	if b.stop != nil {
+		b.stop()
+		b.stop = nil
+	}
+	b.close = true
+	b.pc.conn.SetDeadline(time.Time{})
+	return b.pc.conn, b.pc.br
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// RequestURI is the request target to send upstream for r. The client's
+// own target goes as it came unless it holds a byte that could end the
+// request line early (HTTP/2's :path may carry spaces): then the parsed
+// URL's escaped form goes instead.
+func RequestURI(r *http.Request) string {
+	if u := r.RequestURI; u != "" && (u[0] == '/' || u == "*") && safeTarget(u) {
+		return u
+	}
+	return r.URL.RequestURI()
+}
+
+func safeTarget(u string) bool {
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

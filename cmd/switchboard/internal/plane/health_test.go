@@ -1,4 +1,4 @@
-package httpproxy_test
+package plane_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/admin"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
 // restartable is a backend that can be stopped and started again on the
@@ -87,7 +87,7 @@ func (r *restartable) start(t *testing.T) {
 }
 
 // upstream returns the running upstream of that name.
-func (p *proxy) upstream(name string) *httpproxy.Upstream {
+func (p *proxy) upstream(name string) *plane.Upstream {
 	for _, u := range p.srv.Upstreams() {
 		if u.Name() == name {
 			return u

@@ -1,4 +1,4 @@
-package httpproxy
+package pipeline
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package httpproxy
+package plane
 
 import (
 	"context"
@@ -23,12 +23,36 @@ type RouteSource interface {
 // urlprefix-/orders or urlprefix-api.example.com/orders.
 const AutoRoutePrefix = "urlprefix-"
 
+// autoRoutes is the state of auto routes: the source, the services last
+// read from it, the configuration without them, and the watch.
+type autoRoutes struct {
+	src      RouteSource
+	services map[string][]string
+	base     *config.Config
+	watch    *loop
+}
+
 // SetRouteSource gives listeners with auto_routes their registry. Call it
-// before the first Apply; the server watches the source while running.
-func (s *Server) SetRouteSource(src RouteSource) {
-	s.mu.Lock()
-	s.routeSrc = src
-	s.mu.Unlock()
+// before the first Apply; the plane watches the source while it runs.
+func (p *Plane) SetRouteSource(src RouteSource) {
+	p.mu.Lock()
+	p.auto.src = src
+	p.mu.Unlock()
+}
+
+// followAutoRoutes starts or stops the watch of the route source as the
+// configuration now asks; p.mu is held.
+func (p *Plane) followAutoRoutes(want bool) {
+	switch {
+	case want && p.auto.watch == nil:
+		src := p.auto.src
+		p.auto.watch = startLoop(func(ctx context.Context) { p.watchRoutes(ctx, src) })
+	case !want && p.auto.watch != nil:
+		// The watch ends by itself: it checks its context under p.mu
+		// before applying anything.
+		p.auto.watch.cancel()
+		p.auto.watch, p.auto.services = nil, nil
+	}
 }
 
 // autoRoute is one route asked for by a registration's tag.
@@ -56,9 +80,9 @@ func parseAutoRoute(service, tag string) (autoRoute, bool) {
 	return autoRoute{service: service, host: host, prefix: rest[i:]}, true
 }
 
-// autoRoutes turns the registry's services into routes: host-specific
+// routesOf turns the registry's services into routes: host-specific
 // before any-host, longer prefixes first, then by service name.
-func autoRoutes(services map[string][]string) []autoRoute {
+func routesOf(services map[string][]string) []autoRoute {
 	var out []autoRoute
 	seen := map[[2]string]bool{}
 	for _, svc := range slices.Sorted(maps.Keys(services)) {
@@ -102,7 +126,7 @@ func AutoUpstreamName(service string) string { return "auto:" + service }
 // every listener that asks for them, and their upstreams added. cfg itself
 // is not changed.
 func withAutoRoutes(cfg *config.Config, services map[string][]string) *config.Config {
-	routes := autoRoutes(services)
+	routes := routesOf(services)
 	if len(routes) == 0 {
 		return cfg
 	}
@@ -157,7 +181,7 @@ func wantsAutoRoutes(cfg *config.Config) bool {
 // watchRoutes follows the route source and re-applies the configuration
 // with the new auto routes whenever the registry's services change. It
 // runs until ctx ends.
-func (s *Server) watchRoutes(ctx context.Context, src RouteSource) {
+func (p *Plane) watchRoutes(ctx context.Context, src RouteSource) {
 	var index uint64
 	backoff := 100 * time.Millisecond
 	for {
@@ -166,7 +190,7 @@ func (s *Server) watchRoutes(ctx context.Context, src RouteSource) {
 			return
 		}
 		if err != nil {
-			s.log.Warn("auto routes: reading the registry failed; keeping the current routes", "err", err)
+			p.log.Warn("auto routes: reading the registry failed; keeping the current routes", "err", err)
 			if ctxtime.Sleep(ctx, backoff) != nil {
 				return
 			}
@@ -177,25 +201,25 @@ func (s *Server) watchRoutes(ctx context.Context, src RouteSource) {
 			next = 0 // the index went backwards: start over, as Consul's clients do
 		}
 		index = next
-		s.mu.Lock()
-		if s.closed || s.base == nil || ctx.Err() != nil {
-			s.mu.Unlock()
+		p.mu.Lock()
+		if p.closed || p.auto.base == nil || ctx.Err() != nil {
+			p.mu.Unlock()
 			return
 		}
 		err = nil
-		if !maps.EqualFunc(services, s.services, slices.Equal) {
-			if err = s.applyLocked(withAutoRoutes(s.base, services)); err == nil {
-				s.services = services
-				s.logAutoRoutes(services)
+		if !maps.EqualFunc(services, p.auto.services, slices.Equal) {
+			if err = p.applyLocked(withAutoRoutes(p.auto.base, services)); err == nil {
+				p.auto.services = services
+				p.logAutoRoutes(services)
 			}
 		}
-		s.mu.Unlock()
+		p.mu.Unlock()
 		if err == nil {
 			backoff = 100 * time.Millisecond
 		} else {
 			// Not applied: try the same services again after a backoff
 			// (a certificate mid-rotation, a registry feed that failed).
-			s.log.Error("auto routes: applying the registry's routes failed; keeping the current routes and retrying", "err", err, "retry_in", backoff)
+			p.log.Error("auto routes: applying the registry's routes failed; keeping the current routes and retrying", "err", err, "retry_in", backoff)
 			if ctxtime.Sleep(ctx, backoff) != nil {
 				return
 			}
@@ -207,7 +231,7 @@ func (s *Server) watchRoutes(ctx context.Context, src RouteSource) {
 
 // logAutoRoutes logs, once per change, the urlprefix- tags it cannot use
 // and the routes another service already claimed.
-func (s *Server) logAutoRoutes(services map[string][]string) {
+func (p *Plane) logAutoRoutes(services map[string][]string) {
 	claimed := map[[2]string]string{}
 	for _, svc := range slices.Sorted(maps.Keys(services)) {
 		for _, tag := range services[svc] {
@@ -216,12 +240,12 @@ func (s *Server) logAutoRoutes(services map[string][]string) {
 			}
 			r, ok := parseAutoRoute(svc, tag)
 			if !ok {
-				s.log.Warn("auto routes: ignoring a urlprefix- tag this version does not understand (want urlprefix-[host]/path, no options)", "service", svc, "tag", tag)
+				p.log.Warn("auto routes: ignoring a urlprefix- tag this version does not understand (want urlprefix-[host]/path, no options)", "service", svc, "tag", tag)
 				continue
 			}
 			k := [2]string{r.host, r.prefix}
 			if first, dup := claimed[k]; dup {
-				s.log.Warn("auto routes: two services ask for one route; the first by name keeps it", "route", r.host+r.prefix, "kept", first, "ignored", svc)
+				p.log.Warn("auto routes: two services ask for one route; the first by name keeps it", "route", r.host+r.prefix, "kept", first, "ignored", svc)
 				continue
 			}
 			claimed[k] = svc

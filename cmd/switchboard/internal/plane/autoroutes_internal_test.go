@@ -1,4 +1,4 @@
-package httpproxy
+package plane
 
 import (
 	"slices"
@@ -14,7 +14,7 @@ func TestAutoRoutesParseAndOrder(t *testing.T) {
 		"other": {"urlprefix-/orders/v2", "urlprefix-/x strip=/x", "urlprefix-host:80/y", "urlprefix-", "plain"},
 	}
 	var got []string
-	for _, r := range autoRoutes(services) {
+	for _, r := range routesOf(services) {
 		got = append(got, r.service+" "+r.host+r.prefix)
 	}
 	want := []string{

@@ -1,4 +1,4 @@
-package httpproxy_test
+package plane_test
 
 import (
 	"fmt"
@@ -74,12 +74,16 @@ func TestPolicyWeightedRandomFollowsWeights(t *testing.T) {
 	}
 }
 
-// busyBackend holds every request to /hold until release is closed.
+// busyBackend holds every request to /hold until release is closed (or
+// the proxy lets go of it, as when a failed test shuts the proxy down).
 func busyBackend(t *testing.T, name string, entered chan<- struct{}, release <-chan struct{}) *backend {
 	return newBackend(t, name, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/hold" {
 			entered <- struct{}{}
-			<-release
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
 		}
 		io.WriteString(w, name)
 	})

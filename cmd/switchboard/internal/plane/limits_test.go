@@ -1,4 +1,4 @@
-package httpproxy_test
+package plane_test
 
 import (
 	"encoding/json"
@@ -119,7 +119,7 @@ func TestConcurrencyLimitSheds503(t *testing.T) {
 	done := getAsync(p.url("web") + "/hold")
 	<-entered
 	resp, body := doGet(t, p.url("web")+"/", nil)
-	if resp.StatusCode != 503 || resp.Header.Get("X-Switchboard-Error") != "overloaded" {
+	if resp.StatusCode != 503 || resp.Header.Get("X-Switchboard-Error") != "concurrency_limited" {
 		t.Fatalf("second request while one is in flight: %d %s", resp.StatusCode, body)
 	}
 	close(release)
@@ -191,7 +191,7 @@ upstreams:
 	done := getAsync(p.url("web") + "/hold")
 	<-entered
 	// Route "two" shares the upstream's one slot with route "one".
-	if resp, body := doGet(t, p.url("web")+"/other", nil); resp.StatusCode != 503 || resp.Header.Get("X-Switchboard-Error") != "overloaded" {
+	if resp, body := doGet(t, p.url("web")+"/other", nil); resp.StatusCode != 503 || resp.Header.Get("X-Switchboard-Error") != "concurrency_limited" {
 		t.Fatalf("other route while the upstream's slot is taken: %d %s", resp.StatusCode, body)
 	}
 	close(release)

@@ -1,4 +1,4 @@
-package httpproxy
+package h1
 
 import (
 	"bufio"
@@ -18,7 +18,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// h1Server serves cleartext HTTP/1.x. It parses requests with the standard
+// Server serves cleartext HTTP/1.x. It parses requests with the standard
 // library's parser (http.ReadRequest: the same code, and so the same
 // request-smuggling defences, as net/http's server) and adds the checks
 // net/http's server makes on top of it (Host, header field syntax, version,
@@ -29,15 +29,15 @@ import (
 // response is written (or at the route's timeout), not at once, as with
 // HAProxy's default. TLS listeners (and with them HTTP/2) use
 // net/http.Server.
-type h1Server struct {
-	handler           http.Handler
-	readHeaderTimeout time.Duration
-	idleTimeout       time.Duration
-	maxHeaderBytes    int
-	log               *slog.Logger
+type Server struct {
+	Handler           http.Handler
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
+	MaxHeaderBytes    int
+	Log               *slog.Logger
 
 	mu       sync.Mutex
-	conns    map[*h1Conn]struct{}
+	conns    map[*conn]struct{}
 	lis      []net.Listener
 	shutdown atomic.Bool
 	active   sync.WaitGroup
@@ -47,7 +47,7 @@ type h1Server struct {
 // servers alike.
 var errServerClosed = http.ErrServerClosed
 
-func (s *h1Server) Serve(l net.Listener) error {
+func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.shutdown.Load() {
 		s.mu.Unlock()
@@ -55,7 +55,7 @@ func (s *h1Server) Serve(l net.Listener) error {
 	}
 	s.lis = append(s.lis, l)
 	if s.conns == nil {
-		s.conns = map[*h1Conn]struct{}{}
+		s.conns = map[*conn]struct{}{}
 	}
 	s.mu.Unlock()
 	for {
@@ -66,7 +66,7 @@ func (s *h1Server) Serve(l net.Listener) error {
 			}
 			return err
 		}
-		c := &h1Conn{s: s, nc: nc}
+		c := &conn{s: s, nc: nc}
 		s.mu.Lock()
 		if s.shutdown.Load() {
 			s.mu.Unlock()
@@ -82,7 +82,7 @@ func (s *h1Server) Serve(l net.Listener) error {
 
 // Shutdown stops accepting, closes idle connections, and waits for the
 // others to finish their request, until ctx ends.
-func (s *h1Server) Shutdown(ctx context.Context) error {
+func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutdown.Store(true)
 	for _, l := range s.lis {
@@ -106,7 +106,7 @@ func (s *h1Server) Shutdown(ctx context.Context) error {
 }
 
 // Close closes the listeners and every connection at once.
-func (s *h1Server) Close() error {
+func (s *Server) Close() error {
 	s.mu.Lock()
 	s.shutdown.Store(true)
 	for _, l := range s.lis {
@@ -119,7 +119,7 @@ func (s *h1Server) Close() error {
 	return nil
 }
 
-func (s *h1Server) forget(c *h1Conn) {
+func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
@@ -133,19 +133,19 @@ const (
 	connClosed = 2
 )
 
-type h1Conn struct {
-	s      *h1Server
+type conn struct {
+	s      *Server
 	nc     net.Conn
 	remote string
 	lr     io.LimitedReader // caps what the header parser may read
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	state  atomic.Int32
-	w      h1Response
+	w      response
 }
 
 // closeIfIdle closes the connection when it is between requests.
-func (c *h1Conn) closeIfIdle() {
+func (c *conn) closeIfIdle() {
 	if c.state.CompareAndSwap(connIdle, connClosed) {
 		// Unblocks the read waiting for the next request.
 		c.nc.SetReadDeadline(aLongTimeAgo)
@@ -159,7 +159,7 @@ var (
 	srvBWPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4096) }}
 )
 
-func (c *h1Conn) serve() {
+func (c *conn) serve() {
 	hijacked := false
 	defer func() {
 		if !hijacked {
@@ -181,7 +181,7 @@ func (c *h1Conn) serve() {
 	c.bw.Reset(c.nc)
 	c.w.header = http.Header{}
 	s := c.s
-	headerLimit := int64(s.maxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
+	headerLimit := int64(s.MaxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
 	for first := true; ; first = false {
 		// Between requests: the idle timeout, except before the first
 		// request of a connection, which gets the read-header timeout as
@@ -190,9 +190,9 @@ func (c *h1Conn) serve() {
 		// after it and wins.
 		c.lr.N = headerLimit
 		if c.br.Buffered() == 0 {
-			wait := s.idleTimeout
-			if first && s.readHeaderTimeout > 0 {
-				wait = s.readHeaderTimeout
+			wait := s.IdleTimeout
+			if first && s.ReadHeaderTimeout > 0 {
+				wait = s.ReadHeaderTimeout
 			}
 			if wait > 0 {
 				c.nc.SetReadDeadline(time.Now().Add(wait))
@@ -215,8 +215,8 @@ func (c *h1Conn) serve() {
 		} else {
 			c.state.Store(connActive)
 		}
-		if s.readHeaderTimeout > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(s.readHeaderTimeout))
+		if s.ReadHeaderTimeout > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
 		}
 		req, err := http.ReadRequest(c.br)
 		if err != nil {
@@ -232,8 +232,8 @@ func (c *h1Conn) serve() {
 		// that makes progress: a client that trickles its body holds the
 		// connection no longer than one that sits idle.
 		c.nc.SetReadDeadline(time.Time{})
-		if req.Body != http.NoBody && s.idleTimeout > 0 {
-			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: s.idleTimeout}
+		if req.Body != http.NoBody && s.IdleTimeout > 0 {
+			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: s.IdleTimeout}
 		}
 		req.RemoteAddr = c.remote
 		keep, hj := c.serveOne(req)
@@ -261,7 +261,7 @@ func (b *timedBody) Read(p []byte) (int, error) {
 }
 
 // check makes the checks net/http's server makes after parsing a request.
-func (c *h1Conn) check(req *http.Request) (int, string) {
+func (c *conn) check(req *http.Request) (int, string) {
 	if req.ProtoMajor != 1 {
 		return http.StatusHTTPVersionNotSupported, "unsupported protocol version"
 	}
@@ -298,7 +298,7 @@ func (c *h1Conn) check(req *http.Request) (int, string) {
 
 // badRequest answers a request that could not be parsed, as net/http does,
 // and the connection closes.
-func (c *h1Conn) badRequest(err error) {
+func (c *conn) badRequest(err error) {
 	if c.lr.N <= 0 {
 		c.reject(http.StatusRequestHeaderFieldsTooLarge, "request header too large")
 		return
@@ -317,7 +317,7 @@ func (c *h1Conn) badRequest(err error) {
 	c.reject(http.StatusBadRequest, "malformed request")
 }
 
-func (c *h1Conn) reject(code int, msg string) {
+func (c *conn) reject(code int, msg string) {
 	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	fmt.Fprintf(c.bw, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", code, http.StatusText(code), len(msg), msg)
 	c.bw.Flush()
@@ -328,7 +328,7 @@ func (c *h1Conn) reject(code int, msg string) {
 // still sends for a moment, so that unread input does not make the kernel
 // reset the connection before the client has read our last answer (as
 // net/http does).
-func (c *h1Conn) closeWriteAndWait() {
+func (c *conn) closeWriteAndWait() {
 	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
 		tc.CloseWrite()
 	}
@@ -339,7 +339,7 @@ func (c *h1Conn) closeWriteAndWait() {
 // serveOne runs the handler for one request. It reports whether the
 // connection can carry another request, and whether the handler took the
 // connection over.
-func (c *h1Conn) serveOne(req *http.Request) (keep, hijacked bool) {
+func (c *conn) serveOne(req *http.Request) (keep, hijacked bool) {
 	w := &c.w
 	w.reset(c, req)
 	var cr *continueReader
@@ -351,11 +351,11 @@ func (c *h1Conn) serveOne(req *http.Request) (keep, hijacked bool) {
 		if p := recover(); p != nil {
 			keep = false
 			if p != http.ErrAbortHandler {
-				c.s.log.Error("panic serving request", "remote", c.remote, "panic", fmt.Sprint(p))
+				c.s.Log.Error("panic serving request", "remote", c.remote, "panic", fmt.Sprint(p))
 			}
 		}
 	}()
-	c.s.handler.ServeHTTP(w, req)
+	c.s.Handler.ServeHTTP(w, req)
 	if w.hijacked {
 		return false, true
 	}
@@ -384,7 +384,7 @@ func (c *h1Conn) serveOne(req *http.Request) (keep, hijacked bool) {
 // client waits to send.
 type continueReader struct {
 	io.ReadCloser
-	w    *h1Response
+	w    *response
 	sent bool
 }
 
@@ -401,7 +401,7 @@ func (r *continueReader) Read(p []byte) (int, error) {
 	return r.ReadCloser.Read(p)
 }
 
-// h1Response is the http.ResponseWriter of h1Server, one per connection,
+// response is the http.ResponseWriter of Server, one per connection,
 // reset for each request.
 //
 // Framing: a response whose handler set Content-Length (a proxied response
@@ -409,8 +409,8 @@ func (r *continueReader) Read(p []byte) (int, error) {
 // bytes are held back: a handler that finishes within them gets a
 // Content-Length, as with net/http; a longer body, or a Flush, switches to
 // chunked encoding (or, for HTTP/1.0, to ending the body by closing).
-type h1Response struct {
-	c           *h1Conn
+type response struct {
+	c           *conn
 	req         *http.Request
 	header      http.Header
 	wroteHeader bool // WriteHeader was called
@@ -428,15 +428,15 @@ type h1Response struct {
 
 const smallBody = 2048
 
-func (w *h1Response) reset(c *h1Conn, req *http.Request) {
+func (w *response) reset(c *conn, req *http.Request) {
 	h, pending := w.header, w.pending[:0]
 	clear(h)
-	*w = h1Response{c: c, req: req, header: h, length: -1, pending: pending}
+	*w = response{c: c, req: req, header: h, length: -1, pending: pending}
 }
 
-func (w *h1Response) Header() http.Header { return w.header }
+func (w *response) Header() http.Header { return w.header }
 
-func (w *h1Response) WriteHeader(code int) {
+func (w *response) WriteHeader(code int) {
 	if w.wroteHeader || w.hijacked {
 		return
 	}
@@ -466,7 +466,7 @@ func (w *h1Response) WriteHeader(code int) {
 
 // commit writes the status line and header. chunked asks for chunked
 // encoding when the length is unknown.
-func (w *h1Response) commit(chunked bool) {
+func (w *response) commit(chunked bool) {
 	w.committed = true
 	req, h, bw := w.req, w.header, w.c.bw
 	delete(h, "Transfer-Encoding")
@@ -535,7 +535,7 @@ func writeHeaderValue(bw *bufio.Writer, v string) {
 	bw.WriteString(strings.NewReplacer("\r", " ", "\n", " ").Replace(v))
 }
 
-func (w *h1Response) Write(p []byte) (int, error) {
+func (w *response) Write(p []byte) (int, error) {
 	if w.hijacked {
 		return 0, http.ErrHijacked
 	}
@@ -568,7 +568,7 @@ func (w *h1Response) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (w *h1Response) writeBody(p []byte) error {
+func (w *response) writeBody(p []byte) error {
 	if len(p) == 0 {
 		return nil
 	}
@@ -590,7 +590,7 @@ func (w *h1Response) writeBody(p []byte) error {
 }
 
 // Flush sends what is buffered to the client.
-func (w *h1Response) Flush() {
+func (w *response) Flush() {
 	if w.hijacked {
 		return
 	}
@@ -608,7 +608,7 @@ func (w *h1Response) Flush() {
 }
 
 // FlushError is Flush that reports the error (http.ResponseController).
-func (w *h1Response) FlushError() error {
+func (w *response) FlushError() error {
 	w.Flush()
 	if w.failed {
 		return errors.New("write to client failed")
@@ -617,7 +617,7 @@ func (w *h1Response) FlushError() error {
 }
 
 // Hijack hands the connection to the handler (protocol switches).
-func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.wroteHeader {
 		return nil, nil, errors.New("hijack after the response header was written")
 	}
@@ -633,7 +633,7 @@ func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // finish ends the response. It reports whether the connection is still in
 // a state to carry another request.
-func (w *h1Response) finish() bool {
+func (w *response) finish() bool {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}

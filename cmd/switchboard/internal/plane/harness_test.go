@@ -1,4 +1,4 @@
-package httpproxy_test
+package plane_test
 
 import (
 	"fmt"
@@ -16,15 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
-	httpproxy "github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
 // proxy is a running data plane for one test.
 type proxy struct {
 	t   testing.TB
-	srv *httpproxy.Server
+	srv *plane.Plane
 	reg *prometheus.Registry
 }
 
@@ -46,7 +46,7 @@ func startProxy(t testing.TB, yaml string) *proxy {
 	if testing.Verbose() {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	srv := httpproxy.NewServer(log, httpproxy.NewMetrics(reg))
+	srv := plane.New(log, reg)
 	if err := srv.Apply(cfg); err != nil {
 		t.Fatalf("apply: %v", err)
 	}

@@ -1,4 +1,4 @@
-package httpproxy_test
+package plane_test
 
 import (
 	"bufio"

@@ -1,0 +1,260 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/ratelimit"
+	"github.com/switchboard-dev/switchboard/retry"
+	"github.com/switchboard-dev/switchboard/upstream"
+)
+
+// Config is what protects a route and how its requests are retried. Every
+// field is optional; the zero Config forwards each request once (plus the
+// safe retries described in the package doc) with no limit and no timeout.
+type Config struct {
+	// Timeout bounds the whole request, from Do to the end of the response
+	// body, retries included. 0: none.
+	Timeout time.Duration
+	// RateLimits are checked in order; the first that refuses rejects the
+	// request (429). A leaky bucket delays instead.
+	RateLimits []RateLimit
+	// Concurrency caps the route's requests in flight, with an optional
+	// bounded queue (503 when full).
+	Concurrency *ratelimit.ConcurrencyConfig
+	// Breaker is the route's circuit breaker: while it is open, requests go
+	// straight to the fallback chain (or fail) without touching the
+	// upstream.
+	Breaker *breaker.Config
+	// Retry is the retry policy: attempts, per-try timeout, backoff, what
+	// is retried, the budget and hedging.
+	Retry *retry.Policy
+	// Fallback is the chain of steps tried when the route cannot answer.
+	Fallback *fallback.Config
+}
+
+// Transport sends one attempt of a call to one endpoint. The HTTP proxy
+// implements it over its HTTP/1.1 client (and net/http's h2c transport);
+// the Go client over net/http.
+//
+// RoundTrip sends c.Req, with body as its body (nil for none; a retry gets
+// a fresh reader of the same bytes), to ep and returns the response once
+// its header is in. deadline, when not zero, bounds the whole exchange,
+// the response body included; ctx ends it early. Errors should wrap what
+// happened so that retry.Classify can tell a failed connect (nothing was
+// sent) from a reset or a timeout; a failure to read the client's own
+// body must wrap ErrRequestBody. It may be called concurrently (hedging).
+type Transport interface {
+	RoundTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *Call, body io.Reader) (*http.Response, error)
+}
+
+// Backups finds the upstream and transport of a backup fallback step by
+// the upstream's name.
+type Backups func(name string) (*upstream.Upstream, Transport, bool)
+
+// Option tunes New.
+type Option func(*Route)
+
+// WithMetrics counts the route's decisions in m (see NewMetrics).
+func WithMetrics(m *Metrics) Option { return func(r *Route) { r.m = m } }
+
+// WithLogger sets the logger for breaker transitions and failures. Default
+// slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(r *Route) { r.log = l } }
+
+// WithBackups lets backup fallback steps send to other upstreams.
+func WithBackups(b Backups) Option { return func(r *Route) { r.backups = b } }
+
+// Replacing makes the new route take over prev's state wherever its
+// settings are unchanged: an open breaker stays open, a spent retry budget
+// stays spent, limiters keep their buckets, stale copies stay stored. prev
+// may be nil.
+func Replacing(prev *Route) Option { return func(r *Route) { r.prev = prev } }
+
+// Route is one route's pipeline over one upstream: rate limits, then the
+// concurrency limit, then the breaker, then attempts over the upstream,
+// then the fallback chain. It is safe for concurrent use.
+type Route struct {
+	name    string
+	cfg     Config
+	up      *upstream.Upstream
+	t       Transport
+	m       *Metrics
+	log     *slog.Logger
+	backups Backups
+	prev    *Route
+
+	closeOnce sync.Once
+	limiters  []*limiter
+	limit     *ratelimit.Concurrency // nil: no concurrency limit
+	brk       *breaker.Breaker       // nil: no breaker
+	fb        *fallback.Chain        // nil: no fallback
+	retry     *retry.Policy          // nil: only the safe retries
+	budget    *retry.Budget
+	p95       *p95Tracker // recent latency, for hedge_after: p95; nil otherwise
+	staleMax  int64       // largest response body kept for stale
+}
+
+// New builds the pipeline of route name over up, sending through t. Its
+// metrics carry the route's and the upstream's names.
+func New(name string, cfg Config, up *upstream.Upstream, t Transport, opts ...Option) (*Route, error) {
+	r := &Route{name: name, cfg: cfg, up: up, t: t, log: slog.Default()}
+	for _, o := range opts {
+		o(r)
+	}
+	prev := r.prev
+	r.prev = nil // not kept: a chain of replaced routes would never be freed
+	if err := r.buildLimits(prev); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if err := r.buildBreaker(prev); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if err := r.buildFallback(prev); err != nil {
+		r.Close()
+		return nil, err
+	}
+	if p := cfg.Retry; p != nil {
+		if err := p.Validate(); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("retry: %w", err)
+		}
+		if prev != nil && prev.retry != nil && reflect.DeepEqual(prev.cfg.Retry, p) {
+			r.retry, r.budget, r.p95 = prev.retry, prev.budget, prev.p95
+		} else {
+			pol := p.WithDefaults()
+			r.retry, r.budget = &pol, retry.NewBudget(pol)
+			if _, p95, on := pol.Hedge(); on && p95 {
+				r.p95 = &p95Tracker{}
+			}
+		}
+	}
+	return r, nil
+}
+
+// Name is the route's name.
+func (r *Route) Name() string { return r.name }
+
+// Upstream is the upstream the route sends to.
+func (r *Route) Upstream() *upstream.Upstream { return r.up }
+
+// Timeout is the route's whole-request timeout (0: none).
+func (r *Route) Timeout() time.Duration { return r.cfg.Timeout }
+
+// Close releases what the route holds alone (a global limit's Redis
+// client, once no route uses it any more). Calls in progress may finish.
+// Close is idempotent.
+func (r *Route) Close() {
+	r.closeOnce.Do(func() {
+		for _, l := range r.limiters {
+			l.release()
+		}
+	})
+}
+
+func (r *Route) buildBreaker(prev *Route) error {
+	c := r.cfg.Breaker
+	if c == nil {
+		return nil
+	}
+	if prev != nil && prev.brk != nil && reflect.DeepEqual(prev.cfg.Breaker, c) {
+		r.brk = prev.brk
+		return nil
+	}
+	b, err := breaker.New(*c)
+	if err != nil {
+		return fmt.Errorf("breaker: %w", err)
+	}
+	name, m, log := r.name, r.m, r.log
+	m.breakerStarted(name)
+	b.OnStateChange(func(from, to breaker.State, reason string, _ time.Time) {
+		m.breakerChanged(name, to)
+		log.Warn("route breaker changed state", "route", name, "from", from.String(), "to", to.String(), "reason", reason)
+	})
+	r.brk = b
+	return nil
+}
+
+func (r *Route) buildFallback(prev *Route) error {
+	c := r.cfg.Fallback
+	if c == nil {
+		return nil
+	}
+	r.staleMax = c.Cache.MaxResponseBytes
+	if r.staleMax == 0 {
+		r.staleMax = fallback.DefaultMaxResponseBytes
+	}
+	if prev != nil && prev.fb != nil && reflect.DeepEqual(prev.cfg.Fallback, c) {
+		r.fb = prev.fb
+		return nil
+	}
+	ch, err := fallback.New(*c, fallback.SenderFunc(r.sendBackup))
+	if err != nil {
+		return err
+	}
+	r.fb = ch
+	return nil
+}
+
+// Call is one request going through a route. A front end keeps it in its
+// own per-request state (so that a request costs one allocation), sets the
+// exported fields, calls Route.Do and, whatever Do returned, Finish once
+// the response is relayed.
+type Call struct {
+	// Req is the request as it goes upstream: method, URL, Host and the
+	// header as the front end prepared it. Its context is the caller's:
+	// when it ends, so does the call.
+	Req *http.Request
+	// Body is the request body, nil for none. Its length is
+	// Req.ContentLength (-1: unknown).
+	Body io.Reader
+	// Upgrade is the protocol the request asks to switch to (WebSocket),
+	// or "". Such a request is never hedged or sent twice.
+	Upgrade string
+
+	route    *Route
+	start    time.Time
+	deadline time.Time // of the whole call; zero for none
+	info     balance.Info
+	tried    []*endpoint.Endpoint
+	rb       *retry.ReplayableBody
+	limited  ratelimit.Result // the tightest admitting rate limit
+	hasLimit bool
+	release  [2]func() // concurrency slots held: route, upstream
+	ticket   breaker.Ticket
+	last     *endpoint.Endpoint // the endpoint tried last
+	pick     balance.Result     // the endpoint whose response is being relayed
+	status   int                // its response's status
+	latency  time.Duration      // to its response header
+	load     string             // its load report
+	stale    *staleRecorder
+	degraded bool
+	finished bool
+}
+
+// RateLimit returns the tightest rate limit that admitted the call, for
+// the RateLimit-* response headers; ok is false when the route has none.
+func (c *Call) RateLimit() (res ratelimit.Result, ok bool) { return c.limited, c.hasLimit }
+
+// Endpoint is the endpoint tried last (the one that answered, if any), or
+// nil when none was.
+func (c *Call) Endpoint() *endpoint.Endpoint { return c.last }
+
+// Degraded reports whether a fallback step answered in place of the
+// upstream (the response carries fallback.HeaderDegraded).
+func (c *Call) Degraded() bool { return c.degraded }
+
+// Deadline is the call's whole-request deadline, zero for none.
+func (c *Call) Deadline() time.Time { return c.deadline }

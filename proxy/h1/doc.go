@@ -1,0 +1,40 @@
+// Package h1 is switchboard's HTTP/1.x engine: the server loop that reads
+// requests from clients (Server) and the keep-alive client that sends them
+// to endpoints (Client). The HTTP proxy runs both for cleartext HTTP/1.x;
+// TLS and HTTP/2 stay on net/http.
+//
+// # Server
+//
+// Server parses requests with the standard library's parser
+// (http.ReadRequest: the same code, and so the same request-smuggling
+// defences, as net/http's server: Content-Length with Transfer-Encoding,
+// conflicting lengths, bad chunking, header syntax) and adds the checks
+// net/http's server makes after parsing (Host, protocol version, Expect,
+// header field validity); a differential test holds its verdicts to
+// net/http's. What it leaves out is the per-request background read and
+// context and the per-response header copy. The price: a client that goes
+// away while its request waits on an upstream is noticed when the response
+// is written, or at the route's timeout, not at once (as with HAProxy's
+// default). Responses keep the handler's Content-Length; a body without
+// one is held back up to 2 KiB and given a length if it ends there, else
+// sent chunked (with trailers). Pipelining, HTTP/1.0 keep-alive and
+// 100-continue work as in net/http; Hijack hands the connection over for a
+// protocol switch.
+//
+// # Client
+//
+// Client writes the request and reads the response on the caller's
+// goroutine (net/http.Transport runs two goroutines per connection and
+// hands each exchange across channels). Responses are parsed with
+// http.ReadResponse. Idle connections are kept per endpoint, most recently
+// used first, bounded by MaxIdlePerEndpoint and IdleTimeout. A reused
+// connection is first checked with one non-blocking peek: one the endpoint
+// closed is dropped, and so is one holding bytes nobody asked for (an
+// endpoint whose body ran past its Content-Length), which would otherwise
+// be read as the next request's response; a connection with bytes left in
+// its buffer after a response is never pooled. A request on a reused
+// connection that fails before any response byte is sent once more on a
+// fresh connection when it can be (no body, idempotent method or
+// Idempotency-Key), as net/http does. An upstream status below 100 is a
+// malformed response.
+package h1

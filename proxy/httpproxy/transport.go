@@ -1,0 +1,175 @@
+package httpproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/h1"
+)
+
+// The protocols a Transport speaks to endpoints.
+const (
+	ProtocolHTTP1 = "http1"
+	ProtocolH2C   = "h2c"
+)
+
+// TransportConfig is how the proxy talks to one upstream's endpoints.
+type TransportConfig struct {
+	// Protocol is ProtocolHTTP1 (default) or ProtocolH2C.
+	Protocol string
+	// ConnectTimeout bounds dialing an endpoint.
+	ConnectTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for the response header after
+	// the request was sent.
+	ResponseHeaderTimeout time.Duration
+	// IdleTimeout closes connections idle for longer.
+	IdleTimeout time.Duration
+	// MaxIdlePerEndpoint caps the idle connections kept per endpoint.
+	MaxIdlePerEndpoint int
+}
+
+// Transport sends the proxy's requests to the endpoints of one upstream:
+// over the HTTP/1 engine's keep-alive client, or over net/http's
+// cleartext HTTP/2 (h2c) transport. It implements pipeline.Transport, and
+// closes the idle connections of endpoints that leave the upstream's pool.
+type Transport struct {
+	cfg   TransportConfig
+	h1    *h1.Client
+	h2    *http.Transport
+	unsub func()
+	last  []*endpoint.Endpoint // the pool's members at the last update; under the pool's lock
+}
+
+// NewTransport returns a transport for the endpoints of pool.
+func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
+	t := &Transport{cfg: cfg}
+	switch cfg.Protocol {
+	case ProtocolH2C:
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
+		t.h2 = &http.Transport{
+			Protocols:             &p,
+			DialContext:           d.DialContext,
+			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+			IdleConnTimeout:       cfg.IdleTimeout,
+			MaxIdleConnsPerHost:   cfg.MaxIdlePerEndpoint,
+			DisableCompression:    true,
+		}
+	default:
+		t.h1 = h1.NewClient(h1.ClientConfig{
+			ConnectTimeout: cfg.ConnectTimeout, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+			IdleTimeout: cfg.IdleTimeout, MaxIdlePerEndpoint: cfg.MaxIdlePerEndpoint,
+		})
+		t.unsub = pool.Subscribe(t.follow)
+	}
+	return t
+}
+
+// Config returns the settings t was built with.
+func (t *Transport) Config() TransportConfig { return t.cfg }
+
+// follow closes the idle connections of endpoints that left the pool.
+func (t *Transport) follow(s *endpoint.Set) {
+	if slices.Equal(s.All, t.last) {
+		return // a state change, not a membership change
+	}
+	var gone []string
+	for _, ep := range t.last {
+		if !slices.Contains(s.All, ep) {
+			gone = append(gone, ep.Address())
+		}
+	}
+	t.last = s.All
+	if len(gone) > 0 {
+		t.h1.Forget(gone)
+	}
+}
+
+// Close closes the idle connections; those in use close when their
+// exchange ends.
+func (t *Transport) Close() {
+	if t.unsub != nil {
+		t.unsub()
+	}
+	if t.h1 != nil {
+		t.h1.Close()
+	}
+	if t.h2 != nil {
+		t.h2.CloseIdleConnections()
+	}
+}
+
+// ConnStats returns the open and idle connections per endpoint address
+// (HTTP/1.1 only; nil for h2c).
+func (t *Transport) ConnStats() map[string][2]int64 {
+	if t.h1 == nil {
+		return nil
+	}
+	return t.h1.Stats()
+}
+
+// RoundTrip implements pipeline.Transport.
+func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
+	r := c.Req
+	length := r.ContentLength
+	if body == nil {
+		length = 0
+	}
+	if t.h1 != nil {
+		resp, err := t.h1.Do(ctx, deadline, ep.Address(), h1.Request{
+			Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: r.Header, Body: body, Length: length, Upgrade: c.Upgrade,
+		})
+		var be *h1.BodyError
+		if errors.As(err, &be) {
+			err = fmt.Errorf("%w: %w", pipeline.ErrRequestBody, err)
+		}
+		return resp, err
+	}
+	return t.roundTripH2C(ctx, deadline, ep, r, body, length)
+}
+
+func (t *Transport) roundTripH2C(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, r *http.Request, body io.Reader, length int64) (*http.Response, error) {
+	cancel := context.CancelFunc(func() {})
+	if !deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+ep.Address()+h1.RequestURI(r), body)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Host = r.Host
+	req.Header = r.Header
+	req.ContentLength = length
+	resp, err := t.h2.RoundTrip(req)
+	if err != nil {
+		cancel()
+		if ctx.Err() == context.DeadlineExceeded {
+			return nil, h1.ErrRequestTimeout
+		}
+		return nil, err
+	}
+	resp.Body = &cancelBody{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelBody releases the request's context once the body is done with.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
