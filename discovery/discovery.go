@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -96,7 +96,7 @@ func (o Options) withDefaults() Options {
 		o.now = time.Now
 	}
 	if o.sleep == nil {
-		o.sleep = ctxtime.Sleep
+		o.sleep = clock.Sleep
 	}
 	if o.rnd == nil {
 		o.rnd = rand.Int64N

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // InfDuration is the RetryAfter of a request that can never be allowed:
@@ -75,7 +75,7 @@ func Wait(ctx context.Context, l Limiter, n int) (Result, error) {
 // Sleep waits for d on a timer, or until ctx ends, in which case it returns
 // ctx's error. A caller holding several reservations sleeps for the largest
 // Delay.
-func Sleep(ctx context.Context, d time.Duration) error { return ctxtime.Sleep(ctx, d) }
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
 
 // SetHeaders sets the RateLimit-Limit, RateLimit-Remaining and
 // RateLimit-Reset headers of the IETF draft "RateLimit header fields for
