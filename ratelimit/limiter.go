@@ -100,17 +100,8 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d-1)/time.Second) + 1
 }
 
-// epoch is the origin of the nanosecond clock that the buckets keep their
-// state in. Measuring from a time.Now() value makes time.Time.Sub use the
-// monotonic clock for times that have one (those from time.Now), so a step
-// of the wall clock neither freezes nor frees a bucket.
-var epoch = time.Now()
-
-// nanos converts t to the buckets' clock.
-func nanos(t time.Time) int64 { return int64(t.Sub(epoch)) }
-
 // fresh is the state of a bucket that has never been used: further in the
-// past than any time nanos returns.
+// past than any time clock.Nanos returns.
 const fresh = math.MinInt64
 
 // limiter is a Limiter that Keyed can manage: it knows when it has become
