@@ -19,11 +19,11 @@ func expNeg(x float64) float64 {
 	return math.Exp(-x)
 }
 
-// monoNow is the thin wrapper around the clock for the hot-path functions
-// that take time as a parameter: clock.Nanos of now, plus 1 so that it is
-// never 0 (0 means "never" in EWMA stamps). clock.NowNanos reads only the
+// monoNow is the thin wrapper around c for the hot-path functions that take
+// time as a parameter: clock.Nanos of c's now, plus 1 so that it is never 0
+// (0 means "never" in EWMA stamps). For clock.Real it reads only the
 // monotonic clock, which is cheaper than time.Now.
-func monoNow() int64 { return clock.NowNanos(clock.Real) + 1 }
+func monoNow(c clock.Clock) int64 { return clock.NowNanos(c) + 1 }
 
 // rng is a policy's source of randomness: the runtime's per-thread
 // generator behind math/rand/v2 (no lock, safe for concurrent use), unless a
