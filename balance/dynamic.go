@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // DynamicWeightName is the name of the load-report-driven weighted policy.
@@ -83,7 +84,7 @@ type dwParams struct {
 	header              string
 	pollPath            string
 	pollInterval        time.Duration
-	clock               func() int64 // monoNow; a test seam
+	clock               clock.Clock  // clock.Real; tests set it and rb.clock together (useClock)
 	log                 *slog.Logger // nil: slog.Default(); a test seam
 }
 
@@ -121,7 +122,7 @@ func NewDynamicWeight(cfg Config) (*DynamicWeight, error) {
 		header:       c.Header,
 		pollPath:     c.PollPath,
 		pollInterval: orDuration(c.PollInterval, DefaultPollInterval),
-		clock:        monoNow,
+		clock:        clock.Real,
 	}
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("dynamic_weight: "+format, a...)
@@ -184,7 +185,7 @@ func NewDynamicWeight(cfg Config) (*DynamicWeight, error) {
 func (d *DynamicWeight) Update(set *endpoint.Set) { d.rb.update(set) }
 
 func (d *DynamicWeight) build(set *endpoint.Set, factors []float64) {
-	now := d.p.clock()
+	now := monoNow(d.p.clock)
 	next := make(map[*endpoint.Endpoint]*dwSide, len(set.All))
 	side := func(ep *endpoint.Endpoint) *dwSide {
 		s := d.sides[ep]
@@ -237,7 +238,7 @@ func (d *DynamicWeight) Pick(info *Info) (Result, error) {
 
 // release is the endpoint's Done.
 func (s *dwSide) release(o endpoint.Outcome) {
-	now := s.d.p.clock()
+	now := monoNow(s.d.p.clock)
 	s.observe(now, o)
 	s.ep.Release(o)
 	s.d.maybeRefresh(now)
@@ -284,7 +285,7 @@ func (d *DynamicWeight) maybeRefresh(now int64) {
 	if now < due || !d.due.CompareAndSwap(due, now+int64(d.p.refresh)) {
 		return
 	}
-	d.rb.tryRebuildAt(d.rb.clock())
+	d.rb.tryRebuildAt(d.p.clock.Now())
 }
 
 // Errors of parseLoadReport; static so that a backend sending garbage on
@@ -358,21 +359,21 @@ func isDecimal(s string) bool {
 // returns nil when stopped by ctx. Call it at most once, in a goroutine the
 // balancer's owner stops by canceling ctx.
 func (d *DynamicWeight) Run(ctx context.Context) error {
-	refresh := time.NewTicker(d.p.refresh)
+	refresh := d.p.clock.NewTicker(d.p.refresh)
 	defer refresh.Stop()
 	var poll <-chan time.Time
 	if d.p.pollPath != "" {
-		t := time.NewTicker(d.p.pollInterval)
+		t := d.p.clock.NewTicker(d.p.pollInterval)
 		defer t.Stop()
-		poll = t.C
+		poll = t.C()
 		d.pollRound(ctx)
 	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-refresh.C:
-			d.rb.rebuildAt(d.rb.clock())
+		case <-refresh.C():
+			d.rb.rebuildAt(d.p.clock.Now())
 		case <-poll:
 			d.pollRound(ctx)
 		}
@@ -405,7 +406,7 @@ feed:
 	close(work)
 	wg.Wait()
 	if ctx.Err() == nil {
-		d.rb.rebuildAt(d.rb.clock())
+		d.rb.rebuildAt(d.p.clock.Now())
 	}
 	if d.afterPoll != nil {
 		d.afterPoll()

@@ -60,15 +60,15 @@ func TestDynamicWeightFollowsCPUReport(t *testing.T) {
 
 func TestDynamicWeightScoreFormula(t *testing.T) {
 	d := newDynamic(t, DynamicWeightConfig{LatencyCap: 200 * time.Millisecond, ErrorCap: 0.25, MinWeight: 0.2})
-	var clock int64 = 1e9
-	d.p.clock = func() int64 { return clock }
+	clk := useFakeClock(d)
 	eps := newEndpoints(1)
-	d.Update(setOf(eps)) // the averages start at 0 at t = 1s
+	d.Update(setOf(eps)) // the averages start at 0 now
+	start := monoNow(clk)
 	s := d.snap.Load().sides[0]
 	s.report("cpu=0.5, mem=0.25")
 	// One decay window later a 50ms success moves the latency average
 	// (1-1/e) of the way from 0 to 50ms; the error rate stays 0.
-	s.observe(1e9+int64(10*time.Second), endpoint.Outcome{Latency: 50 * time.Millisecond})
+	s.observe(start+int64(10*time.Second), endpoint.Outcome{Latency: 50 * time.Millisecond})
 	lat := (1 - math.Exp(-1)) * 50
 	want := 0.4*0.5 + 0.3*0.75 + 0.2*(1-lat/200) + 0.1*1
 	if got := s.score(); math.Abs(got-want) > 1e-9 {
@@ -77,7 +77,7 @@ func TestDynamicWeightScoreFormula(t *testing.T) {
 	// Errors only: after many failures over several decay windows the error
 	// term is gone, and a saturated endpoint sits at min_weight.
 	for i := range 1000 {
-		s.observe(1e9+int64(i)*int64(100*time.Millisecond), endpoint.Outcome{Status: 502})
+		s.observe(start+int64(i)*int64(100*time.Millisecond), endpoint.Outcome{Status: 502})
 	}
 	s.report("cpu=1, mem=1")
 	s.obs.lat.Store(math.Float64bits(float64(time.Second)))
@@ -131,16 +131,15 @@ func TestParseLoadReport(t *testing.T) {
 // TestDynamicWeightRefreshesFromDone: with no Run, a Done after Refresh has
 // passed rebuilds the table, and one before it does not.
 func TestDynamicWeightRefreshesFromDone(t *testing.T) {
-	var clock int64 = 1e9
 	eps := newEndpoints(1, 1)
 	d := newDynamic(t, DynamicWeightConfig{Refresh: time.Second})
-	d.p.clock = func() int64 { return clock }
+	clk := useFakeClock(d)
 	d.Update(setOf(eps))
 	report(t, d, eps[0], "cpu=1, mem=1")
 	if w := d.snap.Load().w; w[0] != w[1] {
 		t.Fatalf("weights %v changed before the refresh was due", w)
 	}
-	clock += int64(time.Second)
+	clk.Advance(time.Second)
 	report(t, d, eps[1], "cpu=0")
 	if w := d.snap.Load().w; !(w[0] < w[1]) {
 		t.Fatalf("weights %v did not follow the report after the refresh was due", w)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // P2CEWMAName is the name of the power-of-two-choices policy on peak-EWMA
@@ -50,9 +51,9 @@ type P2CEWMA struct {
 }
 
 type ewmaParams struct {
-	tau     float64      // DecayWindow in ns
-	penalty float64      // ErrorPenalty in ns
-	clock   func() int64 // monoNow; a test seam
+	tau     float64     // DecayWindow in ns
+	penalty float64     // ErrorPenalty in ns
+	clock   clock.Clock // clock.Real; tests set it and rb.clock together (useClock)
 	// seen is the latest clock reading of any Done, to within
 	// seenResolution: Pick decays estimates to it instead of reading the
 	// clock (~23ns here). It lags real time by at most the time since the
@@ -85,7 +86,7 @@ func NewP2CEWMA(cfg Config) *P2CEWMA {
 		p: &ewmaParams{
 			tau:     float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
 			penalty: float64(orDuration(cfg.ErrorPenalty, DefaultErrorPenalty)),
-			clock:   monoNow,
+			clock:   clock.Real,
 		},
 		sides: map[*endpoint.Endpoint]*ewmaSide{},
 	}
@@ -159,7 +160,7 @@ func (s *ewmaSide) load(now int64) float64 {
 
 // release is the endpoint's Done: observe, then release the endpoint.
 func (s *ewmaSide) release(o endpoint.Outcome) {
-	now := s.p.clock()
+	now := monoNow(s.p.clock)
 	s.observe(now, o)
 	s.ep.Release(o)
 	if now-s.p.seen.Load() >= seenResolution {

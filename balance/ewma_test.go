@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // completion is a held pick that ends at a simulated time.
@@ -33,20 +34,29 @@ func (c *completions) Pop() any {
 // simulate sends n requests, one every interval of simulated time, through
 // b to endpoints whose latencies are given; each pick is held until its
 // latency has passed and then reported to Done at that simulated time.
-// clock is set to the simulated time before every Pick and Done. It
-// returns each endpoint's share of the picks.
-func simulate(t *testing.T, b Balancer, eps []*endpoint.Endpoint, latency map[*endpoint.Endpoint]time.Duration, n int, interval time.Duration, clock *int64) []float64 {
+// clk, if not nil, is advanced to the simulated time before every Pick and
+// Done. It returns each endpoint's share of the picks.
+func simulate(t *testing.T, b Balancer, eps []*endpoint.Endpoint, latency map[*endpoint.Endpoint]time.Duration, n int, interval time.Duration, clk *clock.Fake) []float64 {
 	t.Helper()
+	var start time.Time
+	if clk != nil {
+		start = clk.Now()
+	}
+	advanceTo := func(at int64) {
+		if clk != nil {
+			clk.Advance(start.Add(time.Duration(at)).Sub(clk.Now()))
+		}
+	}
 	counts := map[*endpoint.Endpoint]int{}
 	var pending completions
 	now := int64(time.Second)
 	for range n {
 		for len(pending) > 0 && pending[0].at <= now {
 			c := heap.Pop(&pending).(completion)
-			*clock = c.at
+			advanceTo(c.at)
 			c.r.Done(endpoint.Outcome{Latency: c.latency, Status: 200})
 		}
-		*clock = now
+		advanceTo(now)
 		r, err := b.Pick(&Info{})
 		if err != nil {
 			t.Fatal(err)
@@ -80,11 +90,10 @@ func TestP2CEWMAAvoidsTenTimesSlowerEndpoint(t *testing.T) {
 	slow := eps[2]
 	latency[slow] = 100 * time.Millisecond
 
-	var clock int64
 	b := mustNew(t, Config{Policy: P2CEWMAName}, 1)
-	b.(*P2CEWMA).p.clock = func() int64 { return clock }
+	clk := useFakeClock(b)
 	b.Update(setOf(eps))
-	got := simulate(t, b, eps, latency, 100_000, 2*time.Millisecond, &clock)
+	got := simulate(t, b, eps, latency, 100_000, 2*time.Millisecond, clk)
 	t.Logf("p2c_ewma shares: %s", pct(got))
 	if got[2] >= 0.05 {
 		t.Errorf("p2c_ewma sent the 10x slower endpoint %.2f%% of picks, want < 5%% (shares %s)", 100*got[2], pct(got))
@@ -92,7 +101,7 @@ func TestP2CEWMAAvoidsTenTimesSlowerEndpoint(t *testing.T) {
 
 	rr := mustNew(t, Config{Policy: RoundRobinName}, 1)
 	rr.Update(setOf(eps))
-	got = simulate(t, rr, eps, latency, 100_000, 2*time.Millisecond, &clock)
+	got = simulate(t, rr, eps, latency, 100_000, 2*time.Millisecond, nil) // round_robin reads no clock
 	if math.Abs(got[2]-0.2) > 0.001 {
 		t.Errorf("round_robin sent the slow endpoint %.2f%% of picks, want 20%%", 100*got[2])
 	}
@@ -134,9 +143,8 @@ func TestP2CEWMAErrorCountsAsPenalty(t *testing.T) {
 // TestP2CEWMATriesNewEndpointButDoesNotFloodIt: a never-observed endpoint
 // wins while idle, and loses while its first request is unanswered.
 func TestP2CEWMATriesNewEndpointButDoesNotFloodIt(t *testing.T) {
-	var clock int64 = 1e9
 	b := mustNew(t, Config{Policy: P2CEWMAName}, 1).(*P2CEWMA)
-	b.p.clock = func() int64 { return clock }
+	useFakeClock(b) // and never advanced: every Pick and Done at one instant
 	eps := newEndpoints(1, 1)
 	old, fresh := eps[0], eps[1]
 	b.Update(setOf(eps[:1]))

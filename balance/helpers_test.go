@@ -8,10 +8,34 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // longAgo is a Since for endpoints that are past any slow start.
 var longAgo = time.Now().Add(-24 * time.Hour)
+
+// useFakeClock installs a clock.Fake as b's one clock (its rebuilder's, and
+// the EWMA policies' own) and returns it: slow-start steps, EWMA decay and
+// refreshes then move only when the test advances it. It starts an hour
+// after the real now: endpoints from newEndpoints have served since they
+// were made (SetStatus keeps Since while the state stays Healthy), so they
+// are past any slow start; and clock.Nanos stays positive as in production
+// (an EWMA stamp of 0 means "never"). Call it before the first Update.
+func useFakeClock(b Balancer) *clock.Fake {
+	clk := clock.NewFake(time.Now().Add(time.Hour))
+	if rb := rebuilderOf(b); rb != nil {
+		rb.mu.Lock()
+		rb.clock = clk
+		rb.mu.Unlock()
+	}
+	switch b := b.(type) {
+	case *P2CEWMA:
+		b.p.clock = clk
+	case *DynamicWeight:
+		b.p.clock = clk
+	}
+	return clk
+}
 
 // newEndpoints returns ready endpoints 10.0.0.i:80 with the given weights,
 // serving since longAgo.

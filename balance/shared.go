@@ -4,13 +4,10 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
-
-// epoch anchors the monotonic clock that EWMAs read.
-var epoch = time.Now()
 
 // expNeg returns e^-x for x >= 0. Most decays on the request path cover
 // microseconds of a 10s window; for x < 1e-3 the series 1 - x + x²/2 is
@@ -22,11 +19,11 @@ func expNeg(x float64) float64 {
 	return math.Exp(-x)
 }
 
-// monoNow is the thin wrapper around the clock for the hot-path functions
-// that take time as a parameter: monotonic nanoseconds since the package was
-// loaded, never 0 (0 means "never" in EWMA stamps). time.Since reads only
-// the monotonic clock, which is cheaper than time.Now.
-func monoNow() int64 { return int64(time.Since(epoch)) + 1 }
+// monoNow is the thin wrapper around c for the hot-path functions that take
+// time as a parameter: clock.Nanos of c's now, plus 1 so that it is never 0
+// (0 means "never" in EWMA stamps). For clock.Real it reads only the
+// monotonic clock, which is cheaper than time.Now.
+func monoNow(c clock.Clock) int64 { return clock.NowNanos(c) + 1 }
 
 // rng is a policy's source of randomness: the runtime's per-thread
 // generator behind math/rand/v2 (no lock, safe for concurrent use), unless a

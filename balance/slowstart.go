@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // Slow start. A new or recovered endpoint gets minRampFactor (10%) of its
@@ -46,8 +47,8 @@ type rampState struct {
 // rebuilder serialises a policy's rebuilds: Updates, slow-start steps and
 // (dynamic_weight) refreshes. Its mutex is never taken on the pick path.
 type rebuilder struct {
-	window time.Duration    // slow start; 0: off
-	clock  func() time.Time // time.Now; a test seam
+	window time.Duration // slow start; 0: off
+	clock  clock.Clock   // clock.Real; a test seam
 	// build publishes new pick state for set; factors holds each ready
 	// endpoint's ramp factor, or is nil when none ramps.
 	build func(set *endpoint.Set, factors []float64)
@@ -55,11 +56,11 @@ type rebuilder struct {
 	mu    sync.Mutex
 	set   *endpoint.Set
 	seen  map[*endpoint.Endpoint]rampState
-	timer *time.Timer
+	timer clock.Timer
 }
 
 func newRebuilder(window time.Duration, build func(*endpoint.Set, []float64)) *rebuilder {
-	return &rebuilder{window: window, clock: time.Now, build: build}
+	return &rebuilder{window: window, clock: clock.Real, build: build}
 }
 
 // update makes set the current snapshot and rebuilds from it.
@@ -67,7 +68,7 @@ func (r *rebuilder) update(set *endpoint.Set) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.set = set
-	r.rebuildLocked(r.clock())
+	r.rebuildLocked(r.clock.Now())
 }
 
 // rebuildAt rebuilds from the current snapshot as of now.
@@ -100,7 +101,7 @@ func (r *rebuilder) rebuildLocked(now time.Time) {
 	r.build(r.set, factors)
 	switch {
 	case ramping && r.timer == nil:
-		r.timer = time.AfterFunc(r.step(), r.tick)
+		r.timer = r.clock.AfterFunc(r.step(), r.tick)
 	case ramping:
 		r.timer.Reset(r.step())
 	case r.timer != nil:
@@ -110,7 +111,7 @@ func (r *rebuilder) rebuildLocked(now time.Time) {
 
 func (r *rebuilder) step() time.Duration { return max(r.window/rampSteps, rampStepMin) }
 
-func (r *rebuilder) tick() { r.rebuildAt(r.clock()) }
+func (r *rebuilder) tick() { r.rebuildAt(r.clock.Now()) }
 
 // factorsLocked computes the ramp factor of each ready endpoint, or nil
 // when none ramps.

@@ -39,42 +39,39 @@ var slowStartPolicies = []string{WeightedRoundRobinName, WeightedRandomName, Lea
 // factor: 9.1% just after t0, 35.5% halfway through the window, 50% after
 // it. consistent_hash ramps its ring points instead: its share is whatever
 // arcs the new points cover, which must grow, and keys may only move onto
-// the new endpoint.
+// the new endpoint. Only the step timer rebuilds: the test advances the
+// clock and never calls rebuildAt.
 func TestSlowStartRampsShare(t *testing.T) {
 	const window = 10 * time.Second
-	t0 := time.Now().Add(time.Hour) // in the future of any real clock: no real timer can land past it
 	for _, policy := range slowStartPolicies {
 		t.Run(policy, func(t *testing.T) {
 			eps := newEndpoints(1, 1)
 			fresh := eps[1]
-			fresh.SetStatus(endpoint.Unhealthy, "test", t0.Add(-time.Minute))
-			fresh.SetStatus(endpoint.Healthy, "recovered", t0)
-
 			cfg := testConfig(policy)
 			cfg.SlowStart = window
 			b := mustNew(t, cfg, 1)
-			rb := rebuilderOf(b)
-			now := t0.Add(time.Millisecond)
-			rb.mu.Lock()
-			rb.clock = func() time.Time { return now }
-			rb.mu.Unlock()
+			clk := useFakeClock(b)
+			t0 := clk.Now()
+			fresh.SetStatus(endpoint.Unhealthy, "test", t0.Add(-time.Minute))
+			fresh.SetStatus(endpoint.Healthy, "recovered", t0)
+			clk.Advance(time.Millisecond)
 			b.Update(setOf(eps))
 			t.Cleanup(func() {
-				rb.rebuildAt(t0.Add(2 * window)) // ramp over: stops the step timer
-				if rb.timer != nil && rb.timer.Stop() {
-					t.Error("the slow-start timer is still armed after the ramp")
+				if p := clk.Pending(); len(p) != 0 {
+					t.Errorf("timers still armed after the ramp: %v", p)
 				}
 			})
 
 			var prev []float64
 			var prevOwners map[string]string
 			ks := keys(20_000)
+			// The step timer rebuilds every window/20 from the Update at
+			// t0+1ms, so each of these times is a rebuild's.
 			for _, step := range []struct {
 				at   time.Duration
 				want float64
-			}{{time.Millisecond, 0.1 / 1.1}, {window / 2, 0.55 / 1.55}, {window + time.Second, 0.5}} {
-				now = t0.Add(step.at)
-				rb.rebuildAt(now)
+			}{{time.Millisecond, 0.1 / 1.1}, {window/2 + time.Millisecond, 0.55 / 1.55}, {window + time.Second + time.Millisecond, 0.5}} {
+				clk.Advance(t0.Add(step.at).Sub(clk.Now()))
 				got := shares(t, b, eps, 50_000, hashing(policy), endpoint.Outcome{Latency: time.Millisecond})
 				if policy != ConsistentHashName {
 					checkShares(t, fmt.Sprintf("at t0+%v", step.at), got, []float64{1 - step.want, step.want}, 0.02)
@@ -123,26 +120,28 @@ func TestRampFactor(t *testing.T) {
 // ready; one that left the ready set and came back ramps again.
 func TestSlowStartIgnoresReassertedState(t *testing.T) {
 	const window = 10 * time.Second
-	t0 := time.Now().Add(time.Hour)
 	eps := newEndpoints(1, 1)
 	b := NewWeightedRandom(Config{SlowStart: window})
-	now := t0
-	b.rb.clock = func() time.Time { return now }
+	clk := useFakeClock(b)
+	t0 := clk.Now()
 	b.Update(setOf(eps))
-	if b.rb.timer != nil {
-		t.Fatal("endpoints serving since long ago started a ramp")
+	if p := clk.Pending(); len(p) != 0 {
+		t.Fatalf("endpoints serving since long ago started a ramp (timers %v)", p)
 	}
 	eps[1].SetStatus(endpoint.Healthy, "check passed", t0) // same state: Since kept
 	b.Update(setOf(eps))
-	if b.rb.timer != nil {
-		t.Fatal("re-asserting Healthy restarted the ramp")
+	if p := clk.Pending(); len(p) != 0 {
+		t.Fatalf("re-asserting Healthy restarted the ramp (timers %v)", p)
 	}
 	eps[1].SetStatus(endpoint.Ejected, "5 failures", t0)
 	b.Update(&endpoint.Set{All: eps, Ready: eps[:1]})
 	eps[1].SetStatus(endpoint.Healthy, "recovered", t0)
 	b.Update(setOf(eps)) // back, Since t0
-	if b.rb.timer == nil {
-		t.Fatal("an endpoint back in the ready set with a recent Since did not ramp")
+	if p := clk.Pending(); len(p) != 1 || p[0] != window/rampSteps {
+		t.Fatalf("an endpoint back in the ready set with a recent Since: timers %v, want one ramp step of %v", p, window/rampSteps)
 	}
-	b.rb.rebuildAt(t0.Add(2 * window))
+	clk.Advance(window)
+	if p := clk.Pending(); len(p) != 0 {
+		t.Fatalf("the step timer is still armed after the ramp: %v", p)
+	}
 }

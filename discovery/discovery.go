@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -50,12 +50,11 @@ type Options struct {
 	// Metrics exports the views' state to Prometheus. Default nil: none.
 	Metrics *Metrics
 
-	// Seams for tests: the clock, the backoff sleep, the jitter source and
-	// the empty-grace timer.
-	now   func() time.Time
+	// Seams for tests: the clock (now, and the empty-grace timer), the
+	// backoff sleep and the jitter source.
+	clock clock.Clock
 	sleep func(ctx context.Context, d time.Duration) error
 	rnd   func(n int64) int64
-	timer func(d time.Duration) (c <-chan time.Time, stop func())
 	// handled is called by a watch loop after it has dealt with a registry
 	// outcome or a timer, so a test knows when to look.
 	handled func()
@@ -92,20 +91,14 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.now == nil {
-		o.now = time.Now
+	if o.clock == nil {
+		o.clock = clock.Real
 	}
 	if o.sleep == nil {
-		o.sleep = ctxtime.Sleep
+		o.sleep = clock.Sleep
 	}
 	if o.rnd == nil {
 		o.rnd = rand.Int64N
-	}
-	if o.timer == nil {
-		o.timer = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTimer(d)
-			return t.C, func() { t.Stop() }
-		}
 	}
 	return o
 }
@@ -217,7 +210,7 @@ func (d *Discovery) Status() []ServiceStatus {
 		ws = append(ws, w)
 	}
 	d.mu.Unlock()
-	now := d.opts.now()
+	now := d.opts.clock.Now()
 	out := make([]ServiceStatus, 0, len(ws))
 	for _, w := range ws {
 		out = append(out, w.status(now))

@@ -7,56 +7,44 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
 // harness is a Discovery over a fakeRegistry with every seam in the test's
-// hands: the clock, the backoff sleeps (recorded, not slept), the empty-grace
-// timer (fired by the test) and a signal per handled registry outcome.
+// hands: the clock (a clock.Fake, which also holds the empty-grace timer),
+// the backoff sleeps (recorded, not slept) and a signal per handled
+// registry outcome.
 type harness struct {
 	reg     *fakeRegistry
-	clock   *fakeClock
+	clock   *clock.Fake
 	d       *Discovery
 	handled chan struct{}
 	sleeps  chan time.Duration
-	timers  chan *fakeTimer
 	logs    *logBuffer
-}
-
-type fakeTimer struct {
-	d       time.Duration
-	c       chan time.Time
-	stopped atomic.Bool
 }
 
 func newHarness(t *testing.T, mod func(*Options)) *harness {
 	t.Helper()
 	h := &harness{
 		reg:     newFakeRegistry(),
-		clock:   newFakeClock(),
+		clock:   clock.NewFake(time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)),
 		handled: make(chan struct{}, 1024),
 		sleeps:  make(chan time.Duration, 1024),
-		timers:  make(chan *fakeTimer, 16),
 		logs:    &logBuffer{},
 	}
 	opts := Options{
 		Registry: "test",
 		Logger:   h.logs.logger(),
-		now:      h.clock.Now,
+		clock:    h.clock,
 		sleep: func(ctx context.Context, d time.Duration) error {
 			h.sleeps <- d
 			return ctx.Err()
-		},
-		timer: func(d time.Duration) (<-chan time.Time, func()) {
-			ft := &fakeTimer{d: d, c: make(chan time.Time, 1)}
-			h.timers <- ft
-			return ft.c, func() { ft.stopped.Store(true) }
 		},
 		handled: func() { h.handled <- struct{}{} },
 	}
@@ -334,9 +322,8 @@ func TestEmptyGuardKeepsThePreviousSetDuringGrace(t *testing.T) {
 	rec.next(t)
 
 	h.step(t, "orders", answer{insts: []registry.Instance{}})
-	timer := <-h.timers
-	if timer.d != 30*time.Second {
-		t.Fatalf("grace timer %v, want 30s", timer.d)
+	if p := h.clock.Pending(); !slices.Equal(p, []time.Duration{30 * time.Second}) {
+		t.Fatalf("timers %v, want the 30s grace timer", p)
 	}
 	s := rec.next(t)
 	if !s.Stale || s.Version != 2 || !slices.Equal(ids(s.Instances), []string{"a", "b"}) {
@@ -353,7 +340,7 @@ func TestEmptyGuardKeepsThePreviousSetDuringGrace(t *testing.T) {
 		t.Fatalf("the empty guard was logged %d times, want once:\n%s", n, h.logs)
 	}
 
-	timer.c <- time.Now()
+	h.clock.Advance(30 * time.Second)
 	h.waitHandled(t)
 	s = rec.next(t)
 	if s.Stale || s.Version != 3 || len(s.Instances) != 0 || s.Instances == nil {
@@ -368,10 +355,8 @@ func TestEmptyGuardKeepsThePreviousSetDuringGrace(t *testing.T) {
 	// Empty again: nothing to guard, no new timer.
 	h.step(t, "orders", answer{insts: []registry.Instance{}})
 	rec.none(t)
-	select {
-	case <-h.timers:
-		t.Fatal("a grace timer for a service that already had no instances")
-	default:
+	if p := h.clock.Pending(); len(p) != 0 {
+		t.Fatalf("timers %v: a grace timer for a service that already had no instances", p)
 	}
 }
 
@@ -384,9 +369,8 @@ func TestEmptyGuardEndsWithANonEmptyAnswer(t *testing.T) {
 	h.step(t, "orders", answer{insts: []registry.Instance{inst("orders", "a", 1)}})
 	rec.next(t)
 	h.step(t, "orders", answer{insts: []registry.Instance{}})
-	timer := <-h.timers
-	if timer.d != DefaultEmptyGrace {
-		t.Fatalf("default grace %v, want %v", timer.d, DefaultEmptyGrace)
+	if p := h.clock.Pending(); !slices.Equal(p, []time.Duration{DefaultEmptyGrace}) {
+		t.Fatalf("timers %v, want the default grace %v", p, DefaultEmptyGrace)
 	}
 	rec.next(t)
 	h.step(t, "orders", answer{insts: []registry.Instance{inst("orders", "b", 2)}})
@@ -394,8 +378,8 @@ func TestEmptyGuardEndsWithANonEmptyAnswer(t *testing.T) {
 	if s.Stale || !slices.Equal(ids(s.Instances), []string{"b"}) {
 		t.Fatalf("non-empty answer during grace: %+v; want fresh [b]", s)
 	}
-	if !timer.stopped.Load() {
-		t.Fatal("the grace timer was not stopped")
+	if p := h.clock.Pending(); len(p) != 0 {
+		t.Fatalf("timers %v: the grace timer was not stopped", p)
 	}
 	if st := h.status(t, "orders"); st.EmptyGuard {
 		t.Fatalf("status %+v: the guard should be over", st)

@@ -80,28 +80,6 @@ func (w *fakeWatcher) Next(ctx context.Context) ([]registry.Instance, error) {
 
 func (w *fakeWatcher) Stop() { w.f.stops.Add(1) }
 
-// fakeClock is the seam for now(); tests move it by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // logBuffer collects log lines for assertions.
 type logBuffer struct {
 	mu  sync.Mutex

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -151,8 +152,7 @@ type watch struct {
 	regLast    []registry.Instance // the registry's last answer
 	fromCache  bool
 	failing    bool
-	graceC     <-chan time.Time
-	graceStop  func()
+	grace      clock.Timer // the empty grace's; nil outside it
 	published  bool
 	lastErrMsg string
 }
@@ -191,7 +191,7 @@ func newWatch(d *Discovery, q registry.Query, key string) *watch {
 		subs:  map[*subscriber]struct{}{},
 	}
 	w.ctx, w.cancel = context.WithCancel(d.ctx)
-	w.st.started = d.opts.now()
+	w.st.started = d.opts.clock.Now()
 	if m := d.opts.Metrics; m != nil {
 		m.errRefs.Hold([2]string{d.opts.Registry, q.Service}) // let go when run ends
 		w.errors = m.errors.WithLabelValues(d.opts.Registry, q.Service)
@@ -203,7 +203,7 @@ func newWatch(d *Discovery, q registry.Query, key string) *watch {
 func closedWatch(d *Discovery, q registry.Query, key string) *watch {
 	w := &watch{q: q, key: key, done: make(chan struct{}), ready: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 	w.cancel = func() {}
-	w.st.started = d.opts.now()
+	w.st.started = d.opts.clock.Now()
 	close(w.done)
 	return w
 }
@@ -262,8 +262,8 @@ func (w *watch) run() {
 	defer func() {
 		w.cancel()
 		<-pumpDone
-		if w.graceStop != nil {
-			w.graceStop()
+		if w.grace != nil {
+			w.grace.Stop()
 		}
 	}()
 	for {
@@ -276,7 +276,7 @@ func (w *watch) run() {
 			} else {
 				w.answered(r)
 			}
-		case <-w.graceC:
+		case <-w.graceC():
 			w.graceOver()
 		}
 		if h := w.d.opts.handled; h != nil {
@@ -297,7 +297,7 @@ func (w *watch) pump(out chan<- result) {
 	}()
 	failures := 0
 	for ctx.Err() == nil {
-		r := result{start: o.now()}
+		r := result{start: o.clock.Now()}
 		if wt == nil {
 			wt, r.err = w.d.reg.Watch(ctx, w.q)
 			if r.err != nil && wt != nil {
@@ -311,7 +311,7 @@ func (w *watch) pump(out chan<- result) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.end = o.now()
+		r.end = o.clock.Now()
 		select {
 		case out <- r:
 		case <-ctx.Done():
@@ -377,9 +377,9 @@ func (w *watch) answered(r result) {
 	w.stMu.Unlock()
 
 	if len(insts) == 0 && len(w.cur) > 0 && w.d.opts.EmptyGrace > 0 {
-		if w.graceC == nil {
+		if w.grace == nil {
 			g := w.d.opts.EmptyGrace
-			w.graceC, w.graceStop = w.d.opts.timer(g)
+			w.grace = w.d.opts.clock.NewTimer(g)
 			w.stMu.Lock()
 			w.st.graceUntil = r.end.Add(g)
 			w.stMu.Unlock()
@@ -389,7 +389,7 @@ func (w *watch) answered(r result) {
 		w.publishIfChanged(r.end)
 		return
 	}
-	if w.graceC != nil {
+	if w.grace != nil {
 		w.endGrace()
 		w.log.Info("discovery: instances are back within the empty grace", "instances", len(insts))
 	}
@@ -415,14 +415,23 @@ func (w *watch) graceOver() {
 }
 
 func (w *watch) endGrace() {
-	w.graceStop()
-	w.graceC, w.graceStop = nil, nil
+	w.grace.Stop()
+	w.grace = nil
 	w.stMu.Lock()
 	w.st.graceUntil = time.Time{}
 	w.stMu.Unlock()
 }
 
-func (w *watch) stale() bool { return w.failing || w.fromCache || w.graceC != nil }
+// graceC is the empty-grace timer's channel, or nil (never ready) outside
+// the grace.
+func (w *watch) graceC() <-chan time.Time {
+	if w.grace == nil {
+		return nil
+	}
+	return w.grace.C()
+}
+
+func (w *watch) stale() bool { return w.failing || w.fromCache || w.grace != nil }
 
 func (w *watch) updatedAt() time.Time {
 	w.stMu.Lock()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // Check types accepted by ActiveConfig.Type.
@@ -276,7 +277,7 @@ type Monitor struct {
 	checker  Checker
 	kind     string
 	onChange OnChangeFunc
-	clock    clock
+	clock    clock.Clock // clock.Real; tests pass a clock.Fake (withClock)
 	log      *slog.Logger
 
 	mu     sync.Mutex
@@ -304,7 +305,9 @@ func WithChecker(c Checker) Option { return func(m *Monitor) { m.checker = c } }
 // WithLogger sets the logger for verdict changes (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(m *Monitor) { m.log = l } }
 
-func withClock(c clock) Option { return func(m *Monitor) { m.clock = c } }
+// withClock makes the Monitor read time and arm its timers on c, so that
+// tests drive the schedule without sleeping.
+func withClock(c clock.Clock) Option { return func(m *Monitor) { m.clock = c } }
 
 // NewMonitor returns a Monitor for cfg that reports verdicts to onChange.
 // onChange is called from the endpoints' goroutines, one call at a time per
@@ -313,7 +316,7 @@ func NewMonitor(cfg ActiveConfig, onChange OnChangeFunc, opts ...Option) (*Monit
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	m := &Monitor{cfg: cfg, onChange: onChange, clock: realClock{}, probes: map[string]*probe{}}
+	m := &Monitor{cfg: cfg, onChange: onChange, clock: clock.Real, probes: map[string]*probe{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -467,28 +470,3 @@ func (m *Monitor) run(ctx context.Context, p *probe) {
 		}
 	}
 }
-
-// clock is the Monitor's seam for time, so that tests drive the schedule
-// without sleeping.
-type clock interface {
-	Now() time.Time
-	NewTimer(d time.Duration) timer
-}
-
-type timer interface {
-	C() <-chan time.Time
-	Reset(d time.Duration)
-	Stop()
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) NewTimer(d time.Duration) timer { return realTimer{time.NewTimer(d)} }
-
-type realTimer struct{ t *time.Timer }
-
-func (r realTimer) C() <-chan time.Time   { return r.t.C }
-func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
-func (r realTimer) Stop()                 { r.t.Stop() }

@@ -10,11 +10,12 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -211,49 +212,25 @@ func TestJitterVariesEachWaitWithinBounds(t *testing.T) {
 	}
 }
 
-// instantClock fires every timer at once and records the waits asked for,
-// so a Monitor runs its schedule as fast as its checker lets it.
-type instantClock struct {
-	mu    sync.Mutex
-	waits []time.Duration
-	now   time.Time
+// nextCheck waits until the Monitor (of one endpoint) has armed its timer,
+// advances clk to it so that the next check begins, and returns the wait.
+func nextCheck(t *testing.T, clk *clock.Fake) time.Duration {
+	t.Helper()
+	d := armed(t, clk)
+	clk.Advance(d)
+	return d
 }
 
-func (c *instantClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *instantClock) NewTimer(d time.Duration) timer {
-	t := &instantTimer{c: c, ch: make(chan time.Time, 1)}
-	t.Reset(d)
-	return t
-}
-
-func (c *instantClock) recorded() []time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.waits)
-}
-
-type instantTimer struct {
-	c  *instantClock
-	ch chan time.Time
-}
-
-func (t *instantTimer) C() <-chan time.Time { return t.ch }
-func (t *instantTimer) Stop()               {}
-func (t *instantTimer) Reset(d time.Duration) {
-	t.c.mu.Lock()
-	t.c.waits = append(t.c.waits, d)
-	t.c.now = t.c.now.Add(d)
-	now := t.c.now
-	t.c.mu.Unlock()
-	select {
-	case t.ch <- now:
-	default:
+// armed waits until the Monitor (of one endpoint) has armed its timer and
+// returns its wait.
+func armed(t *testing.T, clk *clock.Fake) time.Duration {
+	t.Helper()
+	within(t, clk.Waiting(1), 5*time.Second, "armed check timer")
+	p := clk.Pending()
+	if len(p) != 1 {
+		t.Fatalf("timers armed: %v, want the one of the endpoint", p)
 	}
+	return p[0]
 }
 
 type activeVerdict struct {
@@ -296,7 +273,7 @@ func TestMonitorReportsVerdictsOnItsSchedule(t *testing.T) {
 		}
 	})
 	verdicts := make(chan activeVerdict, 4)
-	clk := &instantClock{now: time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC)}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC))
 	m, err := NewMonitor(c, collect(verdicts), WithChecker(checker), WithLogger(quiet), withClock(clk))
 	if err != nil {
 		t.Fatal(err)
@@ -305,8 +282,11 @@ func TestMonitorReportsVerdictsOnItsSchedule(t *testing.T) {
 	m.Start(context.Background())
 	defer m.Close()
 
+	// Each check begins when the clock reaches the wait the Monitor armed.
+	var waits []time.Duration
 	down := errors.New("connection refused")
 	for _, r := range []error{down, down, down, nil, nil} {
+		waits = append(waits, nextCheck(t, clk))
 		results <- r
 	}
 	v := within(t, verdicts, 5*time.Second, "unhealthy verdict")
@@ -317,12 +297,12 @@ func TestMonitorReportsVerdictsOnItsSchedule(t *testing.T) {
 	if !v.healthy || v.reason != "2 consecutive health check passes" || v.at.Format("15:04:05") != "03:00:04" {
 		t.Errorf("verdict %+v, want healthy at 03:00:04 after 2 passes", v)
 	}
-	results <- nil // the sixth check has begun: the fifth wait is recorded
+	waits = append(waits, armed(t, clk)) // the wait after the fifth check
 	// The first check at once, then 1s: unhealthy_interval defaults to
 	// interval, and the first failure while unhealthy waits just that.
 	want := []time.Duration{0, time.Second, time.Second, time.Second, time.Second, time.Second}
-	if got := clk.recorded()[:len(want)]; !slices.Equal(got, want) {
-		t.Errorf("waits %v, want %v", got, want)
+	if !slices.Equal(waits, want) {
+		t.Errorf("waits %v, want %v", waits, want)
 	}
 }
 
@@ -430,9 +410,11 @@ func TestMonitorNudgeBringsAStretchedCheckForward(t *testing.T) {
 	c.Timeout = 40 * time.Millisecond
 	c.MaxInterval = time.Hour
 	c.StretchAfter = 1
-	checks := make(chan time.Time, 100)
-	checker := CheckerFunc(func(context.Context, string) error { checks <- time.Now(); return nil })
-	m, err := NewMonitor(c, nil, WithChecker(checker), WithLogger(quiet))
+	t0 := time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC)
+	clk := clock.NewFake(t0)
+	checks := make(chan time.Duration, 100)
+	checker := CheckerFunc(func(context.Context, string) error { checks <- clk.Now().Sub(t0); return nil })
+	m, err := NewMonitor(c, nil, WithChecker(checker), WithLogger(quiet), withClock(clk))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -442,14 +424,23 @@ func TestMonitorNudgeBringsAStretchedCheckForward(t *testing.T) {
 
 	// Waits double from 100ms: checks at 0, 100, 300, 700ms; the next is due
 	// 800ms after the fourth.
-	for i := range 4 {
-		within(t, checks, 3*time.Second, fmt.Sprintf("check %d", i+1))
+	for i, want := range []time.Duration{0, 100, 300, 700} {
+		nextCheck(t, clk)
+		if at := within(t, checks, 5*time.Second, fmt.Sprintf("check %d", i+1)); at != want*time.Millisecond {
+			t.Fatalf("check %d at %v, want %v", i+1, at, want*time.Millisecond)
+		}
 	}
-	nudged := time.Now()
+	if d := armed(t, clk); d != 800*time.Millisecond {
+		t.Fatalf("wait after four passes %v, want the stretched 800ms", d)
+	}
 	m.Nudge("10.0.0.1:80")
-	at := within(t, checks, 3*time.Second, "check after Nudge")
-	if d := at.Sub(nudged); d > 500*time.Millisecond {
-		t.Errorf("check came %v after Nudge, want about the 50ms interval, not the stretched 800ms", d)
+	testutil.WaitFor(t, 5*time.Second, "the nudged check to be rescheduled", func() bool {
+		p := clk.Pending()
+		return len(p) == 1 && p[0] == c.Interval
+	})
+	clk.Advance(c.Interval)
+	if at := within(t, checks, 5*time.Second, "check after Nudge"); at != 750*time.Millisecond {
+		t.Errorf("check after Nudge at %v, want 750ms: the 50ms interval, not the stretched 800ms", at)
 	}
 }
 

@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // PassiveConfig configures a Detector. The zero value of every field means
@@ -179,9 +180,10 @@ func (c PassiveConfig) withDefaults() PassiveConfig {
 type DetectorOption func(*Detector)
 
 // WithDetectorClock makes the Detector read time from now instead of
-// time.Now (for tests). Observe calls it once per outcome.
+// time.Now (for tests). Observe calls it once per outcome; Run still ticks
+// on real time and calls it at each tick.
 func WithDetectorClock(now func() time.Time) DetectorOption {
-	return func(d *Detector) { d.now = now }
+	return func(d *Detector) { d.clock = clock.WithNow(clock.Real, now) }
 }
 
 // WithDetectorOnChange sets the callback that receives every transition the
@@ -207,8 +209,8 @@ func WithDetectorFailureSignal(fn func(ep *endpoint.Endpoint)) DetectorOption {
 // observer (or call Observe from one that is), and call Tick periodically.
 type Detector struct {
 	cfg       PassiveConfig
-	statusSet [10]uint64 // bit s set when status s counts as a failure
-	now       func() time.Time
+	statusSet [10]uint64  // bit s set when status s counts as a failure
+	clock     clock.Clock // clock.Real, or what WithDetectorClock made
 	onChange  func(*endpoint.Endpoint, endpoint.State, string, time.Time)
 	onFailure func(*endpoint.Endpoint)
 
@@ -256,7 +258,7 @@ func NewDetector(cfg PassiveConfig, opts ...DetectorOption) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Detector{cfg: cfg.withDefaults(), now: time.Now}
+	d := &Detector{cfg: cfg.withDefaults(), clock: clock.Real}
 	for _, s := range d.cfg.FailureStatuses {
 		d.statusSet[s/64] |= 1 << (s % 64)
 	}
@@ -345,7 +347,7 @@ func (d *Detector) Observe(ep *endpoint.Endpoint, o endpoint.Outcome) {
 	if st == nil {
 		return
 	}
-	now := d.now()
+	now := d.clock.Now()
 	failed := d.failed(o)
 	v := outlierKeep
 	signal := false
@@ -562,14 +564,14 @@ func (d *Detector) latencyOutliersLocked(m map[*endpoint.Endpoint]*outlierState,
 
 // Run calls Tick every interval until ctx is done. interval must be positive.
 func (d *Detector) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
+	t := d.clock.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			d.Tick(d.now())
+		case <-t.C():
+			d.Tick(d.clock.Now())
 		}
 	}
 }

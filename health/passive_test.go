@@ -12,28 +12,10 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 var passiveT0 = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
-
-// passiveClock is a hand-driven passiveClock for the Detector's seam.
-type passiveClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *passiveClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *passiveClock) advance(d time.Duration) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-	return c.t
-}
 
 type passiveEvent struct {
 	addr   string
@@ -42,11 +24,11 @@ type passiveEvent struct {
 	at     time.Time
 }
 
-// passiveRig is a Detector over n endpoints with a manual passiveClock and a log of its
-// transitions.
+// passiveRig is a Detector over n endpoints with a fake clock and a log of
+// its transitions.
 type passiveRig struct {
 	d      *Detector
-	clk    *passiveClock
+	clk    *clock.Fake
 	eps    []*endpoint.Endpoint
 	mu     sync.Mutex
 	events []passiveEvent
@@ -54,12 +36,12 @@ type passiveRig struct {
 
 func newPassiveRig(t testing.TB, n int, cfg PassiveConfig, opts ...DetectorOption) *passiveRig {
 	t.Helper()
-	r := &passiveRig{clk: &passiveClock{t: passiveT0}}
+	r := &passiveRig{clk: clock.NewFake(passiveT0)}
 	for i := range n {
 		r.eps = append(r.eps, endpoint.New(endpoint.Spec{Address: fmt.Sprintf("10.0.0.%d:80", i+1)}))
 	}
 	opts = append([]DetectorOption{
-		WithDetectorClock(r.clk.now),
+		WithDetectorClock(r.clk.Now),
 		WithDetectorOnChange(func(ep *endpoint.Endpoint, s endpoint.State, reason string, now time.Time) {
 			r.mu.Lock()
 			r.events = append(r.events, passiveEvent{ep.Address(), s, reason, now})
@@ -73,6 +55,12 @@ func newPassiveRig(t testing.TB, n int, cfg PassiveConfig, opts ...DetectorOptio
 	d.Update(r.eps)
 	r.d = d
 	return r
+}
+
+// advance moves the rig's clock on by d and returns the new time.
+func (r *passiveRig) advance(d time.Duration) time.Time {
+	r.clk.Advance(d)
+	return r.clk.Now()
 }
 
 func (r *passiveRig) log() []passiveEvent {
@@ -108,7 +96,7 @@ func TestEjectsAfterExactlyNConsecutiveFailures(t *testing.T) {
 	if s := r.state(t, 0); s != endpoint.Healthy {
 		t.Fatalf("after 4 of 5 failures: state %v, want healthy", s)
 	}
-	r.clk.advance(12 * time.Second)
+	r.advance(12 * time.Second)
 	r.observe(0, 1, passiveFail)
 	if s := r.state(t, 0); s != endpoint.Ejected {
 		t.Fatalf("after 5 failures: state %v, want ejected", s)
@@ -185,15 +173,15 @@ func TestFailureStatusesConfigurable(t *testing.T) {
 // long the ejection lasted, found by ticking a second at a time.
 func (r *passiveRig) ejectAndExpire(t *testing.T, i int, failures int) time.Duration {
 	t.Helper()
-	start := r.clk.now()
+	start := r.clk.Now()
 	r.observe(i, failures, passiveFail)
 	if s := r.state(t, i); s != endpoint.Ejected {
 		t.Fatalf("state %v after %d failures, want ejected", s, failures)
 	}
 	for range 10000 {
-		r.d.Tick(r.clk.advance(time.Second))
+		r.d.Tick(r.advance(time.Second))
 		if r.state(t, i) == endpoint.Probation {
-			return r.clk.now().Sub(start)
+			return r.clk.Now().Sub(start)
 		}
 	}
 	t.Fatal("never left ejection")
@@ -228,7 +216,7 @@ func TestEjectionMultiplierDecaysWhileHealthy(t *testing.T) {
 		t.Fatalf("state %v, want healthy", s)
 	}
 	// Two base periods healthy take k from 2 to 0: the next is 30s again.
-	r.clk.advance(61 * time.Second)
+	r.advance(61 * time.Second)
 	if got := r.ejectAndExpire(t, 0, 1); got != 30*time.Second {
 		t.Fatalf("ejection after a long healthy spell lasted %v, want 30s", got)
 	}
@@ -249,7 +237,7 @@ func TestMaxEjectedPercent(t *testing.T) {
 		t.Fatalf("ejected %v, want exactly the first two of three failing endpoints", ejected)
 	}
 	// When one comes back, the third may go.
-	r.d.Tick(r.clk.advance(30 * time.Second))
+	r.d.Tick(r.advance(30 * time.Second))
 	r.observe(2, 2, passiveFail)
 	if s := r.state(t, 2); s != endpoint.Ejected {
 		t.Fatalf("third failing endpoint after budget freed: %v, want ejected", s)
@@ -273,11 +261,11 @@ func TestMaxEjectedAllowsOneInSmallPool(t *testing.T) {
 func TestProbationRecoversAfterSuccesses(t *testing.T) {
 	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2, RecoverySuccesses: 3})
 	r.observe(0, 2, passiveFail)
-	r.d.Tick(r.clk.advance(29 * time.Second))
+	r.d.Tick(r.advance(29 * time.Second))
 	if s := r.state(t, 0); s != endpoint.Ejected {
 		t.Fatalf("29s into a 30s ejection: %v", s)
 	}
-	r.d.Tick(r.clk.advance(time.Second))
+	r.d.Tick(r.advance(time.Second))
 	if s := r.state(t, 0); s != endpoint.Probation {
 		t.Fatalf("at 30s: %v, want probation", s)
 	}
@@ -307,7 +295,7 @@ func TestProbationRecoversAfterSuccesses(t *testing.T) {
 func TestFailureOnProbationReejectsLonger(t *testing.T) {
 	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2})
 	r.observe(0, 2, passiveFail)
-	r.d.Tick(r.clk.advance(30 * time.Second))
+	r.d.Tick(r.advance(30 * time.Second))
 	r.observe(0, 1, passiveOK)
 	r.observe(0, 1, endpoint.Outcome{Err: errors.New("read: connection reset"), Status: 0})
 	ev := r.log()
@@ -322,7 +310,7 @@ func TestOutcomesWhileEjectedIgnored(t *testing.T) {
 	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 2, RecoverySuccesses: 2})
 	r.observe(0, 2, passiveFail)
 	r.observe(0, 5, passiveOK) // in-flight stragglers
-	r.d.Tick(r.clk.advance(30 * time.Second))
+	r.d.Tick(r.advance(30 * time.Second))
 	if s := r.state(t, 0); s != endpoint.Probation {
 		t.Fatalf("%v, want probation", s)
 	}
@@ -339,7 +327,7 @@ func TestFailureRateRespectsMinRequests(t *testing.T) {
 	for range 9 {
 		r.observe(0, 1, passiveOK)
 		r.observe(0, 1, passiveFail)
-		r.clk.advance(100 * time.Millisecond)
+		r.advance(100 * time.Millisecond)
 	}
 	r.observe(0, 1, passiveFail)
 	if s := r.state(t, 0); s != endpoint.Healthy {
@@ -368,7 +356,7 @@ func TestFailureRateWindowSlides(t *testing.T) {
 	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 100, FailureRate: 0.5, MinRequests: 20, Window: 10 * time.Second})
 	r.observe(0, 15, passiveFail)
 	r.observe(0, 1, passiveOK)
-	r.clk.advance(11 * time.Second) // those fall out of the window
+	r.advance(11 * time.Second) // those fall out of the window
 	r.observe(0, 10, passiveOK)
 	r.observe(0, 9, passiveFail)
 	if s := r.state(t, 0); s != endpoint.Healthy {
@@ -383,9 +371,9 @@ func passiveLatencyRig(t *testing.T, factor float64) *passiveRig {
 			r.observe(i, 1, endpoint.Outcome{Status: 200, Latency: time.Millisecond + time.Duration(i)*50*time.Microsecond})
 		}
 		r.observe(3, 1, endpoint.Outcome{Status: 200, Latency: 201 * time.Millisecond})
-		r.clk.advance(100 * time.Millisecond)
+		r.advance(100 * time.Millisecond)
 	}
-	r.d.Tick(r.clk.now())
+	r.d.Tick(r.clk.Now())
 	return r
 }
 
@@ -443,9 +431,9 @@ func TestUpdateForgetsRemovedEndpoints(t *testing.T) {
 func TestApplyToSetsStatusAndRefreshes(t *testing.T) {
 	pool := endpoint.NewPool("orders")
 	pool.Update([]endpoint.Spec{{Address: "a:80"}, {Address: "b:80"}})
-	clk := &passiveClock{t: passiveT0}
+	clk := clock.NewFake(passiveT0)
 	d, err := NewDetector(PassiveConfig{ConsecutiveFailures: 1},
-		WithDetectorClock(clk.now), WithDetectorOnChange(ApplyTo(pool)))
+		WithDetectorClock(clk.Now), WithDetectorOnChange(ApplyTo(pool)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +493,7 @@ func TestObserveConcurrent(t *testing.T) {
 				}
 				r.d.Observe(r.eps[(i+g)%len(r.eps)], o)
 				if i%100 == 0 {
-					r.d.Tick(r.clk.advance(time.Second))
+					r.d.Tick(r.advance(time.Second))
 				}
 			}
 		}()
@@ -552,7 +540,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 
 func BenchmarkObserve(b *testing.B) {
 	r := newPassiveRig(b, 16, PassiveConfig{FailureRate: 0.5, LatencyFactor: 3, ConsecutiveFailures: 1 << 30})
-	r.d.now = time.Now
+	r.d.clock = clock.Real
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0

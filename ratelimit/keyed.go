@@ -4,6 +4,8 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // DefaultMaxKeys is the default bound on the number of keys a Keyed
@@ -109,7 +111,7 @@ func (k *Keyed) id(key string) [2]uint64 {
 func (k *Keyed) bucket(key string, now time.Time, n int, wait bool) Result {
 	checkN(n)
 	id := k.id(key)
-	t := nanos(now)
+	t := clock.Nanos(now)
 	s := &k.buckets[id[0]&k.mask]
 	s.mu.Lock()
 	i, ok := s.find(id)
@@ -149,7 +151,7 @@ func (k *Keyed) limiter(key string, now time.Time) limiter {
 // optional: it returns memory sooner after a burst of one-off keys. Each
 // shard is locked in turn, not all at once.
 func (k *Keyed) Sweep(now time.Time) int {
-	t := nanos(now)
+	t := clock.Nanos(now)
 	dropped := 0
 	for i := range k.buckets {
 		dropped += k.buckets[i].sweep(func(tat int64) bool { return tat <= t })

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // LeakyBucket is a leaky bucket used as a queue: it releases events at a
@@ -79,7 +81,7 @@ func (b *LeakyBucket) ReserveN(now time.Time, n int) Result { return b.take(now,
 
 func (b *LeakyBucket) take(now time.Time, n int, wait bool) Result {
 	checkN(n)
-	t := nanos(now)
+	t := clock.Nanos(now)
 	for {
 		next := b.next.Load()
 		end, res := b.q.take(next, t, n, wait)
@@ -139,4 +141,4 @@ func (q *leaky) result(t, slot int64, allowed bool, retry time.Duration) Result 
 }
 
 // idle: once the last slot has passed, the queue is empty.
-func (b *LeakyBucket) idle(now time.Time) bool { return b.next.Load() <= nanos(now) }
+func (b *LeakyBucket) idle(now time.Time) bool { return b.next.Load() <= clock.Nanos(now) }

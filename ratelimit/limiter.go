@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // InfDuration is the RetryAfter of a request that can never be allowed:
@@ -75,7 +75,7 @@ func Wait(ctx context.Context, l Limiter, n int) (Result, error) {
 // Sleep waits for d on a timer, or until ctx ends, in which case it returns
 // ctx's error. A caller holding several reservations sleeps for the largest
 // Delay.
-func Sleep(ctx context.Context, d time.Duration) error { return ctxtime.Sleep(ctx, d) }
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }
 
 // SetHeaders sets the RateLimit-Limit, RateLimit-Remaining and
 // RateLimit-Reset headers of the IETF draft "RateLimit header fields for
@@ -100,17 +100,8 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64((d-1)/time.Second) + 1
 }
 
-// epoch is the origin of the nanosecond clock that the buckets keep their
-// state in. Measuring from a time.Now() value makes time.Time.Sub use the
-// monotonic clock for times that have one (those from time.Now), so a step
-// of the wall clock neither freezes nor frees a bucket.
-var epoch = time.Now()
-
-// nanos converts t to the buckets' clock.
-func nanos(t time.Time) int64 { return int64(t.Sub(epoch)) }
-
 // fresh is the state of a bucket that has never been used: further in the
-// past than any time nanos returns.
+// past than any time clock.Nanos returns.
 const fresh = math.MinInt64
 
 // limiter is a Limiter that Keyed can manage: it knows when it has become

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // TokenBucket is a token bucket of Burst tokens refilled at Rate,
@@ -67,7 +69,7 @@ func (b *TokenBucket) Allow() bool { return b.AllowN(time.Now(), 1).Allowed }
 // reports the state. It panics if n is negative.
 func (b *TokenBucket) AllowN(now time.Time, n int) Result {
 	checkN(n)
-	t := nanos(now)
+	t := clock.Nanos(now)
 	g := &b.g
 	for {
 		// gcra.take, written out: this is the hot path.
@@ -126,4 +128,4 @@ func (g *gcra) other(tat, t int64, n int) Result {
 func (b *TokenBucket) ReserveN(now time.Time, n int) Result { return b.AllowN(now, n) }
 
 // idle: once tat has passed, the bucket is full, like a new one.
-func (b *TokenBucket) idle(now time.Time) bool { return b.tat.Load() <= nanos(now) }
+func (b *TokenBucket) idle(now time.Time) bool { return b.tat.Load() <= clock.Nanos(now) }

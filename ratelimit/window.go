@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"sync"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // FixedWindow admits N events per window of length Per, the windows being
@@ -208,7 +210,7 @@ func (l *SlidingLog) Allow() bool { return l.AllowN(time.Now(), 1).Allowed }
 // in the window (now-Per, now]. It panics if n is negative.
 func (l *SlidingLog) AllowN(now time.Time, n int) Result {
 	checkN(n)
-	t := nanos(now)
+	t := clock.Nanos(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expire(t)
@@ -269,7 +271,7 @@ func (l *SlidingLog) grow(want int) {
 
 // idle: with every event out of the window the log is as good as new.
 func (l *SlidingLog) idle(now time.Time) bool {
-	t := nanos(now)
+	t := clock.Nanos(now)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.count == 0 || l.at(l.count-1) <= t-l.size

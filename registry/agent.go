@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // DefaultAgentTimeout bounds each Register, Heartbeat and Deregister call
@@ -281,7 +281,7 @@ func (a *Agent) run(ctx context.Context, first chan<- error) {
 		fresh bool
 	)
 	for {
-		if err := ctxtime.Sleep(ctx, wait); err != nil {
+		if err := clock.Sleep(ctx, wait); err != nil {
 			return
 		}
 		if !beat {

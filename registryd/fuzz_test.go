@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // FuzzRegister feeds arbitrary bodies to PUT /v1/agent/service/register.
@@ -24,7 +26,7 @@ func FuzzRegister(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		s := newServer(Config{Listen: DefaultListen, Logger: quietLogger, NodeName: "fuzz", MaxBodyBytes: DefaultMaxBodyBytes}, realClock{})
+		s := newServer(Config{Listen: DefaultListen, Logger: quietLogger, NodeName: "fuzz", MaxBodyBytes: DefaultMaxBodyBytes}, clock.Real)
 		s.noProbes = true
 		defer s.Close()
 		before := currentIndex(s)

@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 )
@@ -64,58 +64,8 @@ func TestTTLLapseThenDeregisterCriticalServiceAfter(t *testing.T) {
 	}
 }
 
-// manualClock fires timers when the test advances it.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*manualTimer
-}
-
-type manualTimer struct {
-	c       *manualClock
-	at      time.Time
-	f       func()
-	stopped bool
-}
-
-func (m *manualClock) Now() time.Time { m.mu.Lock(); defer m.mu.Unlock(); return m.now }
-
-func (m *manualClock) AfterFunc(d time.Duration, f func()) stopper {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t := &manualTimer{c: m, at: m.now.Add(d), f: f}
-	m.timers = append(m.timers, t)
-	return t
-}
-
-func (t *manualTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	was := !t.stopped
-	t.stopped = true
-	return was
-}
-
-// Advance moves time on and runs, in this goroutine, the callbacks of the
-// timers that came due.
-func (m *manualClock) Advance(d time.Duration) {
-	m.mu.Lock()
-	m.now = m.now.Add(d)
-	var due []*manualTimer
-	for _, t := range m.timers {
-		if !t.stopped && !t.at.After(m.now) {
-			t.stopped = true
-			due = append(due, t)
-		}
-	}
-	m.mu.Unlock()
-	for _, t := range due {
-		t.f()
-	}
-}
-
-func TestTTLAndReaperWithManualClock(t *testing.T) {
-	clk := &manualClock{now: time.Unix(1000, 0)}
+func TestTTLAndReaperWithFakeClock(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
 	s := newServer(Config{Listen: DefaultListen, Logger: quietLogger, NodeName: "n", MaxBodyBytes: DefaultMaxBodyBytes}, clk)
 	t.Cleanup(func() { s.Close() })
 	def, err := decodeService([]byte(`{"Name":"m","Check":{"TTL":"10s","Status":"passing","DeregisterCriticalServiceAfter":"1m"}}`))

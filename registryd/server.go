@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // ErrClosed is returned by calls on a closed Server, and by watches that
@@ -36,7 +38,7 @@ const (
 type Server struct {
 	cfg         Config
 	log         *slog.Logger
-	clock       clock
+	clock       clock.Clock   // clock.Real; tests of TTLs and reaping pass a clock.Fake
 	minInterval time.Duration // Consul's minimum check interval; tests lower it
 	// noProbes keeps HTTP and TCP checks from running (the fuzz test must
 	// not dial the addresses it invents).
@@ -93,7 +95,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registryd: %w", err)
 	}
-	s := newServer(cfg, realClock{})
+	s := newServer(cfg, clock.Real)
 	if cfg.DataDir != "" {
 		if err := s.loadSnapshot(); err != nil {
 			s.cancel()
@@ -105,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func newServer(cfg Config, clk clock) *Server {
+func newServer(cfg Config, clk clock.Clock) *Server {
 	s := &Server{
 		cfg:          cfg,
 		log:          cfg.Logger,

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/internal/atomicfile"
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // snapshotName is the snapshot's file name inside Config.DataDir.
@@ -132,7 +132,7 @@ func (s *Server) persister() {
 		if s.snapshotHook != nil {
 			s.snapshotHook(err)
 		}
-		if ctxtime.Sleep(s.ctx, persistEvery) != nil {
+		if clock.Sleep(s.ctx, persistEvery) != nil {
 			return
 		}
 	}

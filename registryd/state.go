@@ -11,6 +11,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // maxServices bounds the number of registered service instances, so that a
@@ -42,11 +44,11 @@ type checkState struct {
 	cancel context.CancelFunc
 	// ttlTimer turns a TTL check critical when it lapses; ttlGen tells a
 	// stale timer callback from the current one.
-	ttlTimer stopper
+	ttlTimer clock.Timer
 	ttlGen   uint64
 	// reapTimer deregisters the service when the check has been critical
 	// for DeregisterCriticalServiceAfter.
-	reapTimer stopper
+	reapTimer clock.Timer
 	reapGen   uint64
 }
 

@@ -1,25 +1,14 @@
-// Package ctxtime holds the one context-aware sleep the library packages
-// share.
+// Package ctxtime is what is left of the context-aware sleep that moved to
+// internal/clock. Only retry/do.go still imports it, and retry.Do is being
+// deleted; remove this package with it. New code uses clock.Sleep.
 package ctxtime
 
 import (
 	"context"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
-// Sleep waits for d on a timer, or until ctx ends, in which case it returns
-// ctx's error. A d of zero or less returns at once (with ctx's error, if
-// any).
-func Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// Sleep is clock.Sleep, for retry/do.go until it goes.
+func Sleep(ctx context.Context, d time.Duration) error { return clock.Sleep(ctx, d) }

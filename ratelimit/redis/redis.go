@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 )
 
@@ -175,7 +176,7 @@ type Limiter struct {
 	onError  func(error)
 	source   ratelimit.KeySource
 
-	downUntil atomic.Int64 // 0: Redis is healthy; else skip it until this (mono nanos)
+	downUntil atomic.Int64 // 0: Redis is healthy; else skip it until this (clock.Nanos)
 	failures  atomic.Uint64
 }
 
@@ -266,7 +267,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, now time.Time, n int) 
 	if n < 0 {
 		panic("ratelimit/redis: negative n")
 	}
-	t := mono(now)
+	t := clock.Nanos(now)
 	if d := l.downUntil.Load(); d != 0 {
 		// Redis failed recently: decide locally, except for the one
 		// request that wins the right to probe it after Recheck.
@@ -319,7 +320,7 @@ func (l *Limiter) fallback(key string, now time.Time, n int) ratelimit.Result {
 	}
 	retry := l.recheck
 	if d := l.downUntil.Load(); d != 0 {
-		retry = max(time.Duration(d-mono(now)), time.Millisecond)
+		retry = max(time.Duration(d-clock.Nanos(now)), time.Millisecond)
 	}
 	return ratelimit.Result{Limit: l.burst, ResetAfter: retry, RetryAfter: retry}
 }
@@ -332,10 +333,5 @@ func (l *Limiter) Failures() uint64 { return l.failures.Load() }
 // after a recent failure.
 func (l *Limiter) Degraded(now time.Time) bool {
 	d := l.downUntil.Load()
-	return d != 0 && mono(now) < d
+	return d != 0 && clock.Nanos(now) < d
 }
-
-// epoch makes mono use the monotonic clock for times from time.Now.
-var epoch = time.Now()
-
-func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }

@@ -30,7 +30,7 @@ import (
 
 	mdns "github.com/miekg/dns"
 
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -272,7 +272,7 @@ func (w *watcher) Next(ctx context.Context) (insts []registry.Instance, err erro
 		if !w.due.IsZero() {
 			wait, cancel := context.WithCancel(ctx)
 			stop := context.AfterFunc(w.ctx, cancel)
-			err := ctxtime.Sleep(wait, time.Until(w.due))
+			err := clock.Sleep(wait, time.Until(w.due))
 			stop()
 			cancel()
 			if ctx.Err() != nil {

@@ -13,7 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -299,7 +299,7 @@ func (k *keeper) run(ctx context.Context, lease clientv3.LeaseID) {
 	for {
 		if lease == 0 {
 			if failures > 0 {
-				if ctxtime.Sleep(ctx, backoff(failures)) != nil {
+				if clock.Sleep(ctx, backoff(failures)) != nil {
 					return
 				}
 			}

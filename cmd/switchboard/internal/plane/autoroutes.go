@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
-	"github.com/switchboard-dev/switchboard/internal/ctxtime"
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // RouteSource lists the embedded registry's services with the tags of
@@ -191,7 +191,7 @@ func (p *Plane) watchRoutes(ctx context.Context, src RouteSource) {
 		}
 		if err != nil {
 			p.log.Warn("auto routes: reading the registry failed; keeping the current routes", "err", err)
-			if ctxtime.Sleep(ctx, backoff) != nil {
+			if clock.Sleep(ctx, backoff) != nil {
 				return
 			}
 			backoff = min(2*backoff, 10*time.Second)
@@ -220,7 +220,7 @@ func (p *Plane) watchRoutes(ctx context.Context, src RouteSource) {
 			// Not applied: try the same services again after a backoff
 			// (a certificate mid-rotation, a registry feed that failed).
 			p.log.Error("auto routes: applying the registry's routes failed; keeping the current routes and retrying", "err", err, "retry_in", backoff)
-			if ctxtime.Sleep(ctx, backoff) != nil {
+			if clock.Sleep(ctx, backoff) != nil {
 				return
 			}
 			backoff = min(2*backoff, 10*time.Second)
