@@ -14,14 +14,9 @@
 //     first attempt streams it, so that a retry can send it again.
 //   - Budget: the retry budget (Finagle, Linkerd and gRPC call it that).
 //     Its methods take the current time as a parameter.
-//   - Do: the loop for library users, putting the above together.
 //
-// Most library users need only Do with a Policy and a Budget shared by every
-// call to the same upstream:
-//
-//	budget := retry.NewBudget(policy)
-//	err := retry.Do(ctx, policy, budget, func(ctx context.Context, attempt int) (bool, error) {
-//		resp, err := call(ctx)
-//		...
-//	})
+// The pieces are the retry rules, not a retry loop: package pipeline holds
+// the one attempt loop every front end uses (the HTTP proxy and the Go
+// client), which applies them per route together with hedging, the
+// breaker and the fallback chain.
 package retry

@@ -1,36 +1,25 @@
 package retry_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/switchboard-dev/switchboard/retry"
 )
 
-func ExampleDo() {
-	policy := retry.Policy{Attempts: 3, BackoffBase: 1, BackoffMax: 1} // tiny backoff for the example
-	if err := policy.Validate(); err != nil {
-		fmt.Println(err)
-		return
+func ExamplePolicy_BackoffCeiling() {
+	policy := retry.Policy{BackoffBase: 25 * time.Millisecond, BackoffMax: 250 * time.Millisecond}
+	for n := 0; n < 5; n++ {
+		// The wait before retry n is uniform in [0, ceiling]: full jitter.
+		fmt.Println("retry", n, "waits at most", policy.BackoffCeiling(n))
 	}
-	budget := retry.NewBudget(policy) // one per upstream, shared by all calls
-
-	statuses := []int{503, 502, 200} // what the upstream answers, in turn
-	err := retry.Do(context.Background(), policy, budget, func(ctx context.Context, attempt int) (bool, error) {
-		status := statuses[attempt]
-		fmt.Println("attempt", attempt, "status", status)
-		if status >= 500 {
-			return policy.RetryStatus(status), fmt.Errorf("upstream answered %d", status)
-		}
-		return false, nil
-	})
-	fmt.Println("err:", err)
 	// Output:
-	// attempt 0 status 503
-	// attempt 1 status 502
-	// attempt 2 status 200
-	// err: <nil>
+	// retry 0 waits at most 25ms
+	// retry 1 waits at most 50ms
+	// retry 2 waits at most 100ms
+	// retry 3 waits at most 200ms
+	// retry 4 waits at most 250ms
 }
 
 func ExampleRetryable() {
