@@ -261,14 +261,14 @@ func TestInlineProblems(t *testing.T) {
 			[]string{`7:61: expected a number, got "lots"`}},
 		{"rate limit problems", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        rate_limit:\n          - {rate: 0/s, burst: 0}\n          - {rate: 5/s, burst: 1, key: 'cookie:x'}\n" + upstreams,
 			[]string{
-				`7:20: rate must be N/UNIT like 100/s, got "0/s": N must be at least 1`,
-				`7:32: burst must be at least 1, got 0`,
-				`8:40: key "cookie:x" is unknown: want client_ip, header:NAME, path or route`,
+				`7:20: rate: must be N/UNIT like 100/s, got "0/s": N must be at least 1`,
+				`7:32: burst: must be at least 1, got 0`,
+				`8:40: key: "cookie:x" is unknown: want client_ip, header:NAME, path or route`,
 			}},
 		{"global limit without redis", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        rate_limit: [{rate: 5/s, burst: 1, global: {local_share: 0.5}}]\n" + upstreams,
 			[]string{`6:44: global.redis (host:port of the Redis server) is required`}},
 		{"bulkhead", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        concurrency: {max_in_flight: 0}\n" + upstreams,
-			[]string{`6:38: max_in_flight must be at least 1, got 0`}},
+			[]string{`6:38: max_in_flight: must be at least 1, got 0`}},
 		{"health problems", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health:\n      active: {type: smoke, interval: -1s}\n      passive: {consecutive_failures: -1}\n      panic_threshold: 1.5\n",
 			[]string{
 				`9:22: type "smoke": unknown check type (want "http", "tcp" or "grpc")`,
@@ -280,15 +280,22 @@ func TestInlineProblems(t *testing.T) {
 			[]string{`8:29: rise 0: must be at least 1`}},
 		{"breaker and fallback", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        breaker: {failure_rate: 1.5}\n        fallback: {steps: [{type: backup, upstream: nope}]}\n" + upstreams,
 			[]string{
-				`6:33: failure_rate 1.5: must be between 0 and 1`,
-				`7:53: backup upstream "nope" is not defined`,
+				`6:33: failure_rate: must be between 0 and 1, got 1.5`,
+				`7:53: steps[0].upstream: backup upstream "nope" is not defined`,
 			}},
 		{"retry problems", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {attempts: 0, budget_percent: -1}\n" + upstreams,
 			[]string{
-				`6:46: must be between 0 and 100 (20 = one retry per five requests), got -1`,
+				`6:46: budget_percent: must be between 0 and 100 (20 = one retry per five requests), got -1`,
 			}},
+		{"a problem in a list is placed at its element", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {retry_on: [reset, sometimes]}\n        rate_limit: [{rate: 5/s, burst: 1, key: client_ip, trusted_proxies: [10.0.0.0/8, x]}]\n" + upstreams,
+			[]string{
+				`6:35: retry_on[1]: "sometimes" is not a retry condition (known: connect_failure, reset, timeout)`,
+				`7:90: trusted_proxies[1]: "x" is not an IP address or CIDR prefix`,
+			}},
+		{"a missing key is placed at the mapping that lacks it", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        fallback:\n          steps:\n            - {type: backup, upstream: u}\n            - {type: stale}\n" + upstreams,
+			[]string{`9:15: steps[1].max_age: a stale step needs a positive duration, got 0s`}},
 		{"bad hedge", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {hedge_after: soon}\n" + upstreams,
-			[]string{`6:30: must be a positive duration like "50ms" or "p95", got "soon"`}},
+			[]string{`6:30: hedge_after: must be a positive duration like "50ms" or "p95", got "soon"`}},
 		{"negative duration", "shutdown_timeout: -5s\n",
 			[]string{`1:19: duration must not be negative, got "-5s"`}},
 		{"duration without unit", "shutdown_timeout: 30\n",
@@ -699,5 +706,40 @@ func TestUnexportedAndIgnoredFieldsAreNotKeys(t *testing.T) {
 	lines := problemLines(t, "lb.yaml", "file: x.yaml\n")
 	if !strings.Contains(lines[0], `unknown key "file"`) {
 		t.Errorf("File (yaml:\"-\") accepted as a key: %v", lines)
+	}
+}
+
+func TestParsePath(t *testing.T) {
+	for path, want := range map[string]string{
+		"":                         "",
+		"burst":                    "burst",
+		"steps[1].status":          "steps [1] status",
+		"global.timeout":           "global timeout",
+		"trusted_proxies[0]":       "trusted_proxies [0]",
+		"a[1][2].b":                "a [1] [2] b",
+		".a":                       "invalid",
+		"a.":                       "invalid",
+		"a..b":                     "invalid",
+		"a.[1]":                    "invalid",
+		"a[x]":                     "invalid",
+		"a[1":                      "invalid",
+		"dynamic_weight.poll_path": "dynamic_weight poll_path",
+	} {
+		steps, ok := parsePath(path)
+		got := "invalid"
+		if ok {
+			var parts []string
+			for _, s := range steps {
+				if s.name != "" {
+					parts = append(parts, s.name)
+				} else {
+					parts = append(parts, fmt.Sprintf("[%d]", s.index))
+				}
+			}
+			got = strings.Join(parts, " ")
+		}
+		if got != want {
+			t.Errorf("parsePath(%q) = %q, want %q", path, got, want)
+		}
 	}
 }

@@ -436,8 +436,8 @@ func describe(n *yaml.Node) string {
 	return "an alias"
 }
 
-// field is a struct field that a YAML key can set.
-type field struct {
+// keyField is a struct field that a YAML key can set.
+type keyField struct {
 	name  string
 	index int
 }
@@ -446,8 +446,8 @@ type field struct {
 // `yaml:"-"` and unexported fields (position bookkeeping, say) are not
 // keys; a field without a tag is keyed by its lower-cased name, as yaml
 // does.
-func fieldsOf(t reflect.Type) []field {
-	var fs []field
+func fieldsOf(t reflect.Type) []keyField {
+	var fs []keyField
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -460,21 +460,21 @@ func fieldsOf(t reflect.Type) []field {
 		case "":
 			name = strings.ToLower(f.Name)
 		}
-		fs = append(fs, field{name: name, index: i})
+		fs = append(fs, keyField{name: name, index: i})
 	}
 	return fs
 }
 
-func fieldNamed(fs []field, name string) (field, bool) {
+func fieldNamed(fs []keyField, name string) (keyField, bool) {
 	for _, f := range fs {
 		if f.name == name {
 			return f, true
 		}
 	}
-	return field{}, false
+	return keyField{}, false
 }
 
-func fieldNames(fs []field) string {
+func fieldNames(fs []keyField) string {
 	names := make([]string, len(fs))
 	for i, f := range fs {
 		names[i] = f.name

@@ -14,10 +14,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-dev/switchboard/balance"
-	"github.com/switchboard-dev/switchboard/breaker"
-	"github.com/switchboard-dev/switchboard/fallback"
-	"github.com/switchboard-dev/switchboard/ratelimit"
-	"github.com/switchboard-dev/switchboard/retry"
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // validator runs the semantic checks on a decoded Config.
@@ -323,99 +320,124 @@ func (v *validator) checkLimits(r *Route) {
 			v.fieldErrors(l.GlobalConfig().Validate(), fields, l)
 			continue
 		}
-		v.fieldErrors(l.Local().Validate(), fields, l)
+		v.place(l.Local().Validate(), l)
 	}
 	if c := r.Concurrency; c != nil {
-		v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
+		v.place(c.Library().Validate(), c)
 	}
 	if p := r.Retry; p != nil && !v.bad(p) {
-		v.pathErrors(p.Validate(), p)
+		v.place(p.Validate(), p)
 	}
 	if b := r.Breaker; b != nil && !v.bad(b) {
-		v.pathErrors(b.Validate(), b)
+		v.place(b.Validate(), b)
 	}
 	if f := r.Fallback; f != nil && !v.bad(f) {
-		v.pathErrors(f.Validate(), f)
-		v.pathErrors(f.CheckUpstreams(func(name string) bool { return v.cfg.Upstreams[name] != nil }), f)
+		v.place(f.Validate(), f)
+		v.place(f.CheckUpstreams(func(name string) bool { return v.cfg.Upstreams[name] != nil }), f)
 	}
 }
 
-// pathErrors reports each keyed error of a library config (breaker,
-// fallback) at the value its key path names ("open_for", "steps[1].status"),
-// found through the yaml tags of root's struct.
-func (v *validator) pathErrors(err error, root any) {
-	if err == nil {
-		return
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
-		key, inner := "", e
-		var be *breaker.FieldError
-		var fe *fallback.FieldError
-		var re *retry.FieldError
-		switch {
-		case errors.As(e, &re):
-			key, inner = re.Key, re.Err
-		case errors.As(e, &be):
-			key, inner = be.Key, be.Err
-		case errors.As(e, &fe):
-			key, inner = fe.Key, fe.Err
-		}
-		if at := fieldByPath(root, key); at != nil && v.present(at) {
-			v.errorf(at, "%v", inner)
+// place reports each problem of err, which a library config's Validate
+// returned for the struct root points to, at the setting its field.Error
+// path names ("burst", "steps[1].status", "global.timeout"): the path is
+// followed through the yaml tags from root, the way the decoder filled it
+// in. A setting the file leaves out is reported at the key of the nearest
+// enclosing value that the file has, root's own key at worst.
+func (v *validator) place(err error, root any) {
+	for _, e := range field.Split(err) {
+		chain, exact := locate(root, e.Path)
+		if exact && v.present(chain[len(chain)-1]) {
+			v.errorf(chain[len(chain)-1], "%v", e)
 			continue
 		}
-		v.keyErrorf(root, "%v", e)
-	}
-}
-
-// fieldByPath follows a yaml key path ("a.b", "steps[2].status") from the
-// struct root points to and returns a pointer to that field, or nil.
-func fieldByPath(root any, path string) any {
-	if path == "" {
-		return nil
-	}
-	cur := reflect.ValueOf(root)
-	for _, part := range strings.Split(path, ".") {
-		name, idx := part, -1
-		if i := strings.IndexByte(part, '['); i > 0 && strings.HasSuffix(part, "]") {
-			n, err := strconv.Atoi(part[i+1 : len(part)-1])
-			if err != nil {
-				return nil
-			}
-			name, idx = part[:i], n
-		}
-		for cur.Kind() == reflect.Pointer {
-			if cur.IsNil() {
-				return nil
-			}
-			cur = cur.Elem()
-		}
-		if cur.Kind() != reflect.Struct {
-			return nil
-		}
-		found := false
-		for i := 0; i < cur.NumField(); i++ {
-			tag, _, _ := strings.Cut(cur.Type().Field(i).Tag.Get("yaml"), ",")
-			if tag == name {
-				cur, found = cur.Field(i), true
+		at := root
+		for i := len(chain) - 1; i > 0; i-- {
+			if v.present(chain[i]) {
+				at = chain[i]
 				break
 			}
 		}
-		if !found {
-			return nil
-		}
-		if idx >= 0 {
-			if cur.Kind() != reflect.Slice || idx >= cur.Len() {
-				return nil
+		v.keyErrorf(at, "%v", e)
+	}
+}
+
+// locate follows a field.Error path from root, a pointer to a decoded
+// value, and returns pointers to the values on the way, root first. exact
+// reports whether the whole path was followed: it ends early at a nil
+// pointer, an index out of range, a map, or a name that is not a key.
+func locate(root any, path string) (chain []any, exact bool) {
+	chain = []any{root}
+	steps, ok := parsePath(path)
+	if !ok {
+		return chain, false
+	}
+	cur := reflect.ValueOf(root)
+	for _, st := range steps {
+		for cur.Kind() == reflect.Pointer {
+			if cur.IsNil() {
+				return chain, false
 			}
-			cur = cur.Index(idx)
+			cur = cur.Elem()
+		}
+		switch {
+		case st.name != "":
+			if cur.Kind() != reflect.Struct {
+				return chain, false
+			}
+			f, found := fieldNamed(fieldsOf(cur.Type()), st.name)
+			if !found {
+				return chain, false
+			}
+			cur = cur.Field(f.index)
+		default:
+			if cur.Kind() != reflect.Slice || st.index >= cur.Len() {
+				return chain, false
+			}
+			cur = cur.Index(st.index)
+		}
+		chain = append(chain, cur.Addr().Interface())
+	}
+	return chain, true
+}
+
+// pathStep is one step of a field path: a key name, or a list index.
+type pathStep struct {
+	name  string
+	index int
+}
+
+// parsePath splits "steps[1].status" into the steps steps, [1] and
+// status. The empty path has no steps.
+func parsePath(path string) ([]pathStep, bool) {
+	var steps []pathStep
+	for i := 0; i < len(path); {
+		switch path[i] {
+		case '[':
+			j := strings.IndexByte(path[i:], ']')
+			if j < 0 {
+				return nil, false
+			}
+			n, err := strconv.Atoi(path[i+1 : i+j])
+			if err != nil || n < 0 {
+				return nil, false
+			}
+			steps = append(steps, pathStep{index: n})
+			i += j + 1
+		case '.':
+			i++
+			if len(steps) == 0 || i == len(path) || path[i] == '.' || path[i] == '[' {
+				return nil, false
+			}
+		default:
+			j := strings.IndexAny(path[i:], ".[")
+			if j < 0 {
+				j = len(path) - i
+			}
+			steps = append(steps, pathStep{name: path[i : i+j]})
+			i += j
 		}
 	}
-	return cur.Addr().Interface()
+	return steps, true
 }
 
 // checkHealth checks an upstream's health block. The health package judges
@@ -465,27 +487,14 @@ func (v *validator) libraryError(err error, fields map[string]any, whole any) {
 	v.keyErrorf(whole, "%s", msg)
 }
 
-// fieldErrors reports each ratelimit.FieldError in err at the field its key
-// names (or at whole when the key is unknown here).
+// fieldErrors reports each problem of err at the field its path names in
+// fields (or at whole when the path is not one of them). It places the
+// errors of a global rate limit, whose keys live in two blocks.
 func (v *validator) fieldErrors(err error, fields map[string]any, whole any) {
-	if err == nil {
-		return
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
-		var fe *ratelimit.FieldError
-		if errors.As(e, &fe) {
-			if at, ok := fields[fe.Key]; ok {
-				if v.present(at) {
-					v.errorf(at, "%v", fe.Err)
-				} else {
-					v.keyErrorf(whole, "%v", fe.Err)
-				}
-				continue
-			}
+	for _, e := range field.Split(err) {
+		if at, ok := fields[e.Path]; ok && v.present(at) {
+			v.errorf(at, "%v", e)
+			continue
 		}
 		v.keyErrorf(whole, "%v", e)
 	}
@@ -573,11 +582,11 @@ func (v *validator) checkUpstreams() {
 			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c)", u.Protocol)
 		}
 		if c := u.Concurrency; c != nil {
-			v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
+			v.place(c.Library().Validate(), c)
 		}
 		v.checkHealth(&u.Health)
 		if b := u.Breaker; b != nil && !v.bad(b) {
-			v.pathErrors(b.Validate(), b)
+			v.place(b.Validate(), b)
 		}
 		switch {
 		case u.Discovery != nil && len(u.Targets) > 0:

@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 )
 
@@ -64,8 +65,8 @@ type Config struct {
 	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
-// Validate reports every problem in c, or nil, as ratelimit.FieldErrors
-// joined.
+// Validate reports every problem in c, or nil: a *field.Error per
+// problem, joined, each naming its yaml key.
 func (c Config) Validate() error {
 	_, err := c.build()
 	return err
@@ -82,49 +83,49 @@ func (c Config) build() (params, error) {
 	var p params
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, &ratelimit.FieldError{Key: key, Err: fmt.Errorf(format, args...)})
+		errs = append(errs, field.Errorf(key, format, args...))
 	}
 	rateOK := false
 	if c.Rate == "" {
-		bad("rate", "rate is required, as N/UNIT like 100/s")
+		bad("rate", "required, as N/UNIT like 100/s")
 	} else if r, err := ratelimit.ParseRate(c.Rate); err != nil {
-		bad("rate", "%s", err)
+		errs = append(errs, err)
 	} else if r.Interval() < time.Microsecond {
-		bad("rate", "rate %s is more than one event per microsecond, the resolution of the Redis limiter", c.Rate)
+		bad("rate", "%s is more than one event per microsecond, the resolution of the Redis limiter", c.Rate)
 	} else {
 		p.rate, rateOK = r, true
 		p.interval = int64((r.Interval() + time.Microsecond/2) / time.Microsecond)
 	}
 	if c.Burst < 1 {
-		bad("burst", "burst must be at least 1, got %d", c.Burst)
+		bad("burst", "must be at least 1, got %d", c.Burst)
 	} else if rateOK && int64(c.Burst) > (1<<53)/p.interval {
 		// The script's numbers are doubles: keep them exact.
-		bad("burst", "burst %d at %s is too large for the Redis limiter", c.Burst, c.Rate)
+		bad("burst", "%d at %s is too large for the Redis limiter", c.Burst, c.Rate)
 	}
 	if c.Timeout < 0 {
-		bad("timeout", "timeout must not be negative, got %v", c.Timeout)
+		bad("timeout", "must not be negative, got %v", c.Timeout)
 	}
 	if c.Recheck < 0 {
-		bad("recheck", "recheck must not be negative, got %v", c.Recheck)
+		bad("recheck", "must not be negative, got %v", c.Recheck)
 	}
 	if c.MaxKeys < 0 {
-		bad("max_keys", "max_keys must be at least 1, got %d", c.MaxKeys)
+		bad("max_keys", "must be at least 1, got %d", c.MaxKeys)
 	}
 	p.source.Kind = ratelimit.KeyRoute
 	if c.Key != "" {
 		src, err := ratelimit.ParseKeySource(c.Key)
 		if err != nil {
-			bad("key", "%s", err)
+			errs = append(errs, err)
 		}
 		p.source = src
 	}
 	if len(c.TrustedProxies) > 0 {
 		if p.source.Kind != ratelimit.KeyClientIP {
-			bad("trusted_proxies", "trusted_proxies needs key client_ip")
+			bad("trusted_proxies", "needs key client_ip")
 		}
 		prefixes, err := ratelimit.ParseTrustedProxies(c.TrustedProxies)
 		if err != nil {
-			bad("trusted_proxies", "%s", err)
+			errs = append(errs, err)
 		}
 		p.source.TrustedProxies = prefixes
 	}
@@ -132,9 +133,9 @@ func (c Config) build() (params, error) {
 	case "", FailOpen:
 		switch {
 		case c.LocalShare == 0:
-			bad("local_share", "local_share is required with on_failure fail_open: the share of the global limit one process admits while Redis fails, e.g. 0.34 for three processes")
+			bad("local_share", "required with on_failure fail_open: the share of the global limit one process admits while Redis fails, e.g. 0.34 for three processes")
 		case !(c.LocalShare > 0 && c.LocalShare <= 1):
-			bad("local_share", "local_share must be more than 0 and at most 1, got %v", c.LocalShare)
+			bad("local_share", "must be more than 0 and at most 1, got %v", c.LocalShare)
 		case rateOK && c.Burst >= 1:
 			// The local bucket: LocalShare of the rate (a longer
 			// interval) and of the burst, at least 1.
@@ -148,10 +149,10 @@ func (c Config) build() (params, error) {
 		}
 	case FailClosed:
 		if c.LocalShare != 0 {
-			bad("local_share", "local_share is only used with on_failure fail_open")
+			bad("local_share", "only used with on_failure fail_open")
 		}
 	default:
-		bad("on_failure", "on_failure %q is unknown (known: fail_open, fail_closed)", c.OnFailure)
+		bad("on_failure", "%q is unknown (known: fail_open, fail_closed)", c.OnFailure)
 	}
 	return p, errors.Join(errs...)
 }

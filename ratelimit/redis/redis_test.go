@@ -253,16 +253,16 @@ func TestConfigErrors(t *testing.T) {
 		cfg Config
 		msg string
 	}{
-		{Config{Rate: "0/s", Burst: 1, OnFailure: FailClosed}, `rate must be N/UNIT like 100/s, got "0/s": N must be at least 1`},
-		{Config{Rate: "10/s", OnFailure: FailClosed}, `burst must be at least 1, got 0`},
-		{Config{Rate: "2000000/s", Burst: 1, OnFailure: FailClosed}, `rate 2000000/s is more than one event per microsecond, the resolution of the Redis limiter`},
-		{Config{Rate: "10/s", Burst: 1}, `local_share is required with on_failure fail_open: the share of the global limit one process admits while Redis fails, e.g. 0.34 for three processes`},
-		{Config{Rate: "10/s", Burst: 1, LocalShare: 1.5}, `local_share must be more than 0 and at most 1, got 1.5`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: "fail_slow"}, `on_failure "fail_slow" is unknown (known: fail_open, fail_closed)`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, LocalShare: 0.5}, `local_share is only used with on_failure fail_open`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Timeout: -time.Second}, `timeout must not be negative, got -1s`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Key: "cookie:sid"}, `key "cookie:sid" is unknown: want client_ip, header:NAME, path or route`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Key: "path", TrustedProxies: []string{"10.0.0.0/8"}}, `trusted_proxies needs key client_ip`},
+		{Config{Rate: "0/s", Burst: 1, OnFailure: FailClosed}, `rate: must be N/UNIT like 100/s, got "0/s": N must be at least 1`},
+		{Config{Rate: "10/s", OnFailure: FailClosed}, `burst: must be at least 1, got 0`},
+		{Config{Rate: "2000000/s", Burst: 1, OnFailure: FailClosed}, `rate: 2000000/s is more than one event per microsecond, the resolution of the Redis limiter`},
+		{Config{Rate: "10/s", Burst: 1}, `local_share: required with on_failure fail_open: the share of the global limit one process admits while Redis fails, e.g. 0.34 for three processes`},
+		{Config{Rate: "10/s", Burst: 1, LocalShare: 1.5}, `local_share: must be more than 0 and at most 1, got 1.5`},
+		{Config{Rate: "10/s", Burst: 1, OnFailure: "fail_slow"}, `on_failure: "fail_slow" is unknown (known: fail_open, fail_closed)`},
+		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, LocalShare: 0.5}, `local_share: only used with on_failure fail_open`},
+		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Timeout: -time.Second}, `timeout: must not be negative, got -1s`},
+		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Key: "cookie:sid"}, `key: "cookie:sid" is unknown: want client_ip, header:NAME, path or route`},
+		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Key: "path", TrustedProxies: []string{"10.0.0.0/8"}}, `trusted_proxies: needs key client_ip`},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || err.Error() != tc.msg {
