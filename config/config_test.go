@@ -89,7 +89,7 @@ func TestBadFilesReportExactProblems(t *testing.T) {
 		{"duplicate_listen.yaml", []string{`7:13: listen address "0.0.0.0:8080" clashes with listener "web" (":8080" at line 3)`}},
 		{"duplicate_listener_name.yaml", []string{`6:11: duplicate listener name "web" (first at line 2)`}},
 		{"undefined_upstream.yaml", []string{`5:19: route upstream "ordrs" is not defined (defined: orders, users)`}},
-		{"unknown_policy.yaml", []string{`8:23: unknown balance policy "fastest" (known: ` + policies + `)`}},
+		{"unknown_policy.yaml", []string{`8:23: policy: "fastest" is unknown (known: ` + policies + `)`}},
 		{"bad_weight.yaml", []string{`10:17: target weight 20000 is out of range (1 to 10000)`}},
 		{"duplicate_key.yaml", []string{`9:5: duplicate key "targets" (first at line 8)`}},
 		{"undefined_env.yaml", []string{`3:23: environment variable SWITCHBOARD_TEST_UNDEFINED is not set (write ${SWITCHBOARD_TEST_UNDEFINED:-default} to give a default)`}},
@@ -252,11 +252,11 @@ func TestInlineProblems(t *testing.T) {
 		{"integer out of range", listener + "upstreams:\n  u: {targets: [{address: 'a:1'}], max_idle_per_endpoint: 99999999999999999999}\n",
 			[]string{`6:59: integer 99999999999999999999 is out of range`}},
 		{"consistent_hash without hash_key", listener + "upstreams:\n  u:\n    balance: {policy: consistent_hash}\n    targets: [{address: 'a:1'}]\n",
-			[]string{`7:5: balance: consistent_hash needs hash_key (header:NAME, cookie:NAME, client_ip, path or query:NAME)`}},
+			[]string{`7:5: hash_key: required by consistent_hash (header:NAME, cookie:NAME, client_ip, path or query:NAME)`}},
 		{"bad hash_key", listener + "upstreams:\n  u:\n    balance: {policy: maglev, hash_key: 'body:x'}\n    targets: [{address: 'a:1'}]\n",
-			[]string{`7:5: balance: maglev: hash_key "body:x": want header:NAME, cookie:NAME, client_ip, path or query:NAME`}},
+			[]string{`7:41: hash_key: "body:x" is unknown: want header:NAME, cookie:NAME, client_ip, path or query:NAME`}},
 		{"key the policy does not read", listener + "upstreams:\n  u:\n    balance: {policy: round_robin, bounded_load: 1.25}\n    targets: [{address: 'a:1'}]\n",
-			[]string{`7:5: balance: round_robin does not use bounded_load`}},
+			[]string{`7:50: bounded_load: not used by round_robin`}},
 		{"float", listener + "upstreams:\n  u:\n    balance: {policy: maglev, hash_key: path, bounded_load: lots}\n    targets: [{address: 'a:1'}]\n",
 			[]string{`7:61: expected a number, got "lots"`}},
 		{"rate limit problems", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        rate_limit:\n          - {rate: 0/s, burst: 0}\n          - {rate: 5/s, burst: 1, key: 'cookie:x'}\n" + upstreams,
@@ -417,6 +417,38 @@ func TestInlineProblems(t *testing.T) {
 			checkLines(t, problemLines(t, "lb.yaml", tt.src), want)
 		})
 	}
+}
+
+// TestBalanceErrorsPointAtTheKey is the regression test for balance
+// problems, which were reported at the balance key however deep the setting
+// at fault: each now points at the line and column of the offending value,
+// and a missing one at the mapping that lacks it.
+func TestBalanceErrorsPointAtTheKey(t *testing.T) {
+	const src = `listeners:
+  - name: web
+    listen: :8080
+    routes: [{upstream: a}, {upstream: b}, {upstream: c}]
+upstreams:
+  a:
+    balance: {policy: consistent_hash, hash_key: "bogus"}
+    targets: [{address: "a:1"}]
+  b:
+    balance:
+      policy: dynamic_weight
+      dynamic_weight: {cpu: -1, mem: 0.5}
+    targets: [{address: "b:1"}]
+  c:
+    balance:
+      policy: dynamic_weight
+      dynamic_weight:
+        poll_interval: 2s
+    targets: [{address: "c:1"}]
+`
+	checkLines(t, problemLines(t, "lb.yaml", src), []string{
+		`lb.yaml:7:50: hash_key: "bogus" is unknown: want header:NAME, cookie:NAME, client_ip, path or query:NAME`,
+		`lb.yaml:12:29: dynamic_weight.cpu: must be >= 0, got -1`,
+		`lb.yaml:18:24: dynamic_weight.poll_interval: needs poll_path`,
+	})
 }
 
 func TestListenAddressClashes(t *testing.T) {

@@ -8,12 +8,10 @@ import (
 	"net/netip"
 	"net/textproto"
 	"reflect"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/field"
 )
 
@@ -555,7 +553,6 @@ func (v *validator) checkMatch(m *Match) {
 }
 
 func (v *validator) checkUpstreams() {
-	policies := balance.Policies()
 	for _, name := range sortedKeys(v.cfg.Upstreams) {
 		u := v.cfg.Upstreams[name]
 		switch {
@@ -564,17 +561,9 @@ func (v *validator) checkUpstreams() {
 		case !validUpstreamName(name):
 			v.keyErrorf(u, `upstream name %q may contain only letters, digits, "_", "." and "-"`, name)
 		}
-		if p := u.Balance.Policy; p != "" && !slices.Contains(policies, p) {
-			v.errorf(&u.Balance.Policy, "unknown balance policy %q (known: %s)", p, strings.Join(policies, ", "))
-		} else if !v.bad(&u.Balance) {
+		if !v.bad(&u.Balance) {
 			// The policy's own builder is the one judge of its settings.
-			lc := u.Balance.Library()
-			if lc.Policy == "" {
-				lc.Policy = DefaultBalancePolicy
-			}
-			if err := lc.Validate(); err != nil {
-				v.keyErrorf(&u.Balance, "balance: %v", err)
-			}
+			v.place(u.Balance.Library().Validate(), &u.Balance)
 		}
 		switch u.Protocol {
 		case "", "http1", "h2c":
