@@ -211,6 +211,10 @@ upstreams:
   u:
     max_idle_per_endpoint: 0
     targets: [{address: "a:1", weight: 0}]
+    health: {active: {jitter: 0}}
+  v:
+    targets: [{address: "a:1"}]
+    health: {active: {}}
 `)
 	routes := cfg.Listeners[0].Routes
 	if got := *routes[0].Timeout; got != 0 {
@@ -228,6 +232,12 @@ upstreams:
 	}
 	if u.Targets[0].Weight != 1 {
 		t.Errorf("weight 0 = %d after defaults, want 1", u.Targets[0].Weight)
+	}
+	if j := u.Health.Active.Jitter; j == nil || *j != 0 {
+		t.Errorf("jitter: 0 = %v, want an explicit 0 (no jitter)", j)
+	}
+	if j := cfg.Upstreams["v"].Health.Active.Jitter; j != nil {
+		t.Errorf("absent jitter = %v, want nil: the health package's default", *j)
 	}
 }
 
@@ -271,13 +281,13 @@ func TestInlineProblems(t *testing.T) {
 			[]string{`6:38: max_in_flight: must be at least 1, got 0`}},
 		{"health problems", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health:\n      active: {type: smoke, interval: -1s}\n      passive: {consecutive_failures: -1}\n      panic_threshold: 1.5\n",
 			[]string{
-				`9:22: type "smoke": unknown check type (want "http", "tcp" or "grpc")`,
+				`9:22: type: unknown check type "smoke" (want "http", "tcp" or "grpc")`,
 				`9:39: duration must not be negative, got "-1s"`,
-				`10:39: consecutive_failures -1: must be at least 1`,
+				`10:39: consecutive_failures: must be at least 1, got -1`,
 				`11:24: panic_threshold must be between 0 and 1, got 1.5`,
 			}},
-		{"health rise 0", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health: {active: {rise: 0}}\n",
-			[]string{`8:29: rise 0: must be at least 1`}},
+		{"health rise 0", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health: {active: {rise: 0, fall: 0}}\n",
+			[]string{`8:29: rise: must be at least 1, got 0`, `8:38: fall: must be at least 1, got 0`}},
 		{"breaker and fallback", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        breaker: {failure_rate: 1.5}\n        fallback: {steps: [{type: backup, upstream: nope}]}\n" + upstreams,
 			[]string{
 				`6:33: failure_rate: must be between 0 and 1, got 1.5`,

@@ -427,136 +427,16 @@ type Upstream struct {
 // Health configures how endpoints are judged. docs/health.md describes
 // the states and how the signals combine.
 type Health struct {
-	// Active probes every endpoint on a schedule. Default off.
-	Active *ActiveHealth `yaml:"active"`
+	// Active probes every endpoint on a schedule. Default off. Keys:
+	// health.ActiveConfig.
+	Active *health.ActiveConfig `yaml:"active"`
 	// Passive ejects endpoints that fail real requests (outlier
-	// detection). Default off.
-	Passive *PassiveHealth `yaml:"passive"`
+	// detection). Default off. Keys: health.PassiveConfig.
+	Passive *health.PassiveConfig `yaml:"passive"`
 	// PanicThreshold, when the share of endpoints that can take traffic
 	// falls below it (0 to 1), sends traffic to every endpoint rather than
 	// crush the survivors. Default 0: off.
 	PanicThreshold float64 `yaml:"panic_threshold"`
-}
-
-// ActiveHealth configures active checks. Absent keys take the defaults of
-// health.DefaultActiveConfig.
-type ActiveHealth struct {
-	// Type is http (default), tcp or grpc (grpc.health.v1).
-	Type string `yaml:"type"`
-	// Method, Path and Host of an HTTP check. Default GET /, the
-	// endpoint's address as Host.
-	Method string `yaml:"method"`
-	Path   string `yaml:"path"`
-	Host   string `yaml:"host"`
-	// ExpectStatus is the passing statuses, as "200-399" or
-	// "200,204,300-308". Default 200-399.
-	ExpectStatus string `yaml:"expect_status"`
-	// ExpectBody, when set, must appear in the first 64 KiB of the body.
-	ExpectBody string `yaml:"expect_body"`
-	// GRPCService is the service a grpc check asks about ("" = the server).
-	GRPCService string `yaml:"grpc_service"`
-	// Interval between checks of a healthy endpoint. Default 5s.
-	Interval Duration `yaml:"interval"`
-	// Timeout of one check, below interval. Default 2s.
-	Timeout Duration `yaml:"timeout"`
-	// Rise passes make an unhealthy endpoint healthy. Default 2.
-	Rise *int `yaml:"rise"`
-	// Fall failures make a healthy endpoint unhealthy. Default 3.
-	Fall *int `yaml:"fall"`
-	// Jitter spreads checks by this fraction of the interval. Default 0.1.
-	Jitter *float64 `yaml:"jitter"`
-	// UnhealthyInterval is the first wait while unhealthy, doubled per
-	// failure up to max_backoff. Default: interval.
-	UnhealthyInterval Duration `yaml:"unhealthy_interval"`
-	// MaxBackoff caps the unhealthy backoff. Default 60s.
-	MaxBackoff Duration `yaml:"max_backoff"`
-	// MaxInterval, above interval, lets a long-healthy endpoint be probed
-	// less often, up to this. Default: interval (off).
-	MaxInterval Duration `yaml:"max_interval"`
-	// StretchAfter passes double the adaptive interval once. Default 10.
-	StretchAfter int `yaml:"stretch_after"`
-}
-
-// PassiveHealth configures outlier detection. Absent keys take the
-// defaults of health.PassiveConfig.
-type PassiveHealth struct {
-	// ConsecutiveFailures in a row eject an endpoint. Default 5.
-	ConsecutiveFailures int `yaml:"consecutive_failures"`
-	// FailureStatuses count as failures besides transport errors. Default
-	// [502, 503, 504].
-	FailureStatuses []int `yaml:"failure_statuses"`
-	// BaseEjection is the first ejection's length; the k-th lasts k times
-	// as long. Default 30s.
-	BaseEjection Duration `yaml:"base_ejection"`
-	// MaxEjection caps an ejection. Default 300s.
-	MaxEjection Duration `yaml:"max_ejection"`
-	// MaxEjectedPercent bounds the share of the pool ejected at once.
-	// Default 50.
-	MaxEjectedPercent int `yaml:"max_ejected_percent"`
-	// FailureRate (0 to 1) over window ejects, once min_requests were
-	// seen. Default 0: off.
-	FailureRate float64 `yaml:"failure_rate"`
-	// Window of the failure rate and latency outliers. Default 10s.
-	Window Duration `yaml:"window"`
-	// MinRequests in the window before rates and medians count. Default 20.
-	MinRequests int `yaml:"min_requests"`
-	// RecoverySuccesses in a row bring an endpoint back from probation.
-	// Default 2.
-	RecoverySuccesses int `yaml:"recovery_successes"`
-	// LatencyFactor ejects an endpoint whose median latency exceeds this
-	// multiple of the pool's. Default 0: off.
-	LatencyFactor float64 `yaml:"latency_factor"`
-}
-
-// Library returns the health package's form of a.
-func (a ActiveHealth) Library() health.ActiveConfig {
-	c := health.DefaultActiveConfig()
-	set := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
-		}
-	}
-	set(&c.Type, a.Type)
-	set(&c.Method, a.Method)
-	set(&c.Path, a.Path)
-	set(&c.Host, a.Host)
-	set(&c.ExpectStatus, a.ExpectStatus)
-	set(&c.ExpectBody, a.ExpectBody)
-	set(&c.GRPCService, a.GRPCService)
-	for _, d := range []struct {
-		dst *time.Duration
-		v   Duration
-	}{{&c.Interval, a.Interval}, {&c.Timeout, a.Timeout}, {&c.UnhealthyInterval, a.UnhealthyInterval}, {&c.MaxBackoff, a.MaxBackoff}, {&c.MaxInterval, a.MaxInterval}} {
-		if d.v != 0 {
-			*d.dst = d.v.Std()
-		}
-	}
-	if a.Timeout == 0 && a.Interval != 0 && c.Timeout >= c.Interval {
-		c.Timeout = c.Interval / 2 // the default timeout must fit a short interval
-	}
-	if a.Rise != nil {
-		c.Rise = *a.Rise
-	}
-	if a.Fall != nil {
-		c.Fall = *a.Fall
-	}
-	if a.StretchAfter != 0 {
-		c.StretchAfter = a.StretchAfter
-	}
-	if a.Jitter != nil {
-		c.Jitter = *a.Jitter
-	}
-	return c
-}
-
-// Library returns the health package's form of p.
-func (p PassiveHealth) Library() health.PassiveConfig {
-	return health.PassiveConfig{
-		ConsecutiveFailures: p.ConsecutiveFailures, FailureStatuses: p.FailureStatuses,
-		BaseEjection: p.BaseEjection.Std(), MaxEjection: p.MaxEjection.Std(), MaxEjectedPercent: p.MaxEjectedPercent,
-		FailureRate: p.FailureRate, Window: p.Window.Std(), MinRequests: p.MinRequests,
-		RecoverySuccesses: p.RecoverySuccesses, LatencyFactor: p.LatencyFactor,
-	}
 }
 
 // Balance selects and configures a balancing policy. docs/balancing.md

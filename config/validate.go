@@ -438,51 +438,29 @@ func parsePath(path string) ([]pathStep, bool) {
 	return steps, true
 }
 
-// checkHealth checks an upstream's health block. The health package judges
-// its own settings; its errors start "health: KEY ...", which places them.
+// checkHealth checks an upstream's health block; the health package judges
+// its active and passive settings.
 func (v *validator) checkHealth(h *Health) {
 	if a := h.Active; a != nil && !v.bad(a) {
-		fields := map[string]any{
-			"type": &a.Type, "method": &a.Method, "path": &a.Path, "host": &a.Host,
-			"expect_status": &a.ExpectStatus, "expect_body": &a.ExpectBody, "grpc_service": &a.GRPCService,
-			"interval": &a.Interval, "timeout": &a.Timeout, "rise": &a.Rise, "fall": &a.Fall, "jitter": &a.Jitter,
-			"unhealthy_interval": &a.UnhealthyInterval, "max_backoff": &a.MaxBackoff, "max_interval": &a.MaxInterval,
-			"stretch_after": &a.StretchAfter,
-		}
-		if err := a.Library().Validate(); err != nil {
-			v.libraryError(err, fields, a)
+		v.place(a.Validate(), a)
+		// The health package reads rise or fall 0 as its default, the way
+		// an absent key is read; written out, 0 is a mistake that it cannot
+		// see, since no number of checks below 1 decides anything.
+		for _, n := range []struct {
+			key string
+			at  *int
+		}{{"rise", &a.Rise}, {"fall", &a.Fall}} {
+			if *n.at == 0 && v.present(n.at) {
+				v.errorf(n.at, "%s: must be at least 1, got 0", n.key)
+			}
 		}
 	}
 	if p := h.Passive; p != nil && !v.bad(p) {
-		fields := map[string]any{
-			"consecutive_failures": &p.ConsecutiveFailures, "failure_statuses": &p.FailureStatuses,
-			"base_ejection": &p.BaseEjection, "max_ejection": &p.MaxEjection, "max_ejected_percent": &p.MaxEjectedPercent,
-			"failure_rate": &p.FailureRate, "window": &p.Window, "min_requests": &p.MinRequests,
-			"recovery_successes": &p.RecoverySuccesses, "latency_factor": &p.LatencyFactor,
-		}
-		if err := p.Library().Validate(); err != nil {
-			v.libraryError(err, fields, p)
-		}
+		v.place(p.Validate(), p)
 	}
 	if t := h.PanicThreshold; t < 0 || t > 1 {
 		v.errorf(&h.PanicThreshold, "panic_threshold must be between 0 and 1, got %v", t)
 	}
-}
-
-// libraryError places an error of the form "PKG: KEY ...: why" at KEY's
-// value when KEY is one of fields, else at whole's key.
-func (v *validator) libraryError(err error, fields map[string]any, whole any) {
-	msg := err.Error()
-	if _, rest, ok := strings.Cut(msg, ": "); ok {
-		key, _, _ := strings.Cut(rest, " ")
-		key = strings.TrimSuffix(key, ":")
-		if at, ok := fields[key]; ok && v.present(at) {
-			v.errorf(at, "%s", rest)
-			return
-		}
-		msg = rest
-	}
-	v.keyErrorf(whole, "%s", msg)
 }
 
 // fieldErrors reports each problem of err at the field its path names in

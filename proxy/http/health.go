@@ -74,7 +74,7 @@ func newHealthState(upstream string, pool *endpoint.Pool, cfg config.Health, brk
 	empty := map[*endpoint.Endpoint]*breaker.Breaker{}
 	h.breakers.Store(&empty)
 	if cfg.Active != nil {
-		m, err := health.NewMonitor(cfg.Active.Library(), h.onActive, health.WithLogger(log))
+		m, err := health.NewMonitor(*cfg.Active, h.onActive, health.WithLogger(log))
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +87,7 @@ func newHealthState(upstream string, pool *endpoint.Pool, cfg config.Health, brk
 			// interval back to its base.
 			opts = append(opts, health.WithDetectorFailureSignal(func(ep *endpoint.Endpoint) { h.monitor.Nudge(ep.Address()) }))
 		}
-		d, err := health.NewDetector(cfg.Passive.Library(), opts...)
+		d, err := health.NewDetector(*cfg.Passive, opts...)
 		if err != nil {
 			return nil, err
 		}
