@@ -785,3 +785,71 @@ func TestParsePath(t *testing.T) {
 		}
 	}
 }
+
+func TestInlineStructKeysAreTheParentsKeys(t *testing.T) {
+	type Inner struct {
+		Rate  string `yaml:"rate"`
+		Burst int    `yaml:"burst"`
+	}
+	type entry struct {
+		Name  string `yaml:"name"`
+		Inner `yaml:",inline"`
+		Extra bool `yaml:"extra"`
+	}
+	decode := func(src string) (*entry, *positions, []string) {
+		probs := &problems{file: "f"}
+		root := parseYAML([]byte(src), probs)
+		pos := newPositions(root)
+		e := &entry{}
+		d := &decoder{src: []byte(src), lookup: func(string) (string, bool) { return "", false }, pos: pos, probs: probs}
+		d.decode(root, reflect.ValueOf(e).Elem(), &site{value: root})
+		var lines []string
+		for _, p := range probs.errors() {
+			lines = append(lines, p.String())
+		}
+		return e, pos, lines
+	}
+	e, pos, lines := decode("name: a\nrate: 5/s\nburst: 3\n")
+	if len(lines) > 0 || e.Name != "a" || e.Rate != "5/s" || e.Burst != 3 {
+		t.Fatalf("decoded %+v with problems %v, want the inline keys set", e, lines)
+	}
+	if n := pos.of(&e.Burst).node(); n.Line != 3 {
+		t.Errorf("burst recorded at line %d, want 3", n.Line)
+	}
+	if n := pos.of(&e.Inner).node(); n.Line != 1 {
+		t.Errorf("the inline struct is recorded at line %d, want its parent's mapping (line 1)", n.Line)
+	}
+	chain, exact := locate(e, "burst")
+	if !exact || chain[len(chain)-1] != any(&e.Burst) {
+		t.Errorf("locate(burst) = %v, %v; want &e.Burst through the inline struct", chain, exact)
+	}
+	_, _, lines = decode("name: a\nbrust: 3\n")
+	if want := []string{`f:2:1: unknown key "brust" in entry (known: name, rate, burst, extra)`}; !slices.Equal(lines, want) {
+		t.Errorf("problems %q, want %q", lines, want)
+	}
+}
+
+// TestKeysAreUniquePerMapping guards inline structs: a key of an inline
+// library config must not also be a key of the struct that holds it.
+func TestKeysAreUniquePerMapping(t *testing.T) {
+	seen := map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(ty reflect.Type) {
+		for ty.Kind() == reflect.Pointer || ty.Kind() == reflect.Slice || ty.Kind() == reflect.Map {
+			ty = ty.Elem()
+		}
+		if ty.Kind() != reflect.Struct || seen[ty] {
+			return
+		}
+		seen[ty] = true
+		names := map[string]bool{}
+		for _, f := range fieldsOf(ty) {
+			if names[f.name] {
+				t.Errorf("%s has the key %q twice", ty, f.name)
+			}
+			names[f.name] = true
+			walk(ty.FieldByIndex(f.index).Type)
+		}
+	}
+	walk(reflect.TypeFor[Config]())
+}

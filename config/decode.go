@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -184,16 +185,17 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, s *site) {
 			d.probs.node(p.key, "unknown key %q %s (known: %s)", name, contextOf(v.Type()), fieldNames(fields))
 			continue
 		}
-		fv := v.Field(f.index)
+		fv := v.FieldByIndex(f.index)
 		fs := &site{key: p.key, value: p.value, parent: n}
 		d.pos.set(fv.Addr().Interface(), fs)
 		d.decode(p.value, fv, fs)
 	}
 	for _, f := range fields {
 		if seen[f.name] == nil {
-			d.absentField(v.Field(f.index), n)
+			d.absentField(v.FieldByIndex(f.index), n)
 		}
 	}
+	d.inline(v, s)
 }
 
 // absent records every field of the struct v, recursively through nested
@@ -201,8 +203,9 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, s *site) {
 // field is reported at the mapping that lacks it.
 func (d *decoder) absent(v reflect.Value, parent *yaml.Node) {
 	for _, f := range fieldsOf(v.Type()) {
-		d.absentField(v.Field(f.index), parent)
+		d.absentField(v.FieldByIndex(f.index), parent)
 	}
+	d.inline(v, &site{parent: parent})
 }
 
 func (d *decoder) absentField(fv reflect.Value, parent *yaml.Node) {
@@ -436,21 +439,31 @@ func describe(n *yaml.Node) string {
 	return "an alias"
 }
 
-// keyField is a struct field that a YAML key can set.
+// keyField is a struct field that a YAML key can set. index is its index
+// sequence for reflect.Value.FieldByIndex: a field of an inline struct is
+// a field of its parent.
 type keyField struct {
 	name  string
-	index int
+	index []int
 }
 
 // fieldsOf lists t's YAML keys in declaration order. A field tagged
 // `yaml:"-"` and unexported fields (position bookkeeping, say) are not
 // keys; a field without a tag is keyed by its lower-cased name, as yaml
-// does.
+// does. The keys of a struct field tagged `yaml:",inline"` are keys of t,
+// in its place: config.RateLimit has ratelimit.Config's keys beside its
+// own name and global.
 func fieldsOf(t reflect.Type) []keyField {
 	var fs []keyField
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if !f.IsExported() {
+			continue
+		}
+		if isInline(f) {
+			for _, in := range fieldsOf(f.Type) {
+				fs = append(fs, keyField{name: in.name, index: append([]int{i}, in.index...)})
+			}
 			continue
 		}
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
@@ -460,9 +473,28 @@ func fieldsOf(t reflect.Type) []keyField {
 		case "":
 			name = strings.ToLower(f.Name)
 		}
-		fs = append(fs, keyField{name: name, index: i})
+		fs = append(fs, keyField{name: name, index: []int{i}})
 	}
 	return fs
+}
+
+// isInline reports whether f is a struct whose keys are written in its
+// parent's mapping (`yaml:",inline"`). Only structs can be inline here;
+// yaml's inline maps are not supported.
+func isInline(f reflect.StructField) bool {
+	_, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline")
+}
+
+// inline records the inline structs of v, a struct decoded from s, at s:
+// their keys are written in v's own mapping.
+func (d *decoder) inline(v reflect.Value, s *site) {
+	for i := 0; i < v.NumField(); i++ {
+		if f := v.Type().Field(i); f.IsExported() && isInline(f) {
+			d.pos.set(v.Field(i).Addr().Interface(), s)
+			d.inline(v.Field(i), s)
+		}
+	}
 }
 
 func fieldNamed(fs []keyField, name string) (keyField, bool) {

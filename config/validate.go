@@ -386,7 +386,7 @@ func locate(root any, path string) (chain []any, exact bool) {
 			if !found {
 				return chain, false
 			}
-			cur = cur.Field(f.index)
+			cur = cur.FieldByIndex(f.index)
 		default:
 			if cur.Kind() != reflect.Slice || st.index >= cur.Len() {
 				return chain, false
