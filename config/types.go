@@ -273,8 +273,9 @@ type Route struct {
 	// bucket delays instead.
 	RateLimit []RateLimit `yaml:"rate_limit"`
 	// Concurrency caps the route's requests in flight (a bulkhead), with an
-	// optional bounded queue. A request over the cap gets 503.
-	Concurrency *Concurrency `yaml:"concurrency"`
+	// optional bounded queue. A request over the cap gets 503. Keys:
+	// ratelimit.ConcurrencyConfig.
+	Concurrency *ratelimit.ConcurrencyConfig `yaml:"concurrency"`
 	// Breaker is the route's circuit breaker: while it is open, requests go
 	// straight to the fallback chain (or get 503) without touching the
 	// upstream. Keys: docs/breaker.md.
@@ -290,94 +291,33 @@ type Route struct {
 	Fallback *fallback.Config `yaml:"fallback"`
 }
 
-// RateLimit is one limit on a route. docs/ratelimit.md describes the
-// algorithms and which keys each reads; a key the algorithm does not read is
-// an error.
+// RateLimit is one limit on a route: a name, the limit itself (the keys of
+// ratelimit.Config, written in the entry: algorithm, rate, burst, queue,
+// max_wait, variant, key, trusted_proxies, max_keys) and, to share it among
+// every switchboard, global. docs/ratelimit.md describes the algorithms and
+// which keys each reads; a key the algorithm does not read is an error.
 type RateLimit struct {
-	// Name identifies the limiter in metrics. Default "<route>/<index>".
+	// Name identifies the limiter in metrics. Default "rate_limit_<index>".
 	Name string `yaml:"name"`
-	// Algorithm is token_bucket (default), leaky_bucket, fixed_window or
-	// sliding_window. A global limit is a token bucket.
-	Algorithm string `yaml:"algorithm"`
-	// Rate is N/UNIT: "100/s", "5/m", "10/100ms". Required.
-	Rate string `yaml:"rate"`
-	// Burst is the token bucket's capacity. Required by token_bucket.
-	Burst int `yaml:"burst"`
-	// Queue is how many requests a leaky bucket lets wait. Required by
-	// leaky_bucket.
-	Queue int `yaml:"queue"`
-	// MaxWait rejects a leaky-bucket request that would wait longer.
-	MaxWait Duration `yaml:"max_wait"`
-	// Variant is sliding_window's implementation: auto, log or counter.
-	Variant string `yaml:"variant"`
-	// Key makes the limit per key: client_ip, header:NAME, path or route.
-	// Default: one limit for every request of the route.
-	Key string `yaml:"key"`
-	// TrustedProxies are addresses or CIDR prefixes whose X-Forwarded-For
-	// is believed for key client_ip.
-	TrustedProxies []string `yaml:"trusted_proxies"`
-	// MaxKeys bounds the keys remembered. Default 100000.
-	MaxKeys int `yaml:"max_keys"`
+	// Config is the limit. With global it must be a token bucket (see
+	// ratelimit/redis.ValidateLimit).
+	ratelimit.Config `yaml:",inline"`
 	// Global shares the limit among every switchboard through Redis.
 	Global *GlobalLimit `yaml:"global"`
 }
 
 // GlobalLimit makes a rate limit global: a token bucket kept in Redis
-// (GCRA in a Lua script on the server's clock).
+// (GCRA in a Lua script on the server's clock). Its keys are the Redis
+// server to use and those of ratelimit/redis.Config: prefix, timeout,
+// on_failure, local_share and recheck.
 type GlobalLimit struct {
 	// Redis is the server's host:port. Required.
 	Redis string `yaml:"redis"`
 	// Password and DB select the Redis database.
 	Password string `yaml:"password"`
 	DB       int    `yaml:"db"`
-	// Prefix is prepended to every key. Default "switchboard:ratelimit:".
-	Prefix string `yaml:"prefix"`
-	// Timeout bounds each call to Redis: no request waits longer. Default
-	// 50ms.
-	Timeout Duration `yaml:"timeout"`
-	// OnFailure is fail_open (default: decide locally at local_share of
-	// the limit) or fail_closed (reject) while Redis fails.
-	OnFailure string `yaml:"on_failure"`
-	// LocalShare is the fraction of the limit one instance admits on its
-	// own while Redis fails, about 1/N for N instances. Required with
-	// fail_open.
-	LocalShare float64 `yaml:"local_share"`
-	// Recheck is how long to decide locally after a failure before trying
-	// Redis again. Default 1s.
-	Recheck Duration `yaml:"recheck"`
-}
-
-// Concurrency is a route's bulkhead.
-type Concurrency struct {
-	// MaxInFlight is how many requests may be in progress. Required.
-	MaxInFlight int `yaml:"max_in_flight"`
-	// Queue is how many more may wait for a slot. Default 0.
-	Queue int `yaml:"queue"`
-	// MaxWait is the longest a request waits in the queue. Default 0: the
-	// route's timeout bounds it.
-	MaxWait Duration `yaml:"max_wait"`
-}
-
-// Local returns the ratelimit package's form of a local limit.
-func (l RateLimit) Local() ratelimit.Config {
-	return ratelimit.Config{
-		Algorithm: l.Algorithm, Rate: l.Rate, Burst: l.Burst, Queue: l.Queue, MaxWait: l.MaxWait.Std(),
-		Variant: l.Variant, Key: l.Key, TrustedProxies: l.TrustedProxies, MaxKeys: l.MaxKeys,
-	}
-}
-
-// GlobalConfig returns ratelimit/redis's form of a global limit.
-func (l RateLimit) GlobalConfig() rlredis.Config {
-	g := l.Global
-	return rlredis.Config{
-		Rate: l.Rate, Burst: l.Burst, Prefix: g.Prefix, Timeout: g.Timeout.Std(), OnFailure: g.OnFailure,
-		LocalShare: g.LocalShare, Recheck: g.Recheck.Std(), MaxKeys: l.MaxKeys, Key: l.Key, TrustedProxies: l.TrustedProxies,
-	}
-}
-
-// Library returns the ratelimit package's form of c.
-func (c Concurrency) Library() ratelimit.ConcurrencyConfig {
-	return ratelimit.ConcurrencyConfig{MaxInFlight: c.MaxInFlight, Queue: c.Queue, MaxWait: c.MaxWait.Std()}
+	// Config is how the limit uses Redis.
+	rlredis.Config `yaml:",inline"`
 }
 
 // Match is a route's request matcher.
@@ -414,8 +354,8 @@ type Upstream struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// Concurrency caps the requests in flight to this upstream from every
 	// route together (a bulkhead), with an optional bounded queue. A
-	// request over the cap gets 503.
-	Concurrency *Concurrency `yaml:"concurrency"`
+	// request over the cap gets 503. Keys: ratelimit.ConcurrencyConfig.
+	Concurrency *ratelimit.ConcurrencyConfig `yaml:"concurrency"`
 	// Health configures active checks, passive ejection and panic mode.
 	Health Health `yaml:"health"`
 	// Breaker gives every endpoint a circuit breaker of its own: an open

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/switchboard-dev/switchboard/field"
+	rlredis "github.com/switchboard-dev/switchboard/ratelimit/redis"
 )
 
 // validator runs the semantic checks on a decoded Config.
@@ -277,9 +278,9 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	v.checkLimits(r)
 }
 
-// checkLimits checks a route's rate limits and bulkhead. The ratelimit
-// packages judge their own settings; their errors name the key, which is
-// mapped back to its line here.
+// checkLimits checks a route's rate limits and bulkhead, and its retry,
+// breaker and fallback. The library packages judge their own settings;
+// their errors name the key, which place maps back to its line.
 func (v *validator) checkLimits(r *Route) {
 	names := map[string]any{}
 	for i := range r.RateLimit {
@@ -290,38 +291,25 @@ func (v *validator) checkLimits(r *Route) {
 			}
 			names[l.Name] = &l.Name
 		}
-		fields := map[string]any{
-			"algorithm": &l.Algorithm, "rate": &l.Rate, "burst": &l.Burst, "queue": &l.Queue,
-			"max_wait": &l.MaxWait, "variant": &l.Variant, "key": &l.Key,
-			"trusted_proxies": &l.TrustedProxies, "max_keys": &l.MaxKeys,
-		}
-		if g := l.Global; g != nil {
-			if l.Algorithm != "" && l.Algorithm != "token_bucket" {
-				v.errorf(&l.Algorithm, "a global limit is a token bucket; algorithm %q cannot be global", l.Algorithm)
-				continue
-			}
-			for key, set := range map[string]bool{"queue": l.Queue != 0, "max_wait": l.MaxWait != 0, "variant": l.Variant != ""} {
-				if set {
-					v.keyErrorf(fields[key], "a global limit does not use %s", key)
-				}
-			}
-			switch h, _, err := splitAddr(g.Redis, dialPort); {
-			case g.Redis == "":
-				v.keyErrorf(g, "global.redis (host:port of the Redis server) is required")
-			case err != nil:
-				v.errorf(&g.Redis, "global.redis %q %v", g.Redis, err)
-			case h == "":
-				v.errorf(&g.Redis, "global.redis %q needs a host", g.Redis)
-			}
-			fields["prefix"], fields["timeout"], fields["on_failure"] = &g.Prefix, &g.Timeout, &g.OnFailure
-			fields["local_share"], fields["recheck"] = &g.LocalShare, &g.Recheck
-			v.fieldErrors(l.GlobalConfig().Validate(), fields, l)
+		g := l.Global
+		if g == nil {
+			v.place(l.Config.Validate(), l)
 			continue
 		}
-		v.place(l.Local().Validate(), l)
+		v.place(rlredis.ValidateLimit(l.Config), l)
+		switch h, _, err := splitAddr(g.Redis, dialPort); {
+		case v.bad(&g.Redis):
+		case g.Redis == "":
+			v.keyErrorf(g, "global.redis (host:port of the Redis server) is required")
+		case err != nil:
+			v.errorf(&g.Redis, "global.redis %q %v", g.Redis, err)
+		case h == "":
+			v.errorf(&g.Redis, "global.redis %q needs a host", g.Redis)
+		}
+		v.place(field.Prefix("global", g.Config.Validate()), l)
 	}
 	if c := r.Concurrency; c != nil {
-		v.place(c.Library().Validate(), c)
+		v.place(c.Validate(), c)
 	}
 	if p := r.Retry; p != nil && !v.bad(p) {
 		v.place(p.Validate(), p)
@@ -463,19 +451,6 @@ func (v *validator) checkHealth(h *Health) {
 	}
 }
 
-// fieldErrors reports each problem of err at the field its path names in
-// fields (or at whole when the path is not one of them). It places the
-// errors of a global rate limit, whose keys live in two blocks.
-func (v *validator) fieldErrors(err error, fields map[string]any, whole any) {
-	for _, e := range field.Split(err) {
-		if at, ok := fields[e.Path]; ok && v.present(at) {
-			v.errorf(at, "%v", e)
-			continue
-		}
-		v.keyErrorf(whole, "%v", e)
-	}
-}
-
 // checkMatch checks a route's matcher and normalizes it: methods are
 // upper-cased and header names canonicalized, as net/http stores them.
 func (v *validator) checkMatch(m *Match) {
@@ -549,7 +524,7 @@ func (v *validator) checkUpstreams() {
 			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c)", u.Protocol)
 		}
 		if c := u.Concurrency; c != nil {
-			v.place(c.Library().Validate(), c)
+			v.place(c.Validate(), c)
 		}
 		v.checkHealth(&u.Health)
 		if b := u.Breaker; b != nil && !v.bad(b) {

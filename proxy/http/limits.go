@@ -37,7 +37,7 @@ type limiter struct {
 
 // bulkhead is the running form of a route's concurrency block.
 type bulkhead struct {
-	cfg config.Concurrency
+	cfg ratelimit.ConcurrencyConfig
 	c   *ratelimit.Concurrency
 }
 
@@ -85,7 +85,7 @@ func (s *Server) buildLimits(rc *config.Route, prev, next *limitSet) ([]*limiter
 			}
 			l.client = goredis.NewClient(opt)
 			route, lname := rc.Name, name
-			g, err := rlredis.New(l.client, lc.GlobalConfig(), rlredis.WithErrorHandler(func(err error) {
+			g, err := rlredis.New(l.client, lc.Config, lc.Global.Config, rlredis.WithErrorHandler(func(err error) {
 				s.limitMetrics.redisErrors.WithLabelValues(route, lname).Inc()
 				s.log.Debug("global rate limit: redis call failed", "route", route, "limiter", lname, "error", err)
 			}))
@@ -95,7 +95,7 @@ func (s *Server) buildLimits(rc *config.Route, prev, next *limitSet) ([]*limiter
 			}
 			l.global, l.source = g, g.Source()
 		} else {
-			k, err := ratelimit.NewKeyed(lc.Local())
+			k, err := ratelimit.NewKeyed(lc.Config)
 			if err != nil {
 				return nil, nil, fmt.Errorf("route %q rate_limit %q: %w", rc.Name, name, err)
 			}
@@ -113,7 +113,7 @@ func (s *Server) buildLimits(rc *config.Route, prev, next *limitSet) ([]*limiter
 		if p := prev.bulkheads[rc.Name]; p != nil && p.cfg == *rc.Concurrency {
 			bh = p
 		} else {
-			c, err := ratelimit.NewConcurrency(rc.Concurrency.Library())
+			c, err := ratelimit.NewConcurrency(*rc.Concurrency)
 			if err != nil {
 				return nil, nil, fmt.Errorf("route %q concurrency: %w", rc.Name, err)
 			}

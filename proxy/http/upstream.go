@@ -146,7 +146,7 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 		if prev != nil && prev.bulkhead != nil && prev.bulkhead.cfg == *c.Concurrency {
 			u.bulkhead = prev.bulkhead
 		} else {
-			lim, err := ratelimit.NewConcurrency(c.Concurrency.Library())
+			lim, err := ratelimit.NewConcurrency(*c.Concurrency)
 			if err != nil {
 				return nil, err
 			}
