@@ -862,3 +862,31 @@ func TestKeysAreUniquePerMapping(t *testing.T) {
 	}
 	walk(reflect.TypeFor[Config]())
 }
+
+// TestUnknownKeysNameTheirPlace: a struct from a library package has a
+// generic type name (breaker.Config, retry.Policy), so an unknown key in it
+// must be explained through contexts, not as "in config".
+func TestUnknownKeysNameTheirPlace(t *testing.T) {
+	seen := map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(ty reflect.Type) {
+		for ty.Kind() == reflect.Pointer || ty.Kind() == reflect.Slice || ty.Kind() == reflect.Map {
+			ty = ty.Elem()
+		}
+		if ty.Kind() != reflect.Struct || seen[ty] || ty == reflect.TypeFor[time.Duration]() {
+			return
+		}
+		seen[ty] = true
+		if _, named := contexts[ty]; !named && ty.PkgPath() != reflect.TypeFor[Config]().PkgPath() {
+			t.Errorf("unknown keys in %s would be reported %q: add it to contexts", ty, contextOf(ty))
+		}
+		for _, f := range fieldsOf(ty) {
+			walk(ty.FieldByIndex(f.index).Type)
+		}
+	}
+	walk(reflect.TypeFor[Config]())
+	lines := problemLines(t, "lb.yaml", "upstreams: {u: {targets: [{address: 'a:1'}], breaker: {open: 1s}}}\n")
+	if want := []string{`lb.yaml:1:56: unknown key "open" in breaker (known: window_type, window_size, window, buckets, min_requests, failure_rate, slow_threshold, slow_rate, consecutive_failures, open_for, max_open_for, half_open_probes, failure_statuses)`}; !slices.Equal(lines, want) {
+		t.Errorf("problems %q, want %q", lines, want)
+	}
+}

@@ -12,6 +12,12 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/health"
+	"github.com/switchboard-dev/switchboard/ratelimit"
+	"github.com/switchboard-dev/switchboard/retry"
 )
 
 // The decoder walks a yaml.Node tree into Go values by reflection, guided
@@ -515,11 +521,22 @@ func fieldNames(fs []keyField) string {
 }
 
 // contexts name the place a struct's keys live in, for unknown-key
-// messages; the default is "in " and the lower-cased type name.
+// messages; the default is "in " and the lower-cased type name. The
+// library configs are named by the key they are written under, since
+// their type names (breaker.Config, retry.Policy) do not say it.
 var contexts = map[reflect.Type]string{
 	reflect.TypeFor[Config]():           "at the top level",
 	reflect.TypeFor[ListenerTimeouts](): "in listener timeouts",
 	reflect.TypeFor[UpstreamTimeouts](): "in upstream timeouts",
+
+	reflect.TypeFor[health.ActiveConfig]():         "in health.active",
+	reflect.TypeFor[health.PassiveConfig]():        "in health.passive",
+	reflect.TypeFor[ratelimit.ConcurrencyConfig](): "in concurrency",
+	reflect.TypeFor[breaker.Config]():              "in breaker",
+	reflect.TypeFor[retry.Policy]():                "in retry",
+	reflect.TypeFor[fallback.Config]():             "in fallback",
+	reflect.TypeFor[fallback.StepConfig]():         "in a fallback step",
+	reflect.TypeFor[fallback.CacheConfig]():        "in fallback cache",
 }
 
 func contextOf(t reflect.Type) string {
