@@ -181,7 +181,7 @@ func TestCanonicalConfigGetsItsDefaults(t *testing.T) {
 			}},
 		}},
 		Upstreams: map[string]*Upstream{"orders": {
-			Balance:  Balance{Policy: "round_robin"},
+			Balance:  balance.Config{Policy: "round_robin"},
 			Protocol: "http1",
 			Targets: []Target{
 				{Address: "127.0.0.1:9001", Weight: 3},

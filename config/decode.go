@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/health"
@@ -529,6 +530,8 @@ var contexts = map[reflect.Type]string{
 	reflect.TypeFor[ListenerTimeouts](): "in listener timeouts",
 	reflect.TypeFor[UpstreamTimeouts](): "in upstream timeouts",
 
+	reflect.TypeFor[balance.Config]():              "in balance",
+	reflect.TypeFor[balance.DynamicWeightConfig](): "in balance.dynamic_weight",
 	reflect.TypeFor[health.ActiveConfig]():         "in health.active",
 	reflect.TypeFor[health.PassiveConfig]():        "in health.passive",
 	reflect.TypeFor[ratelimit.ConcurrencyConfig](): "in concurrency",

@@ -335,8 +335,10 @@ type Match struct {
 
 // Upstream is a named pool of endpoints.
 type Upstream struct {
-	// Balance chooses an endpoint per request. Default round_robin.
-	Balance Balance `yaml:"balance"`
+	// Balance chooses an endpoint per request: the policy and its
+	// settings. Default round_robin. Keys: balance.Config
+	// (docs/balancing.md).
+	Balance balance.Config `yaml:"balance"`
 	// Protocol to speak to the endpoints: http1 (default) or h2c
 	// (cleartext HTTP/2, for gRPC).
 	Protocol string `yaml:"protocol"`
@@ -377,85 +379,6 @@ type Health struct {
 	// falls below it (0 to 1), sends traffic to every endpoint rather than
 	// crush the survivors. Default 0: off.
 	PanicThreshold float64 `yaml:"panic_threshold"`
-}
-
-// Balance selects and configures a balancing policy. docs/balancing.md
-// describes each policy and which keys it reads; a key the chosen policy
-// does not read is an error.
-type Balance struct {
-	// Policy is the balancing policy's name. Default round_robin.
-	Policy string `yaml:"policy"`
-	// HashKey is where consistent_hash and maglev find a request's key:
-	// header:NAME, cookie:NAME, client_ip, path or query:NAME. Required by
-	// those policies.
-	HashKey string `yaml:"hash_key"`
-	// BoundedLoad caps an endpoint of consistent_hash or maglev at this
-	// multiple of its share of in-flight requests (> 1; 1.25 is a good
-	// start). Default off.
-	BoundedLoad float64 `yaml:"bounded_load"`
-	// Fallback is the policy for requests without a hash key. Default
-	// round_robin.
-	Fallback string `yaml:"fallback"`
-	// TableSize is maglev's lookup table size, a prime. Default 65537.
-	TableSize int `yaml:"table_size"`
-	// VirtualNodes is consistent_hash's ring points per unit of weight.
-	// Default 160.
-	VirtualNodes int `yaml:"virtual_nodes"`
-	// SlowStart ramps a new or recovered endpoint from 10% to full weight
-	// over this long. Default 0: off.
-	SlowStart Duration `yaml:"slow_start"`
-	// DecayWindow is the time constant of p2c_ewma's and dynamic_weight's
-	// moving averages. Default 10s.
-	DecayWindow Duration `yaml:"decay_window"`
-	// ErrorPenalty is the latency a failed request counts as in p2c_ewma.
-	// Default 1s.
-	ErrorPenalty Duration `yaml:"error_penalty"`
-	// DynamicWeight configures dynamic_weight.
-	DynamicWeight DynamicWeight `yaml:"dynamic_weight"`
-}
-
-// DynamicWeight configures the dynamic_weight policy: an endpoint's weight
-// is its configured weight times a score from its reported cpu and memory
-// and the proxy's own latency and error observations.
-type DynamicWeight struct {
-	// CPU, Mem, Latency and Errors weigh the score's terms. Default 0.4,
-	// 0.3, 0.2 and 0.1 (when all four are absent).
-	CPU     float64 `yaml:"cpu"`
-	Mem     float64 `yaml:"mem"`
-	Latency float64 `yaml:"latency"`
-	Errors  float64 `yaml:"errors"`
-	// LatencyCap is the latency at which the latency term reaches 0.
-	// Default 1s.
-	LatencyCap Duration `yaml:"latency_cap"`
-	// ErrorCap is the error rate (0 to 1) at which the errors term reaches
-	// 0. Default 0.5.
-	ErrorCap float64 `yaml:"error_cap"`
-	// MinWeight is the floor of the score (0 to 1]. Default 0.1.
-	MinWeight float64 `yaml:"min_weight"`
-	// Header carries an endpoint's load report ("cpu=0.42, mem=0.31") on
-	// its responses. Default X-Switchboard-Load.
-	Header string `yaml:"header"`
-	// PollPath, when set, polls each endpoint at this path for its report.
-	PollPath string `yaml:"poll_path"`
-	// PollInterval is the time between polls. Default 5s.
-	PollInterval Duration `yaml:"poll_interval"`
-	// Refresh is how often weights are recomputed. Default 1s.
-	Refresh Duration `yaml:"refresh"`
-}
-
-// Library returns the balance package's form of b.
-func (b Balance) Library() balance.Config {
-	d := b.DynamicWeight
-	return balance.Config{
-		Policy: b.Policy, HashKey: b.HashKey, BoundedLoad: b.BoundedLoad, Fallback: b.Fallback,
-		TableSize: b.TableSize, VirtualNodes: b.VirtualNodes, SlowStart: b.SlowStart.Std(),
-		DecayWindow: b.DecayWindow.Std(), ErrorPenalty: b.ErrorPenalty.Std(),
-		DynamicWeight: balance.DynamicWeightConfig{
-			CPU: d.CPU, Mem: d.Mem, Latency: d.Latency, Errors: d.Errors,
-			LatencyCap: d.LatencyCap.Std(), ErrorCap: d.ErrorCap, MinWeight: d.MinWeight,
-			Header: d.Header, PollPath: d.PollPath, PollInterval: d.PollInterval.Std(), Refresh: d.Refresh.Std(),
-		},
-	}
 }
 
 // Target is one static endpoint.

@@ -516,7 +516,7 @@ func (v *validator) checkUpstreams() {
 		}
 		if !v.bad(&u.Balance) {
 			// The policy's own builder is the one judge of its settings.
-			v.place(u.Balance.Library().Validate(), &u.Balance)
+			v.place(u.Balance.Validate(), &u.Balance)
 		}
 		switch u.Protocol {
 		case "", "http1", "h2c":

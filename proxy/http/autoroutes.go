@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/internal/ctxtime"
 )
@@ -134,7 +135,7 @@ func withAutoRoutes(cfg *config.Config, services map[string][]string) *config.Co
 		maxIdle := config.DefaultMaxIdlePerEndpoint
 		passing := true
 		out.Upstreams[AutoUpstreamName(svc)] = &config.Upstream{
-			Balance:            config.Balance{Policy: config.DefaultBalancePolicy},
+			Balance:            balance.Config{Policy: config.DefaultBalancePolicy},
 			Protocol:           config.DefaultUpstreamProtocol,
 			Discovery:          &config.UpstreamDiscovery{Registry: config.EmbeddedRegistry, Service: svc, PassingOnly: &passing},
 			Timeouts:           config.UpstreamTimeouts{Connect: config.DefaultConnectTimeout, ResponseHeader: config.DefaultResponseHeaderTimeout},

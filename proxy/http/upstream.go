@@ -115,7 +115,7 @@ func buildUpstream(name string, c *config.Upstream, prev *Upstream, log *slog.Lo
 			u.feed = f
 		}
 	}
-	bc := c.Balance.Library()
+	bc := c.Balance
 	sameBalance := prev != nil && reflect.DeepEqual(prev.cfg.Balance, c.Balance)
 	if sameBalance {
 		u.bal = prev.bal
