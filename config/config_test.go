@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
 )
 
 // testEnv is the environment the tests' configurations see.
@@ -183,7 +184,7 @@ func TestCanonicalConfigGetsItsDefaults(t *testing.T) {
 		Upstreams: map[string]*Upstream{"orders": {
 			Balance:  balance.Config{Policy: "round_robin"},
 			Protocol: "http1",
-			Targets: []Target{
+			Targets: []endpoint.Spec{
 				{Address: "127.0.0.1:9001", Weight: 3},
 				{Address: "127.0.0.1:9002", Weight: 1},
 			},
@@ -417,6 +418,8 @@ func TestInlineProblems(t *testing.T) {
 				`15:3: upstream name "bad name" may contain only letters, digits, "_", "." and "-"`,
 				`16:3: upstream "empty" has no targets (or discovery)`,
 			}},
+		{"meta is not a key of a target", listener + "upstreams:\n  u: {targets: [{address: 'a:1', meta: {a: b}}]}\n",
+			[]string{`6:34: unknown key "meta" in target (known: address, weight, zone)`}},
 		{"second document", listener + upstreams + "---\nlisteners: []\n",
 			[]string{`8:1: a second YAML document; a configuration file holds one`}},
 		{"syntax error", "listeners:\n  - name: web\n   listen: ':80'\n",

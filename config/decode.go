@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/health"
 	"github.com/switchboard-dev/switchboard/ratelimit"
@@ -530,6 +531,7 @@ var contexts = map[reflect.Type]string{
 	reflect.TypeFor[ListenerTimeouts](): "in listener timeouts",
 	reflect.TypeFor[UpstreamTimeouts](): "in upstream timeouts",
 
+	reflect.TypeFor[endpoint.Spec]():               "in target",
 	reflect.TypeFor[balance.Config]():              "in balance",
 	reflect.TypeFor[balance.DynamicWeightConfig](): "in balance.dynamic_weight",
 	reflect.TypeFor[health.ActiveConfig]():         "in health.active",

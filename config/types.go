@@ -5,6 +5,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/health"
 	"github.com/switchboard-dev/switchboard/ratelimit"
@@ -342,8 +343,10 @@ type Upstream struct {
 	// Protocol to speak to the endpoints: http1 (default) or h2c
 	// (cleartext HTTP/2, for gRPC).
 	Protocol string `yaml:"protocol"`
-	// Targets are static endpoints.
-	Targets []Target `yaml:"targets"`
+	// Targets are static endpoints. Keys: endpoint.Spec (address,
+	// weight, zone); a weight is 1 to MaxWeight, and 0 means
+	// DefaultWeight.
+	Targets []endpoint.Spec `yaml:"targets"`
 	// Discovery takes the endpoints from a registry instead of targets.
 	Discovery *UpstreamDiscovery `yaml:"discovery"`
 	// Timeouts for upstream connections.
@@ -379,16 +382,6 @@ type Health struct {
 	// falls below it (0 to 1), sends traffic to every endpoint rather than
 	// crush the survivors. Default 0: off.
 	PanicThreshold float64 `yaml:"panic_threshold"`
-}
-
-// Target is one static endpoint.
-type Target struct {
-	// Address is host:port. Required.
-	Address string `yaml:"address"`
-	// Weight is the endpoint's relative weight, 1 to 10000. Default 1.
-	Weight int `yaml:"weight"`
-	// Zone is an optional locality label.
-	Zone string `yaml:"zone"`
 }
 
 // UpstreamTimeouts bound how long an upstream may take.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/field"
 	rlredis "github.com/switchboard-dev/switchboard/ratelimit/redis"
 )
@@ -550,7 +551,7 @@ func (v *validator) checkUpstreams() {
 
 // checkTarget checks one target of upstream; seen maps the normalized
 // addresses of its earlier targets to their Address fields.
-func (v *validator) checkTarget(upstream string, t *Target, seen map[string]*string) {
+func (v *validator) checkTarget(upstream string, t *endpoint.Spec, seen map[string]*string) {
 	switch h, p, err := splitAddr(t.Address, dialPort); {
 	case t.Address == "":
 		v.errorf(&t.Address, "target address is required")
