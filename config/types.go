@@ -352,7 +352,7 @@ type Upstream struct {
 	// Timeouts for upstream connections.
 	Timeouts UpstreamTimeouts `yaml:"timeouts"`
 	// MaxIdlePerEndpoint caps idle keep-alive connections kept per endpoint.
-	// Default 64.
+	// Default 64; 0 keeps none, which is why it is a pointer.
 	MaxIdlePerEndpoint *int `yaml:"max_idle_per_endpoint"`
 	// IdleTimeout closes upstream connections idle for longer. Default 60s;
 	// keep it below the backends' own keep-alive timeout.
