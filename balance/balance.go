@@ -26,11 +26,12 @@ package balance
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // ErrNoEndpoint is returned by Pick when the snapshot has no endpoint that
@@ -73,9 +74,10 @@ type Runner interface {
 	Run(ctx context.Context) error
 }
 
-// Builder makes a Balancer from its configuration, or says why it cannot. A
-// Builder starts no goroutine and holds no resource, so that Config.Validate
-// can build and drop a balancer freely.
+// Builder makes a Balancer from its configuration, or says why it cannot:
+// every problem, as *field.Error values naming the keys, joined. A Builder
+// starts no goroutine and holds no resource, so that Config.Validate can
+// build and drop a balancer freely.
 type Builder func(cfg Config) (Balancer, error)
 
 var (
@@ -94,19 +96,25 @@ func Register(name string, b Builder) {
 	registry[name] = b
 }
 
-// New builds the balancer named by cfg.Policy.
+// New builds the balancer named by cfg.Policy (DefaultPolicy when it is
+// empty). Its error reports every problem of cfg, each as a *field.Error
+// naming the key.
 func New(cfg Config) (Balancer, error) {
+	if cfg.Policy == "" {
+		cfg.Policy = DefaultPolicy
+	}
 	regMu.RLock()
 	b := registry[cfg.Policy]
 	regMu.RUnlock()
 	if b == nil {
-		return nil, fmt.Errorf("unknown balance policy %q (known: %v)", cfg.Policy, Policies())
+		return nil, field.Errorf("policy", "%q is unknown (known: %s)", cfg.Policy, strings.Join(Policies(), ", "))
 	}
 	return b(cfg)
 }
 
 // Validate reports whether cfg names a registered policy with a valid
-// configuration for it. The error is the one New would return.
+// configuration for it. The error is the one New would return: a
+// *field.Error per problem, joined.
 func (c Config) Validate() error {
 	_, err := New(c)
 	return err

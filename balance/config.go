@@ -1,15 +1,19 @@
 package balance
 
 import (
-	"fmt"
+	"errors"
 	"math"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // Defaults for the Config fields that policies read. A zero field means the
 // default.
 const (
+	DefaultPolicy       = RoundRobinName       // policy of a Config without one
 	DefaultVirtualNodes = 160                  // consistent_hash ring points per unit of weight
 	DefaultTableSize    = 65537                // maglev lookup table size (prime)
 	DefaultFallback     = RoundRobinName       // policy for requests without a hash key
@@ -24,11 +28,15 @@ const (
 )
 
 // Config is a policy's configuration, validated by the policy's Builder.
-// The yaml tags are the keys of an upstream's `balance:` block. A field a
-// policy does not read must be left zero: setting it is an error, so that a
-// misplaced key is caught at load time instead of silently ignored.
+// The yaml tags are the keys of an upstream's `balance:` block, and the
+// field comments are their reference (docs/balancing.md says which policy
+// reads which key). A field a policy does not read must be left zero:
+// setting it is an error, so that a misplaced key is caught at load time
+// instead of silently ignored. Validate and New report every problem as a
+// *field.Error naming the key ("hash_key", "dynamic_weight.cpu").
 type Config struct {
-	// Policy is the registered name of the policy. Required.
+	// Policy is the registered name of the policy. Default round_robin
+	// (DefaultPolicy).
 	Policy string `yaml:"policy"`
 
 	// HashKey says where consistent_hash and maglev find a request's key:
@@ -110,15 +118,15 @@ type DynamicWeightConfig struct {
 	Refresh time.Duration `yaml:"refresh"`
 }
 
-// field names a Config field by its yaml key and reports whether it is set.
-type field struct {
+// setting is a Config key and whether it is set.
+type setting struct {
 	key string
 	set bool
 }
 
-func (c Config) fields() []field {
+func (c Config) settings() []setting {
 	dw := c.DynamicWeight
-	return []field{
+	return []setting{
 		{"hash_key", c.HashKey != ""},
 		{"bounded_load", c.BoundedLoad != 0},
 		{"fallback", c.Fallback != ""},
@@ -131,39 +139,43 @@ func (c Config) fields() []field {
 	}
 }
 
-// only returns an error naming the first field that is set although the
-// policy does not read it.
-func (c Config) only(keys ...string) error {
-	for _, f := range c.fields() {
-		if !f.set {
-			continue
-		}
-		used := false
-		for _, k := range keys {
-			if k == f.key {
-				used = true
-				break
-			}
-		}
-		if !used {
-			return fmt.Errorf("%s does not use %s", c.Policy, f.key)
+// unused reports every key set in c that the policy, which reads keys, does
+// not read.
+func (c Config) unused(keys ...string) error {
+	var errs []error
+	for _, s := range c.settings() {
+		if s.set && !slices.Contains(keys, s.key) {
+			errs = append(errs, field.Errorf(s.key, "not used by %s", c.Policy))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// checkCommon validates the fields shared by several policies.
-func (c Config) checkCommon() error {
-	if c.SlowStart < 0 {
-		return fmt.Errorf("%s: slow_start must not be negative, got %v", c.Policy, c.SlowStart)
+// negative reports each of the durations keys names (slow_start,
+// decay_window, error_penalty) that is negative.
+func (c Config) negative(keys ...string) error {
+	var errs []error
+	for _, k := range keys {
+		var d time.Duration
+		switch k {
+		case "slow_start":
+			d = c.SlowStart
+		case "decay_window":
+			d = c.DecayWindow
+		case "error_penalty":
+			d = c.ErrorPenalty
+		}
+		if d < 0 {
+			errs = append(errs, field.Errorf(k, "must not be negative, got %v", d))
+		}
 	}
-	if c.DecayWindow < 0 {
-		return fmt.Errorf("%s: decay_window must not be negative, got %v", c.Policy, c.DecayWindow)
-	}
-	if c.ErrorPenalty < 0 {
-		return fmt.Errorf("%s: error_penalty must not be negative, got %v", c.Policy, c.ErrorPenalty)
-	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// check is the whole validation of a policy that reads keys and nothing
+// else needs checking: no key it does not read, no negative duration.
+func (c Config) check(keys ...string) error {
+	return errors.Join(c.unused(keys...), c.negative(keys...))
 }
 
 // orDuration returns d, or def when d is zero.

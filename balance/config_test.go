@@ -1,9 +1,12 @@
 package balance
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 func TestEveryPolicyIsRegistered(t *testing.T) {
@@ -18,45 +21,73 @@ func TestEveryPolicyIsRegistered(t *testing.T) {
 	}
 }
 
-func TestConfigErrorsSayWhatIsWrong(t *testing.T) {
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	known := strings.Join(Policies(), ", ")
 	for _, tc := range []struct {
 		cfg  Config
-		want string
+		want string // the whole error, "PATH: problem"
 	}{
-		{Config{Policy: "fastest"}, `unknown balance policy "fastest"`},
-		{Config{Policy: ConsistentHashName}, "consistent_hash needs hash_key"},
-		{Config{Policy: MaglevName}, "maglev needs hash_key"},
-		{Config{Policy: ConsistentHashName, HashKey: "header"}, "header needs a name"},
-		{Config{Policy: ConsistentHashName, HashKey: "body:x"}, "want header:NAME, cookie:NAME, client_ip, path or query:NAME"},
-		{Config{Policy: ConsistentHashName, HashKey: "path", BoundedLoad: 1}, "bounded_load must be > 1"},
-		{Config{Policy: ConsistentHashName, HashKey: "path", BoundedLoad: 0.8}, "bounded_load must be > 1"},
-		{Config{Policy: ConsistentHashName, HashKey: "path", VirtualNodes: -1}, "virtual_nodes must be positive"},
-		{Config{Policy: ConsistentHashName, HashKey: "path", Fallback: MaglevName}, `fallback "maglev" is not one of`},
-		{Config{Policy: ConsistentHashName, HashKey: "path", Fallback: "nope"}, `fallback "nope" is not one of`},
-		{Config{Policy: MaglevName, HashKey: "path", TableSize: 65536}, "table_size 65536 is not prime (try 65537)"},
-		{Config{Policy: MaglevName, HashKey: "path", TableSize: -7}, "table_size must be between"},
-		{Config{Policy: MaglevName, HashKey: "path", SlowStart: time.Second}, "maglev does not support slow_start"},
-		{Config{Policy: MaglevName, HashKey: "path", VirtualNodes: 10}, "maglev does not use virtual_nodes"},
-		{Config{Policy: RoundRobinName, SlowStart: time.Second}, "round_robin does not use slow_start"},
-		{Config{Policy: RandomName, HashKey: "path"}, "random does not use hash_key"},
-		{Config{Policy: LeastConnName, TableSize: 65537}, "least_conn does not use table_size"},
-		{Config{Policy: P2CName, DecayWindow: time.Second}, "p2c does not use decay_window"},
-		{Config{Policy: WeightedRoundRobinName, SlowStart: -time.Second}, "slow_start must not be negative"},
-		{Config{Policy: P2CEWMAName, ErrorPenalty: -time.Second}, "error_penalty must not be negative"},
-		{Config{Policy: WeightedRandomName, DynamicWeight: DynamicWeightConfig{CPU: 1}}, "weighted_random does not use dynamic_weight"},
-		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{CPU: -1}}, "coefficient cpu must be >= 0"},
-		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{ErrorCap: 2}}, "error_cap must be in (0, 1]"},
-		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{MinWeight: 1.5}}, "min_weight must be in (0, 1]"},
-		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Header: "X Load"}}, `header "X Load" is not a valid header name`},
-		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{PollPath: "load"}}, "poll_path must start with /"},
-		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{PollInterval: time.Second}}, "poll_interval needs poll_path"},
-		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{LatencyCap: -1}}, "latency_cap must be positive"},
-		{Config{Policy: DynamicWeightName, HashKey: "path"}, "dynamic_weight does not use hash_key"},
+		{Config{Policy: "fastest"}, `policy: "fastest" is unknown (known: ` + known + `)`},
+		{Config{Policy: ConsistentHashName}, "hash_key: required by consistent_hash (header:NAME, cookie:NAME, client_ip, path or query:NAME)"},
+		{Config{Policy: MaglevName}, "hash_key: required by maglev (header:NAME, cookie:NAME, client_ip, path or query:NAME)"},
+		{Config{Policy: ConsistentHashName, HashKey: "header"}, `hash_key: "header" needs a name, as in header:NAME`},
+		{Config{Policy: ConsistentHashName, HashKey: "body:x"}, `hash_key: "body:x" is unknown: want header:NAME, cookie:NAME, client_ip, path or query:NAME`},
+		{Config{Policy: ConsistentHashName, HashKey: "path", BoundedLoad: 1}, "bounded_load: must be > 1 (1.25 is a good start), got 1"},
+		{Config{Policy: ConsistentHashName, HashKey: "path", BoundedLoad: 0.8}, "bounded_load: must be > 1 (1.25 is a good start), got 0.8"},
+		{Config{Policy: ConsistentHashName, HashKey: "path", VirtualNodes: -1}, "virtual_nodes: must be positive, got -1"},
+		{Config{Policy: ConsistentHashName, HashKey: "path", Fallback: MaglevName}, `fallback: "maglev" is not one of round_robin, weighted_round_robin, random, weighted_random, least_conn, p2c, p2c_ewma`},
+		{Config{Policy: ConsistentHashName, HashKey: "path", Fallback: "nope"}, `fallback: "nope" is not one of round_robin, weighted_round_robin, random, weighted_random, least_conn, p2c, p2c_ewma`},
+		{Config{Policy: MaglevName, HashKey: "path", TableSize: 65536}, "table_size: 65536 is not prime (try 65537)"},
+		{Config{Policy: MaglevName, HashKey: "path", TableSize: -7}, "table_size: must be between 2 and 16777213, got -7"},
+		{Config{Policy: MaglevName, HashKey: "path", SlowStart: time.Second}, "slow_start: not supported by maglev: every weight change rebuilds the table and moves keys between unrelated endpoints (use consistent_hash)"},
+		{Config{Policy: MaglevName, HashKey: "path", VirtualNodes: 10}, "virtual_nodes: not used by maglev"},
+		{Config{Policy: RoundRobinName, SlowStart: time.Second}, "slow_start: not used by round_robin"},
+		{Config{SlowStart: time.Second}, "slow_start: not used by round_robin"}, // the default policy
+		{Config{Policy: RandomName, HashKey: "path"}, "hash_key: not used by random"},
+		{Config{Policy: LeastConnName, TableSize: 65537}, "table_size: not used by least_conn"},
+		{Config{Policy: P2CName, DecayWindow: time.Second}, "decay_window: not used by p2c"},
+		{Config{Policy: WeightedRoundRobinName, SlowStart: -time.Second}, "slow_start: must not be negative, got -1s"},
+		{Config{Policy: P2CEWMAName, ErrorPenalty: -time.Second}, "error_penalty: must not be negative, got -1s"},
+		{Config{Policy: WeightedRandomName, DynamicWeight: DynamicWeightConfig{CPU: 1}}, "dynamic_weight: not used by weighted_random"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{CPU: -1}}, "dynamic_weight.cpu: must be >= 0, got -1"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{ErrorCap: 2}}, "dynamic_weight.error_cap: must be in (0, 1], got 2"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{MinWeight: 1.5}}, "dynamic_weight.min_weight: must be in (0, 1], got 1.5"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Header: "X Load"}}, `dynamic_weight.header: "X Load" is not a valid header name`},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{PollPath: "load"}}, `dynamic_weight.poll_path: must start with /, got "load"`},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{PollInterval: time.Second}}, "dynamic_weight.poll_interval: needs poll_path"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{LatencyCap: -1}}, "dynamic_weight.latency_cap: must be positive, got -1ns"},
+		{Config{Policy: DynamicWeightName, HashKey: "path"}, "hash_key: not used by dynamic_weight"},
 	} {
 		err := tc.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Validate(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("Validate(%+v)\n got %v\nwant %s", tc.cfg, err, tc.want)
+			continue
 		}
+		var fe *field.Error
+		if !errors.As(err, &fe) || !strings.HasPrefix(tc.want, fe.Path+": ") {
+			t.Errorf("Validate(%+v) = %#v, want a *field.Error whose path starts the message", tc.cfg, err)
+		}
+	}
+}
+
+func TestConfigReportsEveryProblem(t *testing.T) {
+	err := Config{Policy: MaglevName, HashKey: "body:x", BoundedLoad: 0.5, TableSize: 10, VirtualNodes: 3}.Validate()
+	var paths []string
+	for _, e := range field.Split(err) {
+		paths = append(paths, e.Path)
+	}
+	if got, want := strings.Join(paths, " "), "virtual_nodes table_size hash_key bounded_load"; got != want {
+		t.Errorf("Validate reported %q, want every problem: %q\n%v", got, want, err)
+	}
+}
+
+func TestEmptyPolicyIsRoundRobin(t *testing.T) {
+	b, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.(*RoundRobin); !ok {
+		t.Errorf("New(Config{}) = %T, want the default policy, round_robin", b)
 	}
 }
 

@@ -3,7 +3,6 @@ package balance
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
@@ -23,10 +23,12 @@ const DynamicWeightName = "dynamic_weight"
 
 func init() {
 	Register(DynamicWeightName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only("slow_start", "decay_window", "dynamic_weight"); err != nil {
+		unused := cfg.unused("slow_start", "decay_window", "dynamic_weight")
+		b, err := NewDynamicWeight(cfg)
+		if err := errors.Join(unused, err); err != nil {
 			return nil, err
 		}
-		return NewDynamicWeight(cfg)
+		return b, nil
 	})
 }
 
@@ -108,9 +110,7 @@ type dwSide struct {
 // NewDynamicWeight returns an empty dynamic_weight balancer, or why cfg is
 // not valid for it.
 func NewDynamicWeight(cfg Config) (*DynamicWeight, error) {
-	if err := cfg.checkCommon(); err != nil {
-		return nil, err
-	}
+	errs := []error{cfg.negative("slow_start", "decay_window")}
 	c := cfg.DynamicWeight
 	p := &dwParams{
 		cpu: c.CPU, mem: c.Mem, lat: c.Latency, errs: c.Errors,
@@ -124,52 +124,57 @@ func NewDynamicWeight(cfg Config) (*DynamicWeight, error) {
 		pollInterval: orDuration(c.PollInterval, DefaultPollInterval),
 		clock:        clock.Real,
 	}
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("dynamic_weight: "+format, a...)
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, field.Errorf("dynamic_weight."+key, format, a...))
 	}
+	coefOK := true
 	for _, k := range []struct {
 		name string
 		v    float64
 	}{{"cpu", p.cpu}, {"mem", p.mem}, {"latency", p.lat}, {"errors", p.errs}} {
 		if !(k.v >= 0) || math.IsInf(k.v, 1) {
-			return nil, bad("coefficient %s must be >= 0, got %v", k.name, k.v)
+			bad(k.name, "must be >= 0, got %v", k.v)
+			coefOK = false
 		}
 	}
 	if sum := p.cpu + p.mem + p.lat + p.errs; sum == 0 {
 		p.cpu, p.mem, p.lat, p.errs = DefaultCPUCoefficient, DefaultMemCoefficient, DefaultLatencyCoefficient, DefaultErrorsCoefficient
-	} else {
+	} else if coefOK {
 		p.cpu, p.mem, p.lat, p.errs = p.cpu/sum, p.mem/sum, p.lat/sum, p.errs/sum
 	}
+	if c.LatencyCap < 0 {
+		bad("latency_cap", "must be positive, got %v", c.LatencyCap)
+	}
 	switch {
-	case c.LatencyCap < 0:
-		return nil, bad("latency_cap must be positive, got %v", c.LatencyCap)
 	case c.ErrorCap == 0:
 		p.errCap = DefaultErrorCap
 	case !(c.ErrorCap > 0 && c.ErrorCap <= 1):
-		return nil, bad("error_cap must be in (0, 1], got %v", c.ErrorCap)
+		bad("error_cap", "must be in (0, 1], got %v", c.ErrorCap)
 	}
 	switch {
 	case c.MinWeight == 0:
 		p.minW = DefaultMinWeight
 	case !(c.MinWeight > 0 && c.MinWeight <= 1):
-		return nil, bad("min_weight must be in (0, 1], got %v", c.MinWeight)
+		bad("min_weight", "must be in (0, 1], got %v", c.MinWeight)
 	}
 	if p.header == "" {
 		p.header = DefaultLoadHeader
 	} else if !isToken(p.header) {
-		return nil, bad("header %q is not a valid header name", p.header)
+		bad("header", "%q is not a valid header name", p.header)
 	}
 	if p.pollPath != "" && !strings.HasPrefix(p.pollPath, "/") {
-		return nil, bad("poll_path must start with /, got %q", p.pollPath)
+		bad("poll_path", "must start with /, got %q", p.pollPath)
 	}
 	if c.PollInterval < 0 {
-		return nil, bad("poll_interval must be positive, got %v", c.PollInterval)
-	}
-	if c.PollInterval != 0 && p.pollPath == "" {
-		return nil, bad("poll_interval needs poll_path")
+		bad("poll_interval", "must be positive, got %v", c.PollInterval)
+	} else if c.PollInterval != 0 && p.pollPath == "" {
+		bad("poll_interval", "needs poll_path")
 	}
 	if c.Refresh < 0 {
-		return nil, bad("refresh must be positive, got %v", c.Refresh)
+		bad("refresh", "must be positive, got %v", c.Refresh)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	d := &DynamicWeight{
 		p:      p,

@@ -15,10 +15,7 @@ const P2CEWMAName = "p2c_ewma"
 
 func init() {
 	Register(P2CEWMAName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only("slow_start", "decay_window", "error_penalty"); err != nil {
-			return nil, err
-		}
-		if err := cfg.checkCommon(); err != nil {
+		if err := cfg.check("slow_start", "decay_window", "error_penalty"); err != nil {
 			return nil, err
 		}
 		return NewP2CEWMA(cfg), nil

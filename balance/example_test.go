@@ -62,5 +62,5 @@ func Example_consistentHash() {
 	// Output:
 	// header X-User-Id
 	// true
-	// maglev: table_size 65536 is not prime (try 65537)
+	// table_size: 65536 is not prime (try 65537)
 }

@@ -1,12 +1,13 @@
 package balance
 
 import (
-	"fmt"
+	"errors"
 	"math"
 	"slices"
 	"sync/atomic"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // What consistent_hash and maglev share: the hash key, the fallback for
@@ -40,34 +41,40 @@ func (s *hashSide) release(o endpoint.Outcome) {
 // hashFallbacks are the policies a hashing policy may fall back to.
 var hashFallbacks = []string{RoundRobinName, WeightedRoundRobinName, RandomName, WeightedRandomName, LeastConnName, P2CName, P2CEWMAName}
 
+// newHashCommon reports every problem of the keys it reads: hash_key,
+// bounded_load, fallback and slow_start.
 func newHashCommon(cfg Config) (*hashCommon, error) {
-	if err := cfg.checkCommon(); err != nil {
-		return nil, err
-	}
+	errs := []error{cfg.negative("slow_start")}
+	var key HashKey
 	if cfg.HashKey == "" {
-		return nil, fmt.Errorf("%s needs hash_key (header:NAME, cookie:NAME, client_ip, path or query:NAME)", cfg.Policy)
-	}
-	key, err := ParseHashKey(cfg.HashKey)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Policy, err)
+		errs = append(errs, field.Errorf("hash_key", "required by %s (header:NAME, cookie:NAME, client_ip, path or query:NAME)", cfg.Policy))
+	} else if k, err := ParseHashKey(cfg.HashKey); err != nil {
+		errs = append(errs, err)
+	} else {
+		key = k
 	}
 	if b := cfg.BoundedLoad; b != 0 && (!(b > 1) || math.IsInf(b, 1)) {
-		return nil, fmt.Errorf("%s: bounded_load must be > 1 (1.25 is a good start), got %v", cfg.Policy, cfg.BoundedLoad)
+		errs = append(errs, field.Errorf("bounded_load", "must be > 1 (1.25 is a good start), got %v", cfg.BoundedLoad))
 	}
 	fb := cfg.Fallback
 	if fb == "" {
 		fb = DefaultFallback
 	}
+	var fallback Balancer
 	if !slices.Contains(hashFallbacks, fb) {
-		return nil, fmt.Errorf("%s: fallback %q is not one of %s", cfg.Policy, fb, policyList(hashFallbacks))
+		errs = append(errs, field.Errorf("fallback", "%q is not one of %s", fb, policyList(hashFallbacks)))
+	} else if cfg.SlowStart >= 0 {
+		fbCfg := Config{Policy: fb}
+		if fb != RoundRobinName && fb != RandomName {
+			fbCfg.SlowStart = cfg.SlowStart
+		}
+		var err error
+		if fallback, err = New(fbCfg); err != nil {
+			errs = append(errs, field.Errorf("fallback", "%s: %w", fb, err))
+		}
 	}
-	fbCfg := Config{Policy: fb}
-	if fb != RoundRobinName && fb != RandomName {
-		fbCfg.SlowStart = cfg.SlowStart
-	}
-	fallback, err := New(fbCfg)
-	if err != nil {
-		return nil, fmt.Errorf("%s: fallback: %w", cfg.Policy, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return &hashCommon{key: key, fallback: fallback, bounded: cfg.BoundedLoad, sides: map[*endpoint.Endpoint]*hashSide{}}, nil
 }

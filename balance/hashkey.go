@@ -1,13 +1,14 @@
 package balance
 
 import (
-	"fmt"
 	"net"
 	"net/http"
 	"net/textproto"
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // The sources a hash key can come from.
@@ -35,34 +36,34 @@ type HashKey struct {
 }
 
 // ParseHashKey parses "header:X-User-Id", "cookie:sid", "client_ip",
-// "path" or "query:q".
+// "path" or "query:q". Its error is a *field.Error at hash_key.
 func ParseHashKey(s string) (HashKey, error) {
 	src, name, hasName := strings.Cut(s, ":")
 	switch src {
 	case HashKeyClientIP, HashKeyPath:
 		if hasName {
-			return HashKey{}, fmt.Errorf("hash_key %q: %s takes no name", s, src)
+			return HashKey{}, field.Errorf("hash_key", "%q: %s takes no name", s, src)
 		}
 		return HashKey{Source: src}, nil
 	case HashKeyHeader, HashKeyCookie, HashKeyQuery:
 		if name == "" {
-			return HashKey{}, fmt.Errorf("hash_key %q: %s needs a name, as in %s:NAME", s, src, src)
+			return HashKey{}, field.Errorf("hash_key", "%q needs a name, as in %s:NAME", s, src)
 		}
 		if src == HashKeyQuery {
 			if strings.ContainsAny(name, " \t\r\n&=#?") {
-				return HashKey{}, fmt.Errorf("hash_key %q: %q is not a query parameter name", s, name)
+				return HashKey{}, field.Errorf("hash_key", "%q: %q is not a query parameter name", s, name)
 			}
 			return HashKey{Source: src, Name: name}, nil
 		}
 		if !isToken(name) {
-			return HashKey{}, fmt.Errorf("hash_key %q: %q is not a valid %s name", s, name, src)
+			return HashKey{}, field.Errorf("hash_key", "%q: %q is not a valid %s name", s, name, src)
 		}
 		if src == HashKeyHeader {
 			name = textproto.CanonicalMIMEHeaderKey(name)
 		}
 		return HashKey{Source: src, Name: name}, nil
 	}
-	return HashKey{}, fmt.Errorf("hash_key %q: want header:NAME, cookie:NAME, client_ip, path or query:NAME", s)
+	return HashKey{}, field.Errorf("hash_key", "%q is unknown: want header:NAME, cookie:NAME, client_ip, path or query:NAME", s)
 }
 
 // String returns the key in the form ParseHashKey reads.

@@ -11,10 +11,7 @@ const LeastConnName = "least_conn"
 
 func init() {
 	Register(LeastConnName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only("slow_start"); err != nil {
-			return nil, err
-		}
-		if err := cfg.checkCommon(); err != nil {
+		if err := cfg.check("slow_start"); err != nil {
 			return nil, err
 		}
 		return NewLeastConn(cfg), nil

@@ -2,11 +2,12 @@ package balance
 
 import (
 	"container/heap"
-	"fmt"
+	"errors"
 	"math"
 	"sync/atomic"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // MaglevName is the name of the Maglev consistent-hashing policy.
@@ -14,13 +15,17 @@ const MaglevName = "maglev"
 
 func init() {
 	Register(MaglevName, func(cfg Config) (Balancer, error) {
+		var slow error
 		if cfg.SlowStart != 0 {
-			return nil, fmt.Errorf("maglev does not support slow_start: every weight change rebuilds the table and moves keys between unrelated endpoints (use consistent_hash)")
+			slow = field.Errorf("slow_start", "not supported by maglev: every weight change rebuilds the table and moves keys between unrelated endpoints (use consistent_hash)")
 		}
-		if err := cfg.only("hash_key", "bounded_load", "fallback", "table_size"); err != nil {
+		// slow_start is left out of unused, which would say it again.
+		unused := cfg.unused("hash_key", "bounded_load", "fallback", "table_size", "slow_start")
+		b, err := NewMaglev(cfg)
+		if err := errors.Join(slow, unused, err); err != nil {
 			return nil, err
 		}
-		return NewMaglev(cfg)
+		return b, nil
 	})
 }
 
@@ -53,18 +58,21 @@ type maglevSnap struct {
 // NewMaglev returns an empty Maglev balancer, or why cfg is not valid for
 // it.
 func NewMaglev(cfg Config) (*Maglev, error) {
+	var tableErr error
 	m := cfg.TableSize
 	if m == 0 {
 		m = DefaultTableSize
 	}
 	if m < 0 || m > maxTableSize {
-		return nil, fmt.Errorf("%s: table_size must be between 2 and %d, got %d", cfg.Policy, maxTableSize, m)
+		tableErr = field.Errorf("table_size", "must be between 2 and %d, got %d", maxTableSize, m)
+	} else if !isPrime(m) {
+		tableErr = field.Errorf("table_size", "%d is not prime (try %d)", m, nextPrime(m))
 	}
-	if !isPrime(m) {
-		return nil, fmt.Errorf("%s: table_size %d is not prime (try %d)", cfg.Policy, m, nextPrime(m))
-	}
+	// Maglev has no slow start: its weights are fixed, and so is the
+	// fallback's.
+	cfg.SlowStart = 0
 	h, err := newHashCommon(cfg)
-	if err != nil {
+	if err := errors.Join(tableErr, err); err != nil {
 		return nil, err
 	}
 	b := &Maglev{h: h, m: m}

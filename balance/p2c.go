@@ -11,10 +11,7 @@ const P2CName = "p2c"
 
 func init() {
 	Register(P2CName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only("slow_start"); err != nil {
-			return nil, err
-		}
-		if err := cfg.checkCommon(); err != nil {
+		if err := cfg.check("slow_start"); err != nil {
 			return nil, err
 		}
 		return NewP2C(cfg), nil

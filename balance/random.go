@@ -11,7 +11,7 @@ const RandomName = "random"
 
 func init() {
 	Register(RandomName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only(); err != nil {
+		if err := cfg.check(); err != nil {
 			return nil, err
 		}
 		return NewRandom(), nil

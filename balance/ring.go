@@ -1,12 +1,13 @@
 package balance
 
 import (
-	"fmt"
+	"errors"
 	"math"
 	"slices"
 	"sync/atomic"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // ConsistentHashName is the name of the consistent-hashing (ring) policy.
@@ -14,10 +15,12 @@ const ConsistentHashName = "consistent_hash"
 
 func init() {
 	Register(ConsistentHashName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only("hash_key", "bounded_load", "fallback", "virtual_nodes", "slow_start"); err != nil {
+		unused := cfg.unused("hash_key", "bounded_load", "fallback", "virtual_nodes", "slow_start")
+		b, err := NewConsistentHash(cfg)
+		if err := errors.Join(unused, err); err != nil {
 			return nil, err
 		}
-		return NewConsistentHash(cfg)
+		return b, nil
 	})
 }
 
@@ -56,11 +59,12 @@ type ringSnap struct {
 // NewConsistentHash returns an empty ring balancer, or why cfg is not
 // valid for it.
 func NewConsistentHash(cfg Config) (*ConsistentHash, error) {
+	var vnErr error
 	if cfg.VirtualNodes < 0 {
-		return nil, fmt.Errorf("%s: virtual_nodes must be positive, got %d", cfg.Policy, cfg.VirtualNodes)
+		vnErr = field.Errorf("virtual_nodes", "must be positive, got %d", cfg.VirtualNodes)
 	}
 	h, err := newHashCommon(cfg)
-	if err != nil {
+	if err := errors.Join(vnErr, err); err != nil {
 		return nil, err
 	}
 	c := &ConsistentHash{h: h, vn: cfg.VirtualNodes}

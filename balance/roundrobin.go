@@ -11,7 +11,7 @@ const RoundRobinName = "round_robin"
 
 func init() {
 	Register(RoundRobinName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only(); err != nil {
+		if err := cfg.check(); err != nil {
 			return nil, err
 		}
 		return NewRoundRobin(), nil

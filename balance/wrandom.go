@@ -11,10 +11,7 @@ const WeightedRandomName = "weighted_random"
 
 func init() {
 	Register(WeightedRandomName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only("slow_start"); err != nil {
-			return nil, err
-		}
-		if err := cfg.checkCommon(); err != nil {
+		if err := cfg.check("slow_start"); err != nil {
 			return nil, err
 		}
 		return NewWeightedRandom(cfg), nil

@@ -13,10 +13,7 @@ const WeightedRoundRobinName = "weighted_round_robin"
 
 func init() {
 	Register(WeightedRoundRobinName, func(cfg Config) (Balancer, error) {
-		if err := cfg.only("slow_start"); err != nil {
-			return nil, err
-		}
-		if err := cfg.checkCommon(); err != nil {
+		if err := cfg.check("slow_start"); err != nil {
 			return nil, err
 		}
 		return NewWeightedRoundRobin(cfg), nil

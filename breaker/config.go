@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // The window types of Config.WindowType.
@@ -76,18 +78,8 @@ type Config struct {
 	FailureStatuses []string `yaml:"failure_statuses"`
 }
 
-// FieldError is a problem with one Config field. Validate returns them
-// joined (errors.Join); unwrap with interface{ Unwrap() []error } to get
-// them all, for example to report each at its line.
-type FieldError struct {
-	Key string // the yaml key: "failure_rate", "open_for"
-	Err error
-}
-
-func (e *FieldError) Error() string { return e.Err.Error() }
-func (e *FieldError) Unwrap() error { return e.Err }
-
-// Validate reports every problem in c, or nil.
+// Validate reports every problem in c, or nil: a *field.Error per
+// problem, joined, each naming its yaml key.
 func (c Config) Validate() error {
 	_, err := c.build()
 	return err
@@ -116,45 +108,45 @@ func (s *statusSet) has(code int) bool {
 func (c Config) build() (settings, error) {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, &FieldError{key, fmt.Errorf(key+" "+format, args...)})
+		errs = append(errs, field.Errorf(key, format, args...))
 	}
 	switch c.WindowType {
 	case "":
 		c.WindowType = WindowCount
 	case WindowCount, WindowTime:
 	default:
-		bad("window_type", "%q: must be %q or %q", c.WindowType, WindowCount, WindowTime)
+		bad("window_type", "must be %q or %q, got %q", WindowCount, WindowTime, c.WindowType)
 	}
 	if c.WindowSize < 0 {
-		bad("window_size", "%d: must not be negative", c.WindowSize)
+		bad("window_size", "must not be negative, got %d", c.WindowSize)
 	} else if c.WindowSize == 0 {
 		c.WindowSize = DefaultWindowSize
 	}
 	if c.Window < 0 {
-		bad("window", "%v: must not be negative", c.Window)
+		bad("window", "must not be negative, got %v", c.Window)
 	} else if c.Window == 0 {
 		c.Window = DefaultWindow
 	}
 	if c.Buckets < 0 {
-		bad("buckets", "%d: must not be negative", c.Buckets)
+		bad("buckets", "must not be negative, got %d", c.Buckets)
 	} else if c.Buckets == 0 {
 		c.Buckets = DefaultBuckets
 	}
 	if c.WindowType == WindowTime && c.Window > 0 && c.Buckets > 0 && c.Window/time.Duration(c.Buckets) < time.Millisecond {
-		bad("buckets", "%d: window %v cut into %d buckets leaves less than 1ms each", c.Buckets, c.Window, c.Buckets)
+		bad("buckets", "window %v cut into %d buckets leaves less than 1ms each", c.Window, c.Buckets)
 	}
 	if c.MinRequests < 0 {
-		bad("min_requests", "%d: must not be negative", c.MinRequests)
+		bad("min_requests", "must not be negative, got %d", c.MinRequests)
 	} else if c.MinRequests == 0 {
 		c.MinRequests = DefaultMinRequests
 	}
 	if c.WindowType == WindowCount && c.WindowSize > 0 && c.MinRequests > c.WindowSize {
-		bad("min_requests", "%d: more than window_size %d, the failure rate could never open the breaker", c.MinRequests, c.WindowSize)
+		bad("min_requests", "%d is more than window_size %d: the failure rate could never open the breaker", c.MinRequests, c.WindowSize)
 	}
 	rate := func(key string, v *float64, def float64) {
 		switch {
 		case *v < 0 || *v > 1 || *v != *v:
-			bad(key, "%g: must be between 0 and 1", *v)
+			bad(key, "must be between 0 and 1, got %g", *v)
 		case *v == 0:
 			*v = def
 		}
@@ -162,25 +154,25 @@ func (c Config) build() (settings, error) {
 	rate("failure_rate", &c.FailureRate, DefaultFailureRate)
 	rate("slow_rate", &c.SlowRate, DefaultSlowRate)
 	if c.SlowThreshold < 0 {
-		bad("slow_threshold", "%v: must not be negative", c.SlowThreshold)
+		bad("slow_threshold", "must not be negative, got %v", c.SlowThreshold)
 	}
 	if c.ConsecutiveFailures < 0 {
-		bad("consecutive_failures", "%d: must not be negative", c.ConsecutiveFailures)
+		bad("consecutive_failures", "must not be negative, got %d", c.ConsecutiveFailures)
 	}
 	if c.OpenFor < 0 {
-		bad("open_for", "%v: must not be negative", c.OpenFor)
+		bad("open_for", "must not be negative, got %v", c.OpenFor)
 	} else if c.OpenFor == 0 {
 		c.OpenFor = DefaultOpenFor
 	}
 	if c.MaxOpenFor < 0 {
-		bad("max_open_for", "%v: must not be negative", c.MaxOpenFor)
+		bad("max_open_for", "must not be negative, got %v", c.MaxOpenFor)
 	} else if c.MaxOpenFor == 0 {
 		c.MaxOpenFor = max(DefaultMaxOpenFor, c.OpenFor)
 	} else if c.OpenFor > 0 && c.MaxOpenFor < c.OpenFor {
-		bad("max_open_for", "%v: must not be less than open_for %v", c.MaxOpenFor, c.OpenFor)
+		bad("max_open_for", "%v is less than open_for %v", c.MaxOpenFor, c.OpenFor)
 	}
 	if c.HalfOpenProbes < 0 {
-		bad("half_open_probes", "%d: must not be negative", c.HalfOpenProbes)
+		bad("half_open_probes", "must not be negative, got %d", c.HalfOpenProbes)
 	} else if c.HalfOpenProbes == 0 {
 		c.HalfOpenProbes = DefaultHalfOpenProbes
 	}
@@ -189,10 +181,10 @@ func (c Config) build() (settings, error) {
 	if len(statuses) == 0 {
 		statuses = DefaultFailureStatuses
 	}
-	for _, st := range statuses {
+	for i, st := range statuses {
 		lo, hi, err := parseStatusRange(st)
 		if err != nil {
-			bad("failure_statuses", "%q: %v", st, err)
+			bad(fmt.Sprintf("failure_statuses[%d]", i), "%q: %v", st, err)
 			continue
 		}
 		s.statuses.add(lo, hi)

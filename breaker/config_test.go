@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 func TestConfigValidateNamesTheKey(t *testing.T) {
@@ -13,24 +15,24 @@ func TestConfigValidateNamesTheKey(t *testing.T) {
 		key     string
 		message string
 	}{
-		{Config{FailureRate: 1.5}, "failure_rate", "failure_rate 1.5: must be between 0 and 1"},
-		{Config{FailureRate: -0.1}, "failure_rate", "failure_rate -0.1: must be between 0 and 1"},
-		{Config{SlowRate: 2}, "slow_rate", "slow_rate 2: must be between 0 and 1"},
-		{Config{WindowType: "sliding"}, "window_type", `window_type "sliding": must be "count" or "time"`},
-		{Config{WindowSize: -1}, "window_size", "window_size -1: must not be negative"},
-		{Config{Window: -time.Second}, "window", "window -1s: must not be negative"},
-		{Config{Buckets: -2}, "buckets", "buckets -2: must not be negative"},
-		{Config{WindowType: WindowTime, Window: 5 * time.Millisecond, Buckets: 10}, "buckets", "buckets 10: window 5ms cut into 10 buckets leaves less than 1ms each"},
-		{Config{MinRequests: -1}, "min_requests", "min_requests -1: must not be negative"},
-		{Config{WindowSize: 10, MinRequests: 11}, "min_requests", "min_requests 11: more than window_size 10, the failure rate could never open the breaker"},
-		{Config{SlowThreshold: -time.Millisecond}, "slow_threshold", "slow_threshold -1ms: must not be negative"},
-		{Config{ConsecutiveFailures: -3}, "consecutive_failures", "consecutive_failures -3: must not be negative"},
-		{Config{OpenFor: -time.Second}, "open_for", "open_for -1s: must not be negative"},
-		{Config{MaxOpenFor: -time.Second}, "max_open_for", "max_open_for -1s: must not be negative"},
-		{Config{OpenFor: time.Minute, MaxOpenFor: time.Second}, "max_open_for", "max_open_for 1s: must not be less than open_for 1m0s"},
-		{Config{HalfOpenProbes: -1}, "half_open_probes", "half_open_probes -1: must not be negative"},
-		{Config{FailureStatuses: []string{"5xx"}}, "failure_statuses", `failure_statuses "5xx": not a status code or range of them (100-599)`},
-		{Config{FailureStatuses: []string{"599-500"}}, "failure_statuses", `failure_statuses "599-500": range ends before it starts`},
+		{Config{FailureRate: 1.5}, "failure_rate", "failure_rate: must be between 0 and 1, got 1.5"},
+		{Config{FailureRate: -0.1}, "failure_rate", "failure_rate: must be between 0 and 1, got -0.1"},
+		{Config{SlowRate: 2}, "slow_rate", "slow_rate: must be between 0 and 1, got 2"},
+		{Config{WindowType: "sliding"}, "window_type", `window_type: must be "count" or "time", got "sliding"`},
+		{Config{WindowSize: -1}, "window_size", "window_size: must not be negative, got -1"},
+		{Config{Window: -time.Second}, "window", "window: must not be negative, got -1s"},
+		{Config{Buckets: -2}, "buckets", "buckets: must not be negative, got -2"},
+		{Config{WindowType: WindowTime, Window: 5 * time.Millisecond, Buckets: 10}, "buckets", "buckets: window 5ms cut into 10 buckets leaves less than 1ms each"},
+		{Config{MinRequests: -1}, "min_requests", "min_requests: must not be negative, got -1"},
+		{Config{WindowSize: 10, MinRequests: 11}, "min_requests", "min_requests: 11 is more than window_size 10: the failure rate could never open the breaker"},
+		{Config{SlowThreshold: -time.Millisecond}, "slow_threshold", "slow_threshold: must not be negative, got -1ms"},
+		{Config{ConsecutiveFailures: -3}, "consecutive_failures", "consecutive_failures: must not be negative, got -3"},
+		{Config{OpenFor: -time.Second}, "open_for", "open_for: must not be negative, got -1s"},
+		{Config{MaxOpenFor: -time.Second}, "max_open_for", "max_open_for: must not be negative, got -1s"},
+		{Config{OpenFor: time.Minute, MaxOpenFor: time.Second}, "max_open_for", "max_open_for: 1s is less than open_for 1m0s"},
+		{Config{HalfOpenProbes: -1}, "half_open_probes", "half_open_probes: must not be negative, got -1"},
+		{Config{FailureStatuses: []string{"500", "5xx"}}, "failure_statuses[1]", `failure_statuses[1]: "5xx": not a status code or range of them (100-599)`},
+		{Config{FailureStatuses: []string{"599-500"}}, "failure_statuses[0]", `failure_statuses[0]: "599-500": range ends before it starts`},
 	}
 	for _, tt := range tests {
 		err := tt.cfg.Validate()
@@ -41,8 +43,8 @@ func TestConfigValidateNamesTheKey(t *testing.T) {
 		if err.Error() != tt.message {
 			t.Errorf("%+v: Validate = %q, want %q", tt.cfg, err, tt.message)
 		}
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Key != tt.key {
+		var fe *field.Error
+		if !errors.As(err, &fe) || fe.Path != tt.key {
 			t.Errorf("%+v: Validate error key = %v, want %q", tt.cfg, fe, tt.key)
 		}
 	}
@@ -52,7 +54,7 @@ func TestConfigValidateReportsEveryProblem(t *testing.T) {
 	err := Config{FailureRate: 1.5, OpenFor: -time.Second}.Validate()
 	var joined interface{ Unwrap() []error }
 	if !errors.As(err, &joined) || len(joined.Unwrap()) != 2 {
-		t.Fatalf("Validate = %v, want 2 joined FieldErrors", err)
+		t.Fatalf("Validate = %v, want 2 joined field errors", err)
 	}
 }
 

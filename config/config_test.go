@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/upstream"
 )
 
 // testEnv is the environment the tests' configurations see.
@@ -89,7 +91,7 @@ func TestBadFilesReportExactProblems(t *testing.T) {
 		{"duplicate_listen.yaml", []string{`7:13: listen address "0.0.0.0:8080" clashes with listener "web" (":8080" at line 3)`}},
 		{"duplicate_listener_name.yaml", []string{`6:11: duplicate listener name "web" (first at line 2)`}},
 		{"undefined_upstream.yaml", []string{`5:19: route upstream "ordrs" is not defined (defined: orders, users)`}},
-		{"unknown_policy.yaml", []string{`8:23: unknown balance policy "fastest" (known: ` + policies + `)`}},
+		{"unknown_policy.yaml", []string{`8:23: policy: "fastest" is unknown (known: ` + policies + `)`}},
 		{"bad_weight.yaml", []string{`10:17: target weight 20000 is out of range (1 to 10000)`}},
 		{"duplicate_key.yaml", []string{`9:5: duplicate key "targets" (first at line 8)`}},
 		{"undefined_env.yaml", []string{`3:23: environment variable SWITCHBOARD_TEST_UNDEFINED is not set (write ${SWITCHBOARD_TEST_UNDEFINED:-default} to give a default)`}},
@@ -181,12 +183,14 @@ func TestCanonicalConfigGetsItsDefaults(t *testing.T) {
 			}},
 		}},
 		Upstreams: map[string]*Upstream{"orders": {
-			Balance:  Balance{Policy: "round_robin"},
-			Protocol: "http1",
-			Targets: []Target{
-				{Address: "127.0.0.1:9001", Weight: 3},
-				{Address: "127.0.0.1:9002", Weight: 1},
+			Config: upstream.Config{
+				Balance: balance.Config{Policy: "round_robin"},
+				Targets: []endpoint.Spec{
+					{Address: "127.0.0.1:9001", Weight: 3},
+					{Address: "127.0.0.1:9002", Weight: 1},
+				},
 			},
+			Protocol:           "http1",
 			Timeouts:           UpstreamTimeouts{Connect: s(2 * time.Second), ResponseHeader: s(30 * time.Second)},
 			MaxIdlePerEndpoint: ptr(64),
 			IdleTimeout:        s(60 * time.Second),
@@ -211,6 +215,10 @@ upstreams:
   u:
     max_idle_per_endpoint: 0
     targets: [{address: "a:1", weight: 0}]
+    health: {active: {jitter: 0}}
+  v:
+    targets: [{address: "a:1"}]
+    health: {active: {}}
 `)
 	routes := cfg.Listeners[0].Routes
 	if got := *routes[0].Timeout; got != 0 {
@@ -228,6 +236,12 @@ upstreams:
 	}
 	if u.Targets[0].Weight != 1 {
 		t.Errorf("weight 0 = %d after defaults, want 1", u.Targets[0].Weight)
+	}
+	if j := u.Health.Active.Jitter; j == nil || *j != 0 {
+		t.Errorf("jitter: 0 = %v, want an explicit 0 (no jitter)", j)
+	}
+	if j := cfg.Upstreams["v"].Health.Active.Jitter; j != nil {
+		t.Errorf("absent jitter = %v, want nil: the health package's default", *j)
 	}
 }
 
@@ -252,43 +266,59 @@ func TestInlineProblems(t *testing.T) {
 		{"integer out of range", listener + "upstreams:\n  u: {targets: [{address: 'a:1'}], max_idle_per_endpoint: 99999999999999999999}\n",
 			[]string{`6:59: integer 99999999999999999999 is out of range`}},
 		{"consistent_hash without hash_key", listener + "upstreams:\n  u:\n    balance: {policy: consistent_hash}\n    targets: [{address: 'a:1'}]\n",
-			[]string{`7:5: balance: consistent_hash needs hash_key (header:NAME, cookie:NAME, client_ip, path or query:NAME)`}},
+			[]string{`7:5: hash_key: required by consistent_hash (header:NAME, cookie:NAME, client_ip, path or query:NAME)`}},
 		{"bad hash_key", listener + "upstreams:\n  u:\n    balance: {policy: maglev, hash_key: 'body:x'}\n    targets: [{address: 'a:1'}]\n",
-			[]string{`7:5: balance: maglev: hash_key "body:x": want header:NAME, cookie:NAME, client_ip, path or query:NAME`}},
+			[]string{`7:41: hash_key: "body:x" is unknown: want header:NAME, cookie:NAME, client_ip, path or query:NAME`}},
 		{"key the policy does not read", listener + "upstreams:\n  u:\n    balance: {policy: round_robin, bounded_load: 1.25}\n    targets: [{address: 'a:1'}]\n",
-			[]string{`7:5: balance: round_robin does not use bounded_load`}},
+			[]string{`7:50: bounded_load: not used by round_robin`}},
 		{"float", listener + "upstreams:\n  u:\n    balance: {policy: maglev, hash_key: path, bounded_load: lots}\n    targets: [{address: 'a:1'}]\n",
 			[]string{`7:61: expected a number, got "lots"`}},
 		{"rate limit problems", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        rate_limit:\n          - {rate: 0/s, burst: 0}\n          - {rate: 5/s, burst: 1, key: 'cookie:x'}\n" + upstreams,
 			[]string{
-				`7:20: rate must be N/UNIT like 100/s, got "0/s": N must be at least 1`,
-				`7:32: burst must be at least 1, got 0`,
-				`8:40: key "cookie:x" is unknown: want client_ip, header:NAME, path or route`,
+				`7:20: rate: must be N/UNIT like 100/s, got "0/s": N must be at least 1`,
+				`7:32: burst: must be at least 1, got 0`,
+				`8:40: key: "cookie:x" is unknown: want client_ip, header:NAME, path or route`,
 			}},
 		{"global limit without redis", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        rate_limit: [{rate: 5/s, burst: 1, global: {local_share: 0.5}}]\n" + upstreams,
 			[]string{`6:44: global.redis (host:port of the Redis server) is required`}},
+		{"global limit problems", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        rate_limit:\n          - {rate: 5/s, burst: 1, global: {redis: 'r:1', on_failure: sometimes}}\n          - {algorithm: leaky_bucket, rate: 5/s, queue: 1, global: {redis: ':1', local_share: 2}}\n          - {rate: 5/s, brust: 1}\n" + upstreams,
+			[]string{
+				`7:70: global.on_failure: "sometimes" is unknown (known: fail_open, fail_closed)`,
+				`8:25: algorithm: a global limit is a token bucket; "leaky_bucket" cannot be global`,
+				`8:76: global.redis ":1" needs a host`,
+				`8:95: global.local_share: must be more than 0 and at most 1, got 2`,
+				`9:13: burst: must be at least 1, got 0`,
+				`9:25: unknown key "brust" in a rate_limit entry (known: name, algorithm, rate, burst, queue, max_wait, variant, key, trusted_proxies, max_keys, global)`,
+			}},
 		{"bulkhead", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        concurrency: {max_in_flight: 0}\n" + upstreams,
-			[]string{`6:38: max_in_flight must be at least 1, got 0`}},
+			[]string{`6:38: max_in_flight: must be at least 1, got 0`}},
 		{"health problems", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health:\n      active: {type: smoke, interval: -1s}\n      passive: {consecutive_failures: -1}\n      panic_threshold: 1.5\n",
 			[]string{
-				`9:22: type "smoke": unknown check type (want "http", "tcp" or "grpc")`,
+				`9:22: active.type: unknown check type "smoke" (want "http", "tcp" or "grpc")`,
 				`9:39: duration must not be negative, got "-1s"`,
-				`10:39: consecutive_failures -1: must be at least 1`,
-				`11:24: panic_threshold must be between 0 and 1, got 1.5`,
+				`10:39: passive.consecutive_failures: must be at least 1, got -1`,
+				`11:24: panic_threshold: must be between 0 and 1, got 1.5`,
 			}},
-		{"health rise 0", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health: {active: {rise: 0}}\n",
-			[]string{`8:29: rise 0: must be at least 1`}},
+		{"health rise 0", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health: {active: {rise: 0, fall: 0}}\n",
+			[]string{`8:29: rise: must be at least 1, got 0`, `8:38: fall: must be at least 1, got 0`}},
 		{"breaker and fallback", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        breaker: {failure_rate: 1.5}\n        fallback: {steps: [{type: backup, upstream: nope}]}\n" + upstreams,
 			[]string{
-				`6:33: failure_rate 1.5: must be between 0 and 1`,
-				`7:53: backup upstream "nope" is not defined`,
+				`6:33: failure_rate: must be between 0 and 1, got 1.5`,
+				`7:53: steps[0].upstream: backup upstream "nope" is not defined`,
 			}},
 		{"retry problems", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {attempts: 0, budget_percent: -1}\n" + upstreams,
 			[]string{
-				`6:46: must be between 0 and 100 (20 = one retry per five requests), got -1`,
+				`6:46: budget_percent: must be between 0 and 100 (20 = one retry per five requests), got -1`,
 			}},
+		{"a problem in a list is placed at its element", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {retry_on: [reset, sometimes]}\n        rate_limit: [{rate: 5/s, burst: 1, key: client_ip, trusted_proxies: [10.0.0.0/8, x]}]\n" + upstreams,
+			[]string{
+				`6:35: retry_on[1]: "sometimes" is not a retry condition (known: connect_failure, reset, timeout)`,
+				`7:90: trusted_proxies[1]: "x" is not an IP address or CIDR prefix`,
+			}},
+		{"a missing key is placed at the mapping that lacks it", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        fallback:\n          steps:\n            - {type: backup, upstream: u}\n            - {type: stale}\n" + upstreams,
+			[]string{`9:15: steps[1].max_age: a stale step needs a positive duration, got 0s`}},
 		{"bad hedge", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        retry: {hedge_after: soon}\n" + upstreams,
-			[]string{`6:30: must be a positive duration like "50ms" or "p95", got "soon"`}},
+			[]string{`6:30: hedge_after: must be a positive duration like "50ms" or "p95", got "soon"`}},
 		{"negative duration", "shutdown_timeout: -5s\n",
 			[]string{`1:19: duration must not be negative, got "-5s"`}},
 		{"duration without unit", "shutdown_timeout: 30\n",
@@ -391,6 +421,8 @@ func TestInlineProblems(t *testing.T) {
 				`15:3: upstream name "bad name" may contain only letters, digits, "_", "." and "-"`,
 				`16:3: upstream "empty" has no targets (or discovery)`,
 			}},
+		{"meta is not a key of a target", listener + "upstreams:\n  u: {targets: [{address: 'a:1', meta: {a: b}}]}\n",
+			[]string{`6:34: unknown key "meta" in target (known: address, weight, zone)`}},
 		{"second document", listener + upstreams + "---\nlisteners: []\n",
 			[]string{`8:1: a second YAML document; a configuration file holds one`}},
 		{"syntax error", "listeners:\n  - name: web\n   listen: ':80'\n",
@@ -410,6 +442,38 @@ func TestInlineProblems(t *testing.T) {
 			checkLines(t, problemLines(t, "lb.yaml", tt.src), want)
 		})
 	}
+}
+
+// TestBalanceErrorsPointAtTheKey is the regression test for balance
+// problems, which were reported at the balance key however deep the setting
+// at fault: each now points at the line and column of the offending value,
+// and a missing one at the mapping that lacks it.
+func TestBalanceErrorsPointAtTheKey(t *testing.T) {
+	const src = `listeners:
+  - name: web
+    listen: :8080
+    routes: [{upstream: a}, {upstream: b}, {upstream: c}]
+upstreams:
+  a:
+    balance: {policy: consistent_hash, hash_key: "bogus"}
+    targets: [{address: "a:1"}]
+  b:
+    balance:
+      policy: dynamic_weight
+      dynamic_weight: {cpu: -1, mem: 0.5}
+    targets: [{address: "b:1"}]
+  c:
+    balance:
+      policy: dynamic_weight
+      dynamic_weight:
+        poll_interval: 2s
+    targets: [{address: "c:1"}]
+`
+	checkLines(t, problemLines(t, "lb.yaml", src), []string{
+		`lb.yaml:7:50: hash_key: "bogus" is unknown: want header:NAME, cookie:NAME, client_ip, path or query:NAME`,
+		`lb.yaml:12:29: dynamic_weight.cpu: must be >= 0, got -1`,
+		`lb.yaml:18:24: dynamic_weight.poll_interval: needs poll_path`,
+	})
 }
 
 func TestListenAddressClashes(t *testing.T) {
@@ -699,5 +763,136 @@ func TestUnexportedAndIgnoredFieldsAreNotKeys(t *testing.T) {
 	lines := problemLines(t, "lb.yaml", "file: x.yaml\n")
 	if !strings.Contains(lines[0], `unknown key "file"`) {
 		t.Errorf("File (yaml:\"-\") accepted as a key: %v", lines)
+	}
+}
+
+func TestParsePath(t *testing.T) {
+	for path, want := range map[string]string{
+		"":                         "",
+		"burst":                    "burst",
+		"steps[1].status":          "steps [1] status",
+		"global.timeout":           "global timeout",
+		"trusted_proxies[0]":       "trusted_proxies [0]",
+		"a[1][2].b":                "a [1] [2] b",
+		".a":                       "invalid",
+		"a.":                       "invalid",
+		"a..b":                     "invalid",
+		"a.[1]":                    "invalid",
+		"a[x]":                     "invalid",
+		"a[1":                      "invalid",
+		"dynamic_weight.poll_path": "dynamic_weight poll_path",
+	} {
+		steps, ok := parsePath(path)
+		got := "invalid"
+		if ok {
+			var parts []string
+			for _, s := range steps {
+				if s.name != "" {
+					parts = append(parts, s.name)
+				} else {
+					parts = append(parts, fmt.Sprintf("[%d]", s.index))
+				}
+			}
+			got = strings.Join(parts, " ")
+		}
+		if got != want {
+			t.Errorf("parsePath(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
+func TestInlineStructKeysAreTheParentsKeys(t *testing.T) {
+	type Inner struct {
+		Rate  string `yaml:"rate"`
+		Burst int    `yaml:"burst"`
+	}
+	type entry struct {
+		Name  string `yaml:"name"`
+		Inner `yaml:",inline"`
+		Extra bool `yaml:"extra"`
+	}
+	decode := func(src string) (*entry, *positions, []string) {
+		probs := &problems{file: "f"}
+		root := parseYAML([]byte(src), probs)
+		pos := newPositions(root)
+		e := &entry{}
+		d := &decoder{src: []byte(src), lookup: func(string) (string, bool) { return "", false }, pos: pos, probs: probs}
+		d.decode(root, reflect.ValueOf(e).Elem(), &site{value: root})
+		var lines []string
+		for _, p := range probs.errors() {
+			lines = append(lines, p.String())
+		}
+		return e, pos, lines
+	}
+	e, pos, lines := decode("name: a\nrate: 5/s\nburst: 3\n")
+	if len(lines) > 0 || e.Name != "a" || e.Rate != "5/s" || e.Burst != 3 {
+		t.Fatalf("decoded %+v with problems %v, want the inline keys set", e, lines)
+	}
+	if n := pos.of(&e.Burst).node(); n.Line != 3 {
+		t.Errorf("burst recorded at line %d, want 3", n.Line)
+	}
+	if n := pos.of(&e.Inner).node(); n.Line != 1 {
+		t.Errorf("the inline struct is recorded at line %d, want its parent's mapping (line 1)", n.Line)
+	}
+	chain, exact := locate(e, "burst")
+	if !exact || chain[len(chain)-1] != any(&e.Burst) {
+		t.Errorf("locate(burst) = %v, %v; want &e.Burst through the inline struct", chain, exact)
+	}
+	_, _, lines = decode("name: a\nbrust: 3\n")
+	if want := []string{`f:2:1: unknown key "brust" in entry (known: name, rate, burst, extra)`}; !slices.Equal(lines, want) {
+		t.Errorf("problems %q, want %q", lines, want)
+	}
+}
+
+// TestKeysAreUniquePerMapping guards inline structs: a key of an inline
+// library config must not also be a key of the struct that holds it.
+func TestKeysAreUniquePerMapping(t *testing.T) {
+	seen := map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(ty reflect.Type) {
+		for ty.Kind() == reflect.Pointer || ty.Kind() == reflect.Slice || ty.Kind() == reflect.Map {
+			ty = ty.Elem()
+		}
+		if ty.Kind() != reflect.Struct || seen[ty] {
+			return
+		}
+		seen[ty] = true
+		names := map[string]bool{}
+		for _, f := range fieldsOf(ty) {
+			if names[f.name] {
+				t.Errorf("%s has the key %q twice", ty, f.name)
+			}
+			names[f.name] = true
+			walk(ty.FieldByIndex(f.index).Type)
+		}
+	}
+	walk(reflect.TypeFor[Config]())
+}
+
+// TestUnknownKeysNameTheirPlace: a struct from a library package has a
+// generic type name (breaker.Config, retry.Policy), so an unknown key in it
+// must be explained through contexts, not as "in config".
+func TestUnknownKeysNameTheirPlace(t *testing.T) {
+	seen := map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(ty reflect.Type) {
+		for ty.Kind() == reflect.Pointer || ty.Kind() == reflect.Slice || ty.Kind() == reflect.Map {
+			ty = ty.Elem()
+		}
+		if ty.Kind() != reflect.Struct || seen[ty] || ty == reflect.TypeFor[time.Duration]() {
+			return
+		}
+		seen[ty] = true
+		if _, named := contexts[ty]; !named && ty.PkgPath() != reflect.TypeFor[Config]().PkgPath() {
+			t.Errorf("unknown keys in %s would be reported %q: add it to contexts", ty, contextOf(ty))
+		}
+		for _, f := range fieldsOf(ty) {
+			walk(ty.FieldByIndex(f.index).Type)
+		}
+	}
+	walk(reflect.TypeFor[Config]())
+	lines := problemLines(t, "lb.yaml", "upstreams: {u: {targets: [{address: 'a:1'}], breaker: {open: 1s}}}\n")
+	if want := []string{`lb.yaml:1:56: unknown key "open" in breaker (known: window_type, window_size, window, buckets, min_requests, failure_rate, slow_threshold, slow_rate, consecutive_failures, open_for, max_open_for, half_open_probes, failure_statuses)`}; !slices.Equal(lines, want) {
+		t.Errorf("problems %q, want %q", lines, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,6 +12,16 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/health"
+	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/ratelimit"
+	"github.com/switchboard-dev/switchboard/retry"
+	"github.com/switchboard-dev/switchboard/upstream"
 )
 
 // The decoder walks a yaml.Node tree into Go values by reflection, guided
@@ -184,16 +195,17 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, s *site) {
 			d.probs.node(p.key, "unknown key %q %s (known: %s)", name, contextOf(v.Type()), fieldNames(fields))
 			continue
 		}
-		fv := v.Field(f.index)
+		fv := v.FieldByIndex(f.index)
 		fs := &site{key: p.key, value: p.value, parent: n}
 		d.pos.set(fv.Addr().Interface(), fs)
 		d.decode(p.value, fv, fs)
 	}
 	for _, f := range fields {
 		if seen[f.name] == nil {
-			d.absentField(v.Field(f.index), n)
+			d.absentField(v.FieldByIndex(f.index), n)
 		}
 	}
+	d.inline(v, s)
 }
 
 // absent records every field of the struct v, recursively through nested
@@ -201,8 +213,9 @@ func (d *decoder) structure(n *yaml.Node, v reflect.Value, s *site) {
 // field is reported at the mapping that lacks it.
 func (d *decoder) absent(v reflect.Value, parent *yaml.Node) {
 	for _, f := range fieldsOf(v.Type()) {
-		d.absentField(v.Field(f.index), parent)
+		d.absentField(v.FieldByIndex(f.index), parent)
 	}
+	d.inline(v, &site{parent: parent})
 }
 
 func (d *decoder) absentField(fv reflect.Value, parent *yaml.Node) {
@@ -436,21 +449,31 @@ func describe(n *yaml.Node) string {
 	return "an alias"
 }
 
-// field is a struct field that a YAML key can set.
-type field struct {
+// keyField is a struct field that a YAML key can set. index is its index
+// sequence for reflect.Value.FieldByIndex: a field of an inline struct is
+// a field of its parent.
+type keyField struct {
 	name  string
-	index int
+	index []int
 }
 
 // fieldsOf lists t's YAML keys in declaration order. A field tagged
 // `yaml:"-"` and unexported fields (position bookkeeping, say) are not
 // keys; a field without a tag is keyed by its lower-cased name, as yaml
-// does.
-func fieldsOf(t reflect.Type) []field {
-	var fs []field
+// does. The keys of a struct field tagged `yaml:",inline"` are keys of t,
+// in its place: pipeline.RateLimit has ratelimit.Config's keys beside its
+// own name and global.
+func fieldsOf(t reflect.Type) []keyField {
+	var fs []keyField
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if !f.IsExported() {
+			continue
+		}
+		if isInline(f) {
+			for _, in := range fieldsOf(f.Type) {
+				fs = append(fs, keyField{name: in.name, index: append([]int{i}, in.index...)})
+			}
 			continue
 		}
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
@@ -460,21 +483,40 @@ func fieldsOf(t reflect.Type) []field {
 		case "":
 			name = strings.ToLower(f.Name)
 		}
-		fs = append(fs, field{name: name, index: i})
+		fs = append(fs, keyField{name: name, index: []int{i}})
 	}
 	return fs
 }
 
-func fieldNamed(fs []field, name string) (field, bool) {
+// isInline reports whether f is a struct whose keys are written in its
+// parent's mapping (`yaml:",inline"`). Only structs can be inline here;
+// yaml's inline maps are not supported.
+func isInline(f reflect.StructField) bool {
+	_, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline")
+}
+
+// inline records the inline structs of v, a struct decoded from s, at s:
+// their keys are written in v's own mapping.
+func (d *decoder) inline(v reflect.Value, s *site) {
+	for i := 0; i < v.NumField(); i++ {
+		if f := v.Type().Field(i); f.IsExported() && isInline(f) {
+			d.pos.set(v.Field(i).Addr().Interface(), s)
+			d.inline(v.Field(i), s)
+		}
+	}
+}
+
+func fieldNamed(fs []keyField, name string) (keyField, bool) {
 	for _, f := range fs {
 		if f.name == name {
 			return f, true
 		}
 	}
-	return field{}, false
+	return keyField{}, false
 }
 
-func fieldNames(fs []field) string {
+func fieldNames(fs []keyField) string {
 	names := make([]string, len(fs))
 	for i, f := range fs {
 		names[i] = f.name
@@ -483,11 +525,28 @@ func fieldNames(fs []field) string {
 }
 
 // contexts name the place a struct's keys live in, for unknown-key
-// messages; the default is "in " and the lower-cased type name.
+// messages; the default is "in " and the lower-cased type name. The
+// library configs are named by the key they are written under, since
+// their type names (breaker.Config, retry.Policy) do not say it.
 var contexts = map[reflect.Type]string{
 	reflect.TypeFor[Config]():           "at the top level",
 	reflect.TypeFor[ListenerTimeouts](): "in listener timeouts",
 	reflect.TypeFor[UpstreamTimeouts](): "in upstream timeouts",
+
+	reflect.TypeFor[endpoint.Spec]():               "in target",
+	reflect.TypeFor[balance.Config]():              "in balance",
+	reflect.TypeFor[balance.DynamicWeightConfig](): "in balance.dynamic_weight",
+	reflect.TypeFor[health.ActiveConfig]():         "in health.active",
+	reflect.TypeFor[health.PassiveConfig]():        "in health.passive",
+	reflect.TypeFor[ratelimit.ConcurrencyConfig](): "in concurrency",
+	reflect.TypeFor[pipeline.RateLimit]():          "in a rate_limit entry",
+	reflect.TypeFor[pipeline.GlobalLimit]():        "in rate_limit global",
+	reflect.TypeFor[upstream.Health]():             "in health",
+	reflect.TypeFor[breaker.Config]():              "in breaker",
+	reflect.TypeFor[retry.Policy]():                "in retry",
+	reflect.TypeFor[fallback.Config]():             "in fallback",
+	reflect.TypeFor[fallback.StepConfig]():         "in a fallback step",
+	reflect.TypeFor[fallback.CacheConfig]():        "in fallback cache",
 }
 
 func contextOf(t reflect.Type) string {

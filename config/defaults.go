@@ -23,7 +23,7 @@ const (
 	DefaultRouteTimeout = Duration(60 * time.Second)
 	DefaultPathPrefix   = "/"
 
-	DefaultBalancePolicy         = balance.RoundRobinName
+	DefaultBalancePolicy         = balance.DefaultPolicy
 	DefaultUpstreamProtocol      = "http1"
 	DefaultMaxIdlePerEndpoint    = 64
 	DefaultUpstreamIdleTimeout   = Duration(60 * time.Second)
@@ -47,6 +47,12 @@ const MaxWeight = 10000
 // Duration or Size counts as unset; pointer fields are unset only when
 // nil, which is how an explicit 0 (a route timeout, max idle connections)
 // survives.
+//
+// The library configs (balance, health, breaker, retry, fallback, rate
+// limits) are left as written: their zero fields mean the library's own
+// defaults, which it applies when it builds. Only the balance policy is
+// named, with the library's default, so that the loaded config (and the
+// admin API) says which policy runs.
 func applyDefaults(cfg *Config) {
 	a := &cfg.Admin
 	setDefault(&a.Listen, DefaultAdminListen)

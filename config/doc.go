@@ -17,10 +17,16 @@
 //     values, expands ${NAME} in scalar values, and records in a side table
 //     where every struct, field, list element and map entry came from.
 //  3. Semantic checks (validate.go) look at the decoded values and report
-//     problems at the recorded positions.
+//     problems at the recorded positions. A block that is a library config
+//     (balance.Config, health.ActiveConfig, breaker.Config, retry.Policy,
+//     ratelimit.Config, ...) is decoded into that type and judged by its
+//     own Validate, once; each *field.Error it returns names a key path,
+//     which is followed through the yaml tags to the line it came from.
 //  4. When there were no problems, the defaults documented on the fields are
-//     filled in (defaults.go).
+//     filled in (defaults.go); a library config's zero fields are left for
+//     the library, whose defaults they mean.
 //
-// The field comments in types.go are the reference for users;
-// docs/configuration.md repeats them with examples.
+// The field comments in types.go, and those of the library configs that
+// types.go uses, are the reference for users; docs/configuration.md
+// repeats them with examples.
 package config

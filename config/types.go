@@ -3,13 +3,8 @@ package config
 import (
 	"time"
 
-	"github.com/switchboard-dev/switchboard/balance"
-	"github.com/switchboard-dev/switchboard/breaker"
-	"github.com/switchboard-dev/switchboard/fallback"
-	"github.com/switchboard-dev/switchboard/health"
-	"github.com/switchboard-dev/switchboard/ratelimit"
-	rlredis "github.com/switchboard-dev/switchboard/ratelimit/redis"
-	"github.com/switchboard-dev/switchboard/retry"
+	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/upstream"
 )
 
 // Config is a whole switchboard configuration file. The field comments are
@@ -267,117 +262,9 @@ type Route struct {
 	// Timeout bounds the whole request, from routing to the last byte of
 	// the response. Default 60s; 0 disables it (long-lived streams).
 	Timeout *Duration `yaml:"timeout"`
-	// RateLimit lists the limits a request must pass, in order, before it
-	// is forwarded: per client and global limits may both apply. A
-	// rejection is a 429 with Retry-After and RateLimit-* headers; a leaky
-	// bucket delays instead.
-	RateLimit []RateLimit `yaml:"rate_limit"`
-	// Concurrency caps the route's requests in flight (a bulkhead), with an
-	// optional bounded queue. A request over the cap gets 503.
-	Concurrency *Concurrency `yaml:"concurrency"`
-	// Breaker is the route's circuit breaker: while it is open, requests go
-	// straight to the fallback chain (or get 503) without touching the
-	// upstream. Keys: docs/breaker.md.
-	Breaker *breaker.Config `yaml:"breaker"`
-	// Retry is the route's retry policy: attempts, per-try timeout,
-	// backoff with full jitter, what is retried, and the retry budget.
-	// Without it only a connect failure is tried once more elsewhere.
-	// Keys: docs/retry.md.
-	Retry *retry.Policy `yaml:"retry"`
-	// Fallback is the chain of steps tried when the route cannot answer
-	// (breaker open, no healthy endpoint, configured statuses). Keys:
-	// docs/retry.md.
-	Fallback *fallback.Config `yaml:"fallback"`
-}
-
-// RateLimit is one limit on a route. docs/ratelimit.md describes the
-// algorithms and which keys each reads; a key the algorithm does not read is
-// an error.
-type RateLimit struct {
-	// Name identifies the limiter in metrics. Default "<route>/<index>".
-	Name string `yaml:"name"`
-	// Algorithm is token_bucket (default), leaky_bucket, fixed_window or
-	// sliding_window. A global limit is a token bucket.
-	Algorithm string `yaml:"algorithm"`
-	// Rate is N/UNIT: "100/s", "5/m", "10/100ms". Required.
-	Rate string `yaml:"rate"`
-	// Burst is the token bucket's capacity. Required by token_bucket.
-	Burst int `yaml:"burst"`
-	// Queue is how many requests a leaky bucket lets wait. Required by
-	// leaky_bucket.
-	Queue int `yaml:"queue"`
-	// MaxWait rejects a leaky-bucket request that would wait longer.
-	MaxWait Duration `yaml:"max_wait"`
-	// Variant is sliding_window's implementation: auto, log or counter.
-	Variant string `yaml:"variant"`
-	// Key makes the limit per key: client_ip, header:NAME, path or route.
-	// Default: one limit for every request of the route.
-	Key string `yaml:"key"`
-	// TrustedProxies are addresses or CIDR prefixes whose X-Forwarded-For
-	// is believed for key client_ip.
-	TrustedProxies []string `yaml:"trusted_proxies"`
-	// MaxKeys bounds the keys remembered. Default 100000.
-	MaxKeys int `yaml:"max_keys"`
-	// Global shares the limit among every switchboard through Redis.
-	Global *GlobalLimit `yaml:"global"`
-}
-
-// GlobalLimit makes a rate limit global: a token bucket kept in Redis
-// (GCRA in a Lua script on the server's clock).
-type GlobalLimit struct {
-	// Redis is the server's host:port. Required.
-	Redis string `yaml:"redis"`
-	// Password and DB select the Redis database.
-	Password string `yaml:"password"`
-	DB       int    `yaml:"db"`
-	// Prefix is prepended to every key. Default "switchboard:ratelimit:".
-	Prefix string `yaml:"prefix"`
-	// Timeout bounds each call to Redis: no request waits longer. Default
-	// 50ms.
-	Timeout Duration `yaml:"timeout"`
-	// OnFailure is fail_open (default: decide locally at local_share of
-	// the limit) or fail_closed (reject) while Redis fails.
-	OnFailure string `yaml:"on_failure"`
-	// LocalShare is the fraction of the limit one instance admits on its
-	// own while Redis fails, about 1/N for N instances. Required with
-	// fail_open.
-	LocalShare float64 `yaml:"local_share"`
-	// Recheck is how long to decide locally after a failure before trying
-	// Redis again. Default 1s.
-	Recheck Duration `yaml:"recheck"`
-}
-
-// Concurrency is a route's bulkhead.
-type Concurrency struct {
-	// MaxInFlight is how many requests may be in progress. Required.
-	MaxInFlight int `yaml:"max_in_flight"`
-	// Queue is how many more may wait for a slot. Default 0.
-	Queue int `yaml:"queue"`
-	// MaxWait is the longest a request waits in the queue. Default 0: the
-	// route's timeout bounds it.
-	MaxWait Duration `yaml:"max_wait"`
-}
-
-// Local returns the ratelimit package's form of a local limit.
-func (l RateLimit) Local() ratelimit.Config {
-	return ratelimit.Config{
-		Algorithm: l.Algorithm, Rate: l.Rate, Burst: l.Burst, Queue: l.Queue, MaxWait: l.MaxWait.Std(),
-		Variant: l.Variant, Key: l.Key, TrustedProxies: l.TrustedProxies, MaxKeys: l.MaxKeys,
-	}
-}
-
-// GlobalConfig returns ratelimit/redis's form of a global limit.
-func (l RateLimit) GlobalConfig() rlredis.Config {
-	g := l.Global
-	return rlredis.Config{
-		Rate: l.Rate, Burst: l.Burst, Prefix: g.Prefix, Timeout: g.Timeout.Std(), OnFailure: g.OnFailure,
-		LocalShare: g.LocalShare, Recheck: g.Recheck.Std(), MaxKeys: l.MaxKeys, Key: l.Key, TrustedProxies: l.TrustedProxies,
-	}
-}
-
-// Library returns the ratelimit package's form of c.
-func (c Concurrency) Library() ratelimit.ConcurrencyConfig {
-	return ratelimit.ConcurrencyConfig{MaxInFlight: c.MaxInFlight, Queue: c.Queue, MaxWait: c.MaxWait.Std()}
+	// Config holds the route's protection and retry settings: rate_limit,
+	// concurrency, breaker, retry and fallback (pipeline.Config).
+	pipeline.Config `yaml:",inline"`
 }
 
 // Match is a route's request matcher.
@@ -395,257 +282,22 @@ type Match struct {
 
 // Upstream is a named pool of endpoints.
 type Upstream struct {
-	// Balance chooses an endpoint per request. Default round_robin.
-	Balance Balance `yaml:"balance"`
+	// Config holds balance, targets, health, breaker and concurrency
+	// (upstream.Config): how the upstream picks and judges its endpoints.
+	upstream.Config `yaml:",inline"`
 	// Protocol to speak to the endpoints: http1 (default) or h2c
 	// (cleartext HTTP/2, for gRPC).
 	Protocol string `yaml:"protocol"`
-	// Targets are static endpoints.
-	Targets []Target `yaml:"targets"`
 	// Discovery takes the endpoints from a registry instead of targets.
 	Discovery *UpstreamDiscovery `yaml:"discovery"`
 	// Timeouts for upstream connections.
 	Timeouts UpstreamTimeouts `yaml:"timeouts"`
 	// MaxIdlePerEndpoint caps idle keep-alive connections kept per endpoint.
-	// Default 64.
+	// Default 64; 0 keeps none, which is why it is a pointer.
 	MaxIdlePerEndpoint *int `yaml:"max_idle_per_endpoint"`
 	// IdleTimeout closes upstream connections idle for longer. Default 60s;
 	// keep it below the backends' own keep-alive timeout.
 	IdleTimeout Duration `yaml:"idle_timeout"`
-	// Concurrency caps the requests in flight to this upstream from every
-	// route together (a bulkhead), with an optional bounded queue. A
-	// request over the cap gets 503.
-	Concurrency *Concurrency `yaml:"concurrency"`
-	// Health configures active checks, passive ejection and panic mode.
-	Health Health `yaml:"health"`
-	// Breaker gives every endpoint a circuit breaker of its own: an open
-	// breaker puts its endpoint in the breaker_open state, and picks skip
-	// it. Keys: docs/breaker.md.
-	Breaker *breaker.Config `yaml:"breaker"`
-}
-
-// Health configures how endpoints are judged. docs/health.md describes
-// the states and how the signals combine.
-type Health struct {
-	// Active probes every endpoint on a schedule. Default off.
-	Active *ActiveHealth `yaml:"active"`
-	// Passive ejects endpoints that fail real requests (outlier
-	// detection). Default off.
-	Passive *PassiveHealth `yaml:"passive"`
-	// PanicThreshold, when the share of endpoints that can take traffic
-	// falls below it (0 to 1), sends traffic to every endpoint rather than
-	// crush the survivors. Default 0: off.
-	PanicThreshold float64 `yaml:"panic_threshold"`
-}
-
-// ActiveHealth configures active checks. Absent keys take the defaults of
-// health.DefaultActiveConfig.
-type ActiveHealth struct {
-	// Type is http (default), tcp or grpc (grpc.health.v1).
-	Type string `yaml:"type"`
-	// Method, Path and Host of an HTTP check. Default GET /, the
-	// endpoint's address as Host.
-	Method string `yaml:"method"`
-	Path   string `yaml:"path"`
-	Host   string `yaml:"host"`
-	// ExpectStatus is the passing statuses, as "200-399" or
-	// "200,204,300-308". Default 200-399.
-	ExpectStatus string `yaml:"expect_status"`
-	// ExpectBody, when set, must appear in the first 64 KiB of the body.
-	ExpectBody string `yaml:"expect_body"`
-	// GRPCService is the service a grpc check asks about ("" = the server).
-	GRPCService string `yaml:"grpc_service"`
-	// Interval between checks of a healthy endpoint. Default 5s.
-	Interval Duration `yaml:"interval"`
-	// Timeout of one check, below interval. Default 2s.
-	Timeout Duration `yaml:"timeout"`
-	// Rise passes make an unhealthy endpoint healthy. Default 2.
-	Rise *int `yaml:"rise"`
-	// Fall failures make a healthy endpoint unhealthy. Default 3.
-	Fall *int `yaml:"fall"`
-	// Jitter spreads checks by this fraction of the interval. Default 0.1.
-	Jitter *float64 `yaml:"jitter"`
-	// UnhealthyInterval is the first wait while unhealthy, doubled per
-	// failure up to max_backoff. Default: interval.
-	UnhealthyInterval Duration `yaml:"unhealthy_interval"`
-	// MaxBackoff caps the unhealthy backoff. Default 60s.
-	MaxBackoff Duration `yaml:"max_backoff"`
-	// MaxInterval, above interval, lets a long-healthy endpoint be probed
-	// less often, up to this. Default: interval (off).
-	MaxInterval Duration `yaml:"max_interval"`
-	// StretchAfter passes double the adaptive interval once. Default 10.
-	StretchAfter int `yaml:"stretch_after"`
-}
-
-// PassiveHealth configures outlier detection. Absent keys take the
-// defaults of health.PassiveConfig.
-type PassiveHealth struct {
-	// ConsecutiveFailures in a row eject an endpoint. Default 5.
-	ConsecutiveFailures int `yaml:"consecutive_failures"`
-	// FailureStatuses count as failures besides transport errors. Default
-	// [502, 503, 504].
-	FailureStatuses []int `yaml:"failure_statuses"`
-	// BaseEjection is the first ejection's length; the k-th lasts k times
-	// as long. Default 30s.
-	BaseEjection Duration `yaml:"base_ejection"`
-	// MaxEjection caps an ejection. Default 300s.
-	MaxEjection Duration `yaml:"max_ejection"`
-	// MaxEjectedPercent bounds the share of the pool ejected at once.
-	// Default 50.
-	MaxEjectedPercent int `yaml:"max_ejected_percent"`
-	// FailureRate (0 to 1) over window ejects, once min_requests were
-	// seen. Default 0: off.
-	FailureRate float64 `yaml:"failure_rate"`
-	// Window of the failure rate and latency outliers. Default 10s.
-	Window Duration `yaml:"window"`
-	// MinRequests in the window before rates and medians count. Default 20.
-	MinRequests int `yaml:"min_requests"`
-	// RecoverySuccesses in a row bring an endpoint back from probation.
-	// Default 2.
-	RecoverySuccesses int `yaml:"recovery_successes"`
-	// LatencyFactor ejects an endpoint whose median latency exceeds this
-	// multiple of the pool's. Default 0: off.
-	LatencyFactor float64 `yaml:"latency_factor"`
-}
-
-// Library returns the health package's form of a.
-func (a ActiveHealth) Library() health.ActiveConfig {
-	c := health.DefaultActiveConfig()
-	set := func(dst *string, v string) {
-		if v != "" {
-			*dst = v
-		}
-	}
-	set(&c.Type, a.Type)
-	set(&c.Method, a.Method)
-	set(&c.Path, a.Path)
-	set(&c.Host, a.Host)
-	set(&c.ExpectStatus, a.ExpectStatus)
-	set(&c.ExpectBody, a.ExpectBody)
-	set(&c.GRPCService, a.GRPCService)
-	for _, d := range []struct {
-		dst *time.Duration
-		v   Duration
-	}{{&c.Interval, a.Interval}, {&c.Timeout, a.Timeout}, {&c.UnhealthyInterval, a.UnhealthyInterval}, {&c.MaxBackoff, a.MaxBackoff}, {&c.MaxInterval, a.MaxInterval}} {
-		if d.v != 0 {
-			*d.dst = d.v.Std()
-		}
-	}
-	if a.Timeout == 0 && a.Interval != 0 && c.Timeout >= c.Interval {
-		c.Timeout = c.Interval / 2 // the default timeout must fit a short interval
-	}
-	if a.Rise != nil {
-		c.Rise = *a.Rise
-	}
-	if a.Fall != nil {
-		c.Fall = *a.Fall
-	}
-	if a.StretchAfter != 0 {
-		c.StretchAfter = a.StretchAfter
-	}
-	if a.Jitter != nil {
-		c.Jitter = *a.Jitter
-	}
-	return c
-}
-
-// Library returns the health package's form of p.
-func (p PassiveHealth) Library() health.PassiveConfig {
-	return health.PassiveConfig{
-		ConsecutiveFailures: p.ConsecutiveFailures, FailureStatuses: p.FailureStatuses,
-		BaseEjection: p.BaseEjection.Std(), MaxEjection: p.MaxEjection.Std(), MaxEjectedPercent: p.MaxEjectedPercent,
-		FailureRate: p.FailureRate, Window: p.Window.Std(), MinRequests: p.MinRequests,
-		RecoverySuccesses: p.RecoverySuccesses, LatencyFactor: p.LatencyFactor,
-	}
-}
-
-// Balance selects and configures a balancing policy. docs/balancing.md
-// describes each policy and which keys it reads; a key the chosen policy
-// does not read is an error.
-type Balance struct {
-	// Policy is the balancing policy's name. Default round_robin.
-	Policy string `yaml:"policy"`
-	// HashKey is where consistent_hash and maglev find a request's key:
-	// header:NAME, cookie:NAME, client_ip, path or query:NAME. Required by
-	// those policies.
-	HashKey string `yaml:"hash_key"`
-	// BoundedLoad caps an endpoint of consistent_hash or maglev at this
-	// multiple of its share of in-flight requests (> 1; 1.25 is a good
-	// start). Default off.
-	BoundedLoad float64 `yaml:"bounded_load"`
-	// Fallback is the policy for requests without a hash key. Default
-	// round_robin.
-	Fallback string `yaml:"fallback"`
-	// TableSize is maglev's lookup table size, a prime. Default 65537.
-	TableSize int `yaml:"table_size"`
-	// VirtualNodes is consistent_hash's ring points per unit of weight.
-	// Default 160.
-	VirtualNodes int `yaml:"virtual_nodes"`
-	// SlowStart ramps a new or recovered endpoint from 10% to full weight
-	// over this long. Default 0: off.
-	SlowStart Duration `yaml:"slow_start"`
-	// DecayWindow is the time constant of p2c_ewma's and dynamic_weight's
-	// moving averages. Default 10s.
-	DecayWindow Duration `yaml:"decay_window"`
-	// ErrorPenalty is the latency a failed request counts as in p2c_ewma.
-	// Default 1s.
-	ErrorPenalty Duration `yaml:"error_penalty"`
-	// DynamicWeight configures dynamic_weight.
-	DynamicWeight DynamicWeight `yaml:"dynamic_weight"`
-}
-
-// DynamicWeight configures the dynamic_weight policy: an endpoint's weight
-// is its configured weight times a score from its reported cpu and memory
-// and the proxy's own latency and error observations.
-type DynamicWeight struct {
-	// CPU, Mem, Latency and Errors weigh the score's terms. Default 0.4,
-	// 0.3, 0.2 and 0.1 (when all four are absent).
-	CPU     float64 `yaml:"cpu"`
-	Mem     float64 `yaml:"mem"`
-	Latency float64 `yaml:"latency"`
-	Errors  float64 `yaml:"errors"`
-	// LatencyCap is the latency at which the latency term reaches 0.
-	// Default 1s.
-	LatencyCap Duration `yaml:"latency_cap"`
-	// ErrorCap is the error rate (0 to 1) at which the errors term reaches
-	// 0. Default 0.5.
-	ErrorCap float64 `yaml:"error_cap"`
-	// MinWeight is the floor of the score (0 to 1]. Default 0.1.
-	MinWeight float64 `yaml:"min_weight"`
-	// Header carries an endpoint's load report ("cpu=0.42, mem=0.31") on
-	// its responses. Default X-Switchboard-Load.
-	Header string `yaml:"header"`
-	// PollPath, when set, polls each endpoint at this path for its report.
-	PollPath string `yaml:"poll_path"`
-	// PollInterval is the time between polls. Default 5s.
-	PollInterval Duration `yaml:"poll_interval"`
-	// Refresh is how often weights are recomputed. Default 1s.
-	Refresh Duration `yaml:"refresh"`
-}
-
-// Library returns the balance package's form of b.
-func (b Balance) Library() balance.Config {
-	d := b.DynamicWeight
-	return balance.Config{
-		Policy: b.Policy, HashKey: b.HashKey, BoundedLoad: b.BoundedLoad, Fallback: b.Fallback,
-		TableSize: b.TableSize, VirtualNodes: b.VirtualNodes, SlowStart: b.SlowStart.Std(),
-		DecayWindow: b.DecayWindow.Std(), ErrorPenalty: b.ErrorPenalty.Std(),
-		DynamicWeight: balance.DynamicWeightConfig{
-			CPU: d.CPU, Mem: d.Mem, Latency: d.Latency, Errors: d.Errors,
-			LatencyCap: d.LatencyCap.Std(), ErrorCap: d.ErrorCap, MinWeight: d.MinWeight,
-			Header: d.Header, PollPath: d.PollPath, PollInterval: d.PollInterval.Std(), Refresh: d.Refresh.Std(),
-		},
-	}
-}
-
-// Target is one static endpoint.
-type Target struct {
-	// Address is host:port. Required.
-	Address string `yaml:"address"`
-	// Weight is the endpoint's relative weight, 1 to 10000. Default 1.
-	Weight int `yaml:"weight"`
-	// Zone is an optional locality label.
-	Zone string `yaml:"zone"`
 }
 
 // UpstreamTimeouts bound how long an upstream may take.

@@ -8,16 +8,14 @@ import (
 	"net/netip"
 	"net/textproto"
 	"reflect"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/switchboard-dev/switchboard/balance"
-	"github.com/switchboard-dev/switchboard/breaker"
-	"github.com/switchboard-dev/switchboard/fallback"
-	"github.com/switchboard-dev/switchboard/ratelimit"
-	"github.com/switchboard-dev/switchboard/retry"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
+	rlredis "github.com/switchboard-dev/switchboard/ratelimit/redis"
+	"github.com/switchboard-dev/switchboard/upstream"
 )
 
 // validator runs the semantic checks on a decoded Config.
@@ -282,9 +280,9 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	v.checkLimits(r)
 }
 
-// checkLimits checks a route's rate limits and bulkhead. The ratelimit
-// packages judge their own settings; their errors name the key, which is
-// mapped back to its line here.
+// checkLimits checks a route's rate limits and bulkhead, and its retry,
+// breaker and fallback. The library packages judge their own settings;
+// their errors name the key, which place maps back to its line.
 func (v *validator) checkLimits(r *Route) {
 	names := map[string]any{}
 	for i := range r.RateLimit {
@@ -295,199 +293,157 @@ func (v *validator) checkLimits(r *Route) {
 			}
 			names[l.Name] = &l.Name
 		}
-		fields := map[string]any{
-			"algorithm": &l.Algorithm, "rate": &l.Rate, "burst": &l.Burst, "queue": &l.Queue,
-			"max_wait": &l.MaxWait, "variant": &l.Variant, "key": &l.Key,
-			"trusted_proxies": &l.TrustedProxies, "max_keys": &l.MaxKeys,
-		}
-		if g := l.Global; g != nil {
-			if l.Algorithm != "" && l.Algorithm != "token_bucket" {
-				v.errorf(&l.Algorithm, "a global limit is a token bucket; algorithm %q cannot be global", l.Algorithm)
-				continue
-			}
-			for key, set := range map[string]bool{"queue": l.Queue != 0, "max_wait": l.MaxWait != 0, "variant": l.Variant != ""} {
-				if set {
-					v.keyErrorf(fields[key], "a global limit does not use %s", key)
-				}
-			}
-			switch h, _, err := splitAddr(g.Redis, dialPort); {
-			case g.Redis == "":
-				v.keyErrorf(g, "global.redis (host:port of the Redis server) is required")
-			case err != nil:
-				v.errorf(&g.Redis, "global.redis %q %v", g.Redis, err)
-			case h == "":
-				v.errorf(&g.Redis, "global.redis %q needs a host", g.Redis)
-			}
-			fields["prefix"], fields["timeout"], fields["on_failure"] = &g.Prefix, &g.Timeout, &g.OnFailure
-			fields["local_share"], fields["recheck"] = &g.LocalShare, &g.Recheck
-			v.fieldErrors(l.GlobalConfig().Validate(), fields, l)
+		g := l.Global
+		if g == nil {
+			v.place(l.Config.Validate(), l)
 			continue
 		}
-		v.fieldErrors(l.Local().Validate(), fields, l)
+		v.place(rlredis.ValidateLimit(l.Config), l)
+		switch h, _, err := splitAddr(g.Redis, dialPort); {
+		case v.bad(&g.Redis):
+		case g.Redis == "":
+			v.keyErrorf(g, "global.redis (host:port of the Redis server) is required")
+		case err != nil:
+			v.errorf(&g.Redis, "global.redis %q %v", g.Redis, err)
+		case h == "":
+			v.errorf(&g.Redis, "global.redis %q needs a host", g.Redis)
+		}
+		v.place(field.Prefix("global", g.Config.Validate()), l)
 	}
 	if c := r.Concurrency; c != nil {
-		v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
+		v.place(c.Validate(), c)
 	}
 	if p := r.Retry; p != nil && !v.bad(p) {
-		v.pathErrors(p.Validate(), p)
+		v.place(p.Validate(), p)
 	}
 	if b := r.Breaker; b != nil && !v.bad(b) {
-		v.pathErrors(b.Validate(), b)
+		v.place(b.Validate(), b)
 	}
 	if f := r.Fallback; f != nil && !v.bad(f) {
-		v.pathErrors(f.Validate(), f)
-		v.pathErrors(f.CheckUpstreams(func(name string) bool { return v.cfg.Upstreams[name] != nil }), f)
+		v.place(f.Validate(), f)
+		v.place(f.CheckUpstreams(func(name string) bool { return v.cfg.Upstreams[name] != nil }), f)
 	}
 }
 
-// pathErrors reports each keyed error of a library config (breaker,
-// fallback) at the value its key path names ("open_for", "steps[1].status"),
-// found through the yaml tags of root's struct.
-func (v *validator) pathErrors(err error, root any) {
-	if err == nil {
-		return
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
-		key, inner := "", e
-		var be *breaker.FieldError
-		var fe *fallback.FieldError
-		var re *retry.FieldError
-		switch {
-		case errors.As(e, &re):
-			key, inner = re.Key, re.Err
-		case errors.As(e, &be):
-			key, inner = be.Key, be.Err
-		case errors.As(e, &fe):
-			key, inner = fe.Key, fe.Err
-		}
-		if at := fieldByPath(root, key); at != nil && v.present(at) {
-			v.errorf(at, "%v", inner)
+// place reports each problem of err, which a library config's Validate
+// returned for the struct root points to, at the setting its field.Error
+// path names ("burst", "steps[1].status", "global.timeout"): the path is
+// followed through the yaml tags from root, the way the decoder filled it
+// in. A setting the file leaves out is reported at the key of the nearest
+// enclosing value that the file has, root's own key at worst.
+func (v *validator) place(err error, root any) {
+	for _, e := range field.Split(err) {
+		chain, exact := locate(root, e.Path)
+		if exact && v.present(chain[len(chain)-1]) {
+			v.errorf(chain[len(chain)-1], "%v", e)
 			continue
 		}
-		v.keyErrorf(root, "%v", e)
-	}
-}
-
-// fieldByPath follows a yaml key path ("a.b", "steps[2].status") from the
-// struct root points to and returns a pointer to that field, or nil.
-func fieldByPath(root any, path string) any {
-	if path == "" {
-		return nil
-	}
-	cur := reflect.ValueOf(root)
-	for _, part := range strings.Split(path, ".") {
-		name, idx := part, -1
-		if i := strings.IndexByte(part, '['); i > 0 && strings.HasSuffix(part, "]") {
-			n, err := strconv.Atoi(part[i+1 : len(part)-1])
-			if err != nil {
-				return nil
-			}
-			name, idx = part[:i], n
-		}
-		for cur.Kind() == reflect.Pointer {
-			if cur.IsNil() {
-				return nil
-			}
-			cur = cur.Elem()
-		}
-		if cur.Kind() != reflect.Struct {
-			return nil
-		}
-		found := false
-		for i := 0; i < cur.NumField(); i++ {
-			tag, _, _ := strings.Cut(cur.Type().Field(i).Tag.Get("yaml"), ",")
-			if tag == name {
-				cur, found = cur.Field(i), true
+		at := root
+		for i := len(chain) - 1; i > 0; i-- {
+			if v.present(chain[i]) {
+				at = chain[i]
 				break
 			}
 		}
-		if !found {
-			return nil
-		}
-		if idx >= 0 {
-			if cur.Kind() != reflect.Slice || idx >= cur.Len() {
-				return nil
-			}
-			cur = cur.Index(idx)
-		}
+		v.keyErrorf(at, "%v", e)
 	}
-	return cur.Addr().Interface()
 }
 
-// checkHealth checks an upstream's health block. The health package judges
-// its own settings; its errors start "health: KEY ...", which places them.
-func (v *validator) checkHealth(h *Health) {
+// locate follows a field.Error path from root, a pointer to a decoded
+// value, and returns pointers to the values on the way, root first. exact
+// reports whether the whole path was followed: it ends early at a nil
+// pointer, an index out of range, a map, or a name that is not a key.
+func locate(root any, path string) (chain []any, exact bool) {
+	chain = []any{root}
+	steps, ok := parsePath(path)
+	if !ok {
+		return chain, false
+	}
+	cur := reflect.ValueOf(root)
+	for _, st := range steps {
+		for cur.Kind() == reflect.Pointer {
+			if cur.IsNil() {
+				return chain, false
+			}
+			cur = cur.Elem()
+		}
+		switch {
+		case st.name != "":
+			if cur.Kind() != reflect.Struct {
+				return chain, false
+			}
+			f, found := fieldNamed(fieldsOf(cur.Type()), st.name)
+			if !found {
+				return chain, false
+			}
+			cur = cur.FieldByIndex(f.index)
+		default:
+			if cur.Kind() != reflect.Slice || st.index >= cur.Len() {
+				return chain, false
+			}
+			cur = cur.Index(st.index)
+		}
+		chain = append(chain, cur.Addr().Interface())
+	}
+	return chain, true
+}
+
+// pathStep is one step of a field path: a key name, or a list index.
+type pathStep struct {
+	name  string
+	index int
+}
+
+// parsePath splits "steps[1].status" into the steps steps, [1] and
+// status. The empty path has no steps.
+func parsePath(path string) ([]pathStep, bool) {
+	var steps []pathStep
+	for i := 0; i < len(path); {
+		switch path[i] {
+		case '[':
+			j := strings.IndexByte(path[i:], ']')
+			if j < 0 {
+				return nil, false
+			}
+			n, err := strconv.Atoi(path[i+1 : i+j])
+			if err != nil || n < 0 {
+				return nil, false
+			}
+			steps = append(steps, pathStep{index: n})
+			i += j + 1
+		case '.':
+			i++
+			if len(steps) == 0 || i == len(path) || path[i] == '.' || path[i] == '[' {
+				return nil, false
+			}
+		default:
+			j := strings.IndexAny(path[i:], ".[")
+			if j < 0 {
+				j = len(path) - i
+			}
+			steps = append(steps, pathStep{name: path[i : i+j]})
+			i += j
+		}
+	}
+	return steps, true
+}
+
+// checkHealth checks an upstream's health block; the health package judges
+// its active and passive settings.
+func (v *validator) checkHealth(h *upstream.Health) {
+	v.place(h.Validate(), h)
+	// The health package reads rise or fall 0 as its default, the way an
+	// absent key is read; written out, 0 is a mistake that it cannot see,
+	// since no number of checks below 1 decides anything.
 	if a := h.Active; a != nil && !v.bad(a) {
-		fields := map[string]any{
-			"type": &a.Type, "method": &a.Method, "path": &a.Path, "host": &a.Host,
-			"expect_status": &a.ExpectStatus, "expect_body": &a.ExpectBody, "grpc_service": &a.GRPCService,
-			"interval": &a.Interval, "timeout": &a.Timeout, "rise": &a.Rise, "fall": &a.Fall, "jitter": &a.Jitter,
-			"unhealthy_interval": &a.UnhealthyInterval, "max_backoff": &a.MaxBackoff, "max_interval": &a.MaxInterval,
-			"stretch_after": &a.StretchAfter,
-		}
-		if err := a.Library().Validate(); err != nil {
-			v.libraryError(err, fields, a)
-		}
-	}
-	if p := h.Passive; p != nil && !v.bad(p) {
-		fields := map[string]any{
-			"consecutive_failures": &p.ConsecutiveFailures, "failure_statuses": &p.FailureStatuses,
-			"base_ejection": &p.BaseEjection, "max_ejection": &p.MaxEjection, "max_ejected_percent": &p.MaxEjectedPercent,
-			"failure_rate": &p.FailureRate, "window": &p.Window, "min_requests": &p.MinRequests,
-			"recovery_successes": &p.RecoverySuccesses, "latency_factor": &p.LatencyFactor,
-		}
-		if err := p.Library().Validate(); err != nil {
-			v.libraryError(err, fields, p)
-		}
-	}
-	if t := h.PanicThreshold; t < 0 || t > 1 {
-		v.errorf(&h.PanicThreshold, "panic_threshold must be between 0 and 1, got %v", t)
-	}
-}
-
-// libraryError places an error of the form "PKG: KEY ...: why" at KEY's
-// value when KEY is one of fields, else at whole's key.
-func (v *validator) libraryError(err error, fields map[string]any, whole any) {
-	msg := err.Error()
-	if _, rest, ok := strings.Cut(msg, ": "); ok {
-		key, _, _ := strings.Cut(rest, " ")
-		key = strings.TrimSuffix(key, ":")
-		if at, ok := fields[key]; ok && v.present(at) {
-			v.errorf(at, "%s", rest)
-			return
-		}
-		msg = rest
-	}
-	v.keyErrorf(whole, "%s", msg)
-}
-
-// fieldErrors reports each ratelimit.FieldError in err at the field its key
-// names (or at whole when the key is unknown here).
-func (v *validator) fieldErrors(err error, fields map[string]any, whole any) {
-	if err == nil {
-		return
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
-		var fe *ratelimit.FieldError
-		if errors.As(e, &fe) {
-			if at, ok := fields[fe.Key]; ok {
-				if v.present(at) {
-					v.errorf(at, "%v", fe.Err)
-				} else {
-					v.keyErrorf(whole, "%v", fe.Err)
-				}
-				continue
+		for _, n := range []struct {
+			key string
+			at  *int
+		}{{"rise", &a.Rise}, {"fall", &a.Fall}} {
+			if *n.at == 0 && v.present(n.at) {
+				v.errorf(n.at, "%s: must be at least 1, got 0", n.key)
 			}
 		}
-		v.keyErrorf(whole, "%v", e)
 	}
 }
 
@@ -546,7 +502,6 @@ func (v *validator) checkMatch(m *Match) {
 }
 
 func (v *validator) checkUpstreams() {
-	policies := balance.Policies()
 	for _, name := range sortedKeys(v.cfg.Upstreams) {
 		u := v.cfg.Upstreams[name]
 		switch {
@@ -555,17 +510,9 @@ func (v *validator) checkUpstreams() {
 		case !validUpstreamName(name):
 			v.keyErrorf(u, `upstream name %q may contain only letters, digits, "_", "." and "-"`, name)
 		}
-		if p := u.Balance.Policy; p != "" && !slices.Contains(policies, p) {
-			v.errorf(&u.Balance.Policy, "unknown balance policy %q (known: %s)", p, strings.Join(policies, ", "))
-		} else if !v.bad(&u.Balance) {
+		if !v.bad(&u.Balance) {
 			// The policy's own builder is the one judge of its settings.
-			lc := u.Balance.Library()
-			if lc.Policy == "" {
-				lc.Policy = DefaultBalancePolicy
-			}
-			if err := lc.Validate(); err != nil {
-				v.keyErrorf(&u.Balance, "balance: %v", err)
-			}
+			v.place(u.Balance.Validate(), &u.Balance)
 		}
 		switch u.Protocol {
 		case "", "http1", "h2c":
@@ -573,11 +520,11 @@ func (v *validator) checkUpstreams() {
 			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c)", u.Protocol)
 		}
 		if c := u.Concurrency; c != nil {
-			v.fieldErrors(c.Library().Validate(), map[string]any{"max_in_flight": &c.MaxInFlight, "queue": &c.Queue, "max_wait": &c.MaxWait}, c)
+			v.place(c.Validate(), c)
 		}
 		v.checkHealth(&u.Health)
 		if b := u.Breaker; b != nil && !v.bad(b) {
-			v.pathErrors(b.Validate(), b)
+			v.place(b.Validate(), b)
 		}
 		switch {
 		case u.Discovery != nil && len(u.Targets) > 0:
@@ -599,7 +546,7 @@ func (v *validator) checkUpstreams() {
 
 // checkTarget checks one target of upstream; seen maps the normalized
 // addresses of its earlier targets to their Address fields.
-func (v *validator) checkTarget(upstream string, t *Target, seen map[string]*string) {
+func (v *validator) checkTarget(upstream string, t *endpoint.Spec, seen map[string]*string) {
 	switch h, p, err := splitAddr(t.Address, dialPort); {
 	case t.Address == "":
 		v.errorf(&t.Address, "target address is required")

@@ -90,12 +90,19 @@ type Status struct {
 	Since  time.Time
 }
 
-// Spec describes an endpoint as configuration or discovery states it.
+// Spec describes an endpoint as configuration or discovery states it. The
+// yaml tags are the keys of an entry of an upstream's targets list.
 type Spec struct {
-	Address string // host:port
-	Weight  int    // relative weight, at least 1
-	Zone    string
-	Meta    map[string]string
+	// Address is host:port. Required.
+	Address string `yaml:"address"`
+	// Weight is the endpoint's relative weight; below 1 (0, absent) it is
+	// taken as 1. A configuration file allows 1 to 10000.
+	Weight int `yaml:"weight"`
+	// Zone is an optional locality label.
+	Zone string `yaml:"zone"`
+	// Meta is the metadata discovery reports for the instance. It is not a
+	// key of a static target: nothing reads a static target's metadata.
+	Meta map[string]string `yaml:"-"`
 }
 
 // Endpoint is one upstream instance: its identity (immutable) and its live

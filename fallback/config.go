@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // The step types of StepConfig.Type.
@@ -47,22 +49,14 @@ type StepConfig struct {
 	BodyFile string `yaml:"body_file"`
 }
 
-// FieldError is a problem with one key of a Config. Validate returns them
-// joined (errors.Join), so that each can be reported at its line.
-type FieldError struct {
-	Key string // "on", "steps[1].status", "cache.max_bytes"
-	Err error
-}
-
-func (e *FieldError) Error() string { return e.Key + ": " + e.Err.Error() }
-func (e *FieldError) Unwrap() error { return e.Err }
-
-// Validate reports every problem in c, or nil. It cannot know the names of
-// upstreams: CheckUpstreams does that, for the proxy that knows them.
+// Validate reports every problem in c, or nil: a *field.Error per
+// problem, joined, each naming its yaml key path ("steps[1].status"). It
+// cannot know the names of upstreams: CheckUpstreams does that, for the
+// proxy that knows them.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, &FieldError{Key: key, Err: fmt.Errorf(format, args...)})
+		errs = append(errs, field.Errorf(key, format, args...))
 	}
 	for i, s := range c.On {
 		if _, err := ParseTriggers([]string{s}); err != nil {
@@ -76,7 +70,7 @@ func (c Config) Validate() error {
 		key := func(k string) string { return fmt.Sprintf("steps[%d].%s", i, k) }
 		unused := func(k string, set bool) {
 			if set {
-				bad(key(k), "%s is not a key of a %s step", k, s.Type)
+				bad(key(k), "not a key of a %s step", s.Type)
 			}
 		}
 		switch s.Type {
@@ -91,7 +85,7 @@ func (c Config) Validate() error {
 			unused("body_file", s.BodyFile != "")
 		case StepStale:
 			if s.MaxAge <= 0 {
-				bad(key("max_age"), "a stale step needs a positive max_age, got %s", s.MaxAge)
+				bad(key("max_age"), "a stale step needs a positive duration, got %s", s.MaxAge)
 			}
 			unused("upstream", s.Upstream != "")
 			unused("status", s.Status != 0)
@@ -135,15 +129,12 @@ func (c Config) Validate() error {
 }
 
 // CheckUpstreams reports every backup step naming an upstream for which
-// exists returns false.
+// exists returns false, as a *field.Error at its steps[i].upstream.
 func (c Config) CheckUpstreams(exists func(name string) bool) error {
 	var errs []error
 	for i, s := range c.Steps {
 		if s.Type == StepBackup && s.Upstream != "" && !exists(s.Upstream) {
-			errs = append(errs, &FieldError{
-				Key: fmt.Sprintf("steps[%d].upstream", i),
-				Err: fmt.Errorf("backup upstream %q is not defined", s.Upstream),
-			})
+			errs = append(errs, field.Errorf(fmt.Sprintf("steps[%d].upstream", i), "backup upstream %q is not defined", s.Upstream))
 		}
 	}
 	return errors.Join(errs...)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 func TestParseTriggers(t *testing.T) {
@@ -50,11 +52,11 @@ func TestValidateReportsEachBadKey(t *testing.T) {
 	}
 	var keys []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var fe *FieldError
+		var fe *field.Error
 		if !errors.As(e, &fe) {
-			t.Fatalf("%v is not a *FieldError", e)
+			t.Fatalf("%v is not a *field.Error", e)
 		}
-		keys = append(keys, fe.Key)
+		keys = append(keys, fe.Path)
 	}
 	want := "on[1] steps[0].type steps[1].status steps[2].max_age steps[3].upstream steps[4].status steps[5].body_file cache.max_entries cache.max_response_bytes"
 	if got := strings.Join(keys, " "); got != want {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
@@ -21,108 +22,169 @@ const (
 	TypeGRPC = "grpc"
 )
 
-// ActiveConfig configures active health checks for one pool. Start from
-// DefaultActiveConfig: the zero value does not validate.
+// ActiveConfig configures active health checks for one pool. The yaml tags
+// are the keys of an upstream's health.active block, and the field comments
+// are their reference. A zero field takes its default (WithDefaults fills
+// them in; DefaultActiveConfig is all of them); Validate, NewChecker and
+// NewMonitor report every problem as a *field.Error naming the key.
 type ActiveConfig struct {
-	// Type is the check: "http", "tcp" or "grpc". Default "http".
-	Type string
+	// Type is the check: http (the default), tcp or grpc
+	// (grpc.health.v1).
+	Type string `yaml:"type"`
 
-	// Method, Path, Host, ExpectStatus and ExpectBody configure an HTTP
-	// check (see HTTPCheck). ExpectStatus is written as "200-399" or
-	// "200,204,300-308"; default "200-399".
-	Method       string
-	Path         string
-	Host         string
-	ExpectStatus string
-	ExpectBody   string
+	// Method, Path and Host of an HTTP check (see HTTPCheck). Default
+	// GET /, with the endpoint's address as Host. A grpc check sends Host,
+	// if set, as the :authority.
+	Method string `yaml:"method"`
+	Path   string `yaml:"path"`
+	Host   string `yaml:"host"`
+	// ExpectStatus is the passing statuses of an HTTP check, as "200-399"
+	// or "200,204,300-308". Default 200-399.
+	ExpectStatus string `yaml:"expect_status"`
+	// ExpectBody, when set, must appear in the first 64 KiB of the body.
+	ExpectBody string `yaml:"expect_body"`
 
-	// GRPCService is the service name a "grpc" check asks about; empty
-	// asks about the server as a whole. Host, if set, is sent as the
-	// :authority.
-	GRPCService string
+	// GRPCService is the service name a grpc check asks about; empty (the
+	// default) asks about the server as a whole.
+	GRPCService string `yaml:"grpc_service"`
 
 	// Interval is the time between the end of one check and the start of
 	// the next while the endpoint is healthy. Default 5s.
-	Interval time.Duration
-	// Timeout bounds one check; it must be below Interval. Default 2s.
-	Timeout time.Duration
+	Interval time.Duration `yaml:"interval"`
+	// Timeout bounds one check; it must be below Interval. Default 2s, or
+	// half the interval when that is 2s or less.
+	Timeout time.Duration `yaml:"timeout"`
 	// Rise is how many consecutive passes make an unhealthy endpoint
 	// healthy. Default 2.
-	Rise int
+	Rise int `yaml:"rise"`
 	// Fall is how many consecutive failures make a healthy endpoint
 	// unhealthy. Default 3.
-	Fall int
+	Fall int `yaml:"fall"`
 	// Jitter, a fraction of the interval in [0, 1), spreads checks: the
 	// first check of each endpoint starts at a random offset in
 	// [0, Jitter×Interval), and every later wait is varied by ±Jitter/2 of
 	// itself, so that N endpoints are not probed at the same instant.
-	// Default 0.1.
-	Jitter float64
+	// Default (nil) 0.1; 0 turns jitter off, which is why it is a pointer.
+	Jitter *float64 `yaml:"jitter"`
 	// UnhealthyInterval is the first wait after a failure while unhealthy;
 	// each further failure doubles it, up to MaxBackoff, so that a dead host
-	// is not hammered. Zero means Interval.
-	UnhealthyInterval time.Duration
+	// is not hammered. Default: Interval.
+	UnhealthyInterval time.Duration `yaml:"unhealthy_interval"`
 	// MaxBackoff caps the unhealthy backoff. Default 60s.
-	MaxBackoff time.Duration
+	MaxBackoff time.Duration `yaml:"max_backoff"`
 	// MaxInterval turns on the adaptive interval when above Interval: after
 	// every StretchAfter consecutive passes the healthy interval doubles, up
 	// to MaxInterval. Any failure signal (a failed check, or Nudge) snaps it
-	// back to Interval. Zero means Interval (off).
-	MaxInterval time.Duration
+	// back to Interval. Default: Interval (off).
+	MaxInterval time.Duration `yaml:"max_interval"`
 	// StretchAfter is how many consecutive passes stretch the adaptive
 	// interval once. Default 10.
-	StretchAfter int
+	StretchAfter int `yaml:"stretch_after"`
 }
 
-// DefaultActiveConfig returns the defaults documented on ActiveConfig.
-func DefaultActiveConfig() ActiveConfig {
-	return ActiveConfig{
-		Type:         TypeHTTP,
-		Method:       "GET",
-		Path:         "/",
-		ExpectStatus: DefaultExpectStatus,
-		Interval:     5 * time.Second,
-		Timeout:      2 * time.Second,
-		Rise:         2,
-		Fall:         3,
-		Jitter:       0.1,
-		MaxBackoff:   60 * time.Second,
-		StretchAfter: 10,
-	}
-}
+// Defaults of ActiveConfig.
+const (
+	DefaultMethod       = "GET"
+	DefaultPath         = "/"
+	DefaultInterval     = 5 * time.Second
+	DefaultTimeout      = 2 * time.Second
+	DefaultRise         = 2
+	DefaultFall         = 3
+	DefaultJitter       = 0.1
+	DefaultMaxBackoff   = 60 * time.Second
+	DefaultStretchAfter = 10
+)
 
-// Validate reports the first thing wrong with c, naming the field.
-func (c ActiveConfig) Validate() error {
-	switch {
-	case c.Type != TypeHTTP && c.Type != TypeTCP && c.Type != TypeGRPC:
-		return fmt.Errorf("health: type %q: unknown check type (want %q, %q or %q)", c.Type, TypeHTTP, TypeTCP, TypeGRPC)
-	case c.Interval <= 0:
-		return fmt.Errorf("health: interval %v: must be positive", c.Interval)
-	case c.Timeout <= 0:
-		return fmt.Errorf("health: timeout %v: must be positive", c.Timeout)
-	case c.Timeout >= c.Interval:
-		return fmt.Errorf("health: timeout %v: must be below interval %v", c.Timeout, c.Interval)
-	case c.Rise < 1:
-		return fmt.Errorf("health: rise %d: must be at least 1", c.Rise)
-	case c.Fall < 1:
-		return fmt.Errorf("health: fall %d: must be at least 1", c.Fall)
-	case c.Jitter < 0 || c.Jitter >= 1:
-		return fmt.Errorf("health: jitter %v: must be in [0, 1)", c.Jitter)
-	case c.UnhealthyInterval < 0:
-		return fmt.Errorf("health: unhealthy_interval %v: must not be negative", c.UnhealthyInterval)
-	case c.MaxBackoff < c.unhealthyInterval():
-		return fmt.Errorf("health: max_backoff %v: must be at least unhealthy_interval %v", c.MaxBackoff, c.unhealthyInterval())
-	case c.MaxInterval != 0 && c.MaxInterval < c.Interval:
-		return fmt.Errorf("health: max_interval %v: must be at least interval %v", c.MaxInterval, c.Interval)
-	case c.MaxInterval > c.Interval && c.StretchAfter < 1:
-		return fmt.Errorf("health: stretch_after %d: must be at least 1 when max_interval is set", c.StretchAfter)
-	}
-	if c.Type == TypeHTTP && c.ExpectStatus != "" {
-		if _, err := ParseStatusRanges(c.ExpectStatus); err != nil {
-			return fmt.Errorf("health: expect_status: %w", err)
+// DefaultActiveConfig returns the defaults documented on ActiveConfig, all
+// filled in.
+func DefaultActiveConfig() ActiveConfig { return ActiveConfig{}.WithDefaults() }
+
+// WithDefaults returns c with every zero field set to its default.
+func (c ActiveConfig) WithDefaults() ActiveConfig {
+	def := func(s *string, d string) {
+		if *s == "" {
+			*s = d
 		}
 	}
-	return nil
+	def(&c.Type, TypeHTTP)
+	def(&c.Method, DefaultMethod)
+	def(&c.Path, DefaultPath)
+	def(&c.ExpectStatus, DefaultExpectStatus)
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+		if c.Timeout >= c.Interval {
+			c.Timeout = c.Interval / 2 // the default must fit a short interval
+		}
+	}
+	if c.Rise == 0 {
+		c.Rise = DefaultRise
+	}
+	if c.Fall == 0 {
+		c.Fall = DefaultFall
+	}
+	if c.Jitter == nil {
+		c.Jitter = new(DefaultJitter)
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	if c.StretchAfter == 0 {
+		c.StretchAfter = DefaultStretchAfter
+	}
+	return c
+}
+
+// Validate reports every problem in c, or nil: a *field.Error per problem,
+// joined, each naming its yaml key.
+func (c ActiveConfig) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, field.Errorf(key, format, args...))
+	}
+	switch c.Type {
+	case "", TypeHTTP, TypeTCP, TypeGRPC:
+	default:
+		bad("type", "unknown check type %q (want %q, %q or %q)", c.Type, TypeHTTP, TypeTCP, TypeGRPC)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"interval", c.Interval}, {"timeout", c.Timeout}, {"unhealthy_interval", c.UnhealthyInterval}, {"max_backoff", c.MaxBackoff}, {"max_interval", c.MaxInterval}} {
+		if d.v < 0 {
+			bad(d.key, "must not be negative, got %v", d.v)
+		}
+	}
+	for _, n := range []struct {
+		key string
+		v   int
+	}{{"rise", c.Rise}, {"fall", c.Fall}, {"stretch_after", c.StretchAfter}} {
+		if n.v < 0 {
+			bad(n.key, "must be at least 1, got %d", n.v)
+		}
+	}
+	if j := c.Jitter; j != nil && !(*j >= 0 && *j < 1) {
+		bad("jitter", "must be in [0, 1), got %v", *j)
+	}
+	if (c.Type == "" || c.Type == TypeHTTP) && c.ExpectStatus != "" {
+		if _, err := ParseStatusRanges(c.ExpectStatus); err != nil {
+			bad("expect_status", "%v", err)
+		}
+	}
+	// The settings that bound each other, with their defaults.
+	d := c.WithDefaults()
+	if c.Interval >= 0 && c.Timeout >= 0 && d.Timeout >= d.Interval {
+		bad("timeout", "%v must be below interval %v", d.Timeout, d.Interval)
+	}
+	if c.Interval >= 0 && c.UnhealthyInterval >= 0 && c.MaxBackoff >= 0 && d.MaxBackoff < d.unhealthyInterval() {
+		bad("max_backoff", "%v must be at least unhealthy_interval %v", d.MaxBackoff, d.unhealthyInterval())
+	}
+	if c.Interval >= 0 && c.MaxInterval > 0 && d.MaxInterval < d.Interval {
+		bad("max_interval", "%v must be at least interval %v", d.MaxInterval, d.Interval)
+	}
+	return errors.Join(errs...)
 }
 
 func (c ActiveConfig) unhealthyInterval() time.Duration {
@@ -136,11 +198,20 @@ func (c ActiveConfig) maxInterval() time.Duration {
 	return max(c.MaxInterval, c.Interval)
 }
 
+// jitter is c.Jitter, or its default when nil.
+func (c ActiveConfig) jitter() float64 {
+	if c.Jitter == nil {
+		return DefaultJitter
+	}
+	return *c.Jitter
+}
+
 // NewChecker builds the Checker that c describes.
 func (c ActiveConfig) NewChecker() (Checker, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	c = c.WithDefaults()
 	switch c.Type {
 	case TypeTCP:
 		return TCPCheck{}, nil
@@ -207,7 +278,7 @@ func newSchedule(cfg ActiveConfig, rnd func() float64) *schedule {
 // first is the offset of an endpoint's first check, spread over the jitter
 // window so that endpoints added together are not probed together.
 func (s *schedule) first() time.Duration {
-	return time.Duration(s.rnd() * s.cfg.Jitter * float64(s.cfg.Interval))
+	return time.Duration(s.rnd() * s.cfg.jitter() * float64(s.cfg.Interval))
 }
 
 // next returns the wait before the next check, given whether the last check
@@ -249,10 +320,11 @@ func (s *schedule) base(passed, healthy bool) time.Duration {
 func (s *schedule) nudge() { s.interval, s.streak = s.cfg.Interval, 0 }
 
 func (s *schedule) jitter(d time.Duration) time.Duration {
-	if s.cfg.Jitter == 0 {
+	j := s.cfg.jitter()
+	if j == 0 {
 		return d
 	}
-	return d + time.Duration((s.rnd()-0.5)*s.cfg.Jitter*float64(d))
+	return d + time.Duration((s.rnd()-0.5)*j*float64(d))
 }
 
 // OnChangeFunc receives an endpoint's active-check verdict when it changes:
@@ -309,13 +381,14 @@ func WithLogger(l *slog.Logger) Option { return func(m *Monitor) { m.log = l } }
 // tests drive the schedule without sleeping.
 func withClock(c clock.Clock) Option { return func(m *Monitor) { m.clock = c } }
 
-// NewMonitor returns a Monitor for cfg that reports verdicts to onChange.
-// onChange is called from the endpoints' goroutines, one call at a time per
-// endpoint; it must not block for long.
+// NewMonitor returns a Monitor for cfg (its defaults filled in) that
+// reports verdicts to onChange. onChange is called from the endpoints'
+// goroutines, one call at a time per endpoint; it must not block for long.
 func NewMonitor(cfg ActiveConfig, onChange OnChangeFunc, opts ...Option) (*Monitor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.WithDefaults()
 	m := &Monitor{cfg: cfg, onChange: onChange, clock: clock.Real, probes: map[string]*probe{}}
 	for _, o := range opts {
 		o(m)

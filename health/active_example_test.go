@@ -18,7 +18,7 @@ func ExampleMonitor() {
 	cfg := health.DefaultActiveConfig()
 	cfg.Interval = 10 * time.Millisecond
 	cfg.Timeout = 5 * time.Millisecond
-	cfg.Jitter = 0
+	cfg.Jitter = new(0.0) // no jitter: the output's order is fixed
 
 	results := []error{nil, errors.New("status 500"), errors.New("status 500"), errors.New("status 500"), nil, nil}
 	checks := 0

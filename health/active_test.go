@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -24,31 +25,57 @@ func TestValidate(t *testing.T) {
 	tests := []struct {
 		name string
 		mod  func(*ActiveConfig)
-		want string // substring of the error; "" for valid
+		want string // the whole error; "" for valid
 	}{
 		{"defaults", func(*ActiveConfig) {}, ""},
 		{"tcp", func(c *ActiveConfig) { c.Type = TypeTCP }, ""},
 		{"grpc", func(c *ActiveConfig) { c.Type = TypeGRPC }, ""},
-		{"negative interval", func(c *ActiveConfig) { c.Interval = -time.Second }, "interval -1s: must be positive"},
-		{"rise 0", func(c *ActiveConfig) { c.Rise = 0 }, "rise 0: must be at least 1"},
-		{"fall 0", func(c *ActiveConfig) { c.Fall = 0 }, "fall 0: must be at least 1"},
-		{"timeout equals interval", func(c *ActiveConfig) { c.Timeout = c.Interval }, "timeout 5s: must be below interval 5s"},
-		{"unknown type", func(c *ActiveConfig) { c.Type = "icmp" }, `type "icmp": unknown check type`},
-		{"jitter 1", func(c *ActiveConfig) { c.Jitter = 1 }, "jitter 1: must be in [0, 1)"},
-		{"max interval below interval", func(c *ActiveConfig) { c.MaxInterval = time.Second }, "max_interval 1s: must be at least interval 5s"},
-		{"backoff below unhealthy interval", func(c *ActiveConfig) { c.UnhealthyInterval = 2 * time.Minute }, "max_backoff 1m0s: must be at least unhealthy_interval 2m0s"},
-		{"bad status", func(c *ActiveConfig) { c.ExpectStatus = "2xx" }, "expect_status: status range"},
+		{"no jitter", func(c *ActiveConfig) { c.Jitter = new(0.0) }, ""},
+		{"negative interval", func(c *ActiveConfig) { c.Interval = -time.Second }, "interval: must not be negative, got -1s"},
+		{"negative rise", func(c *ActiveConfig) { c.Rise = -1 }, "rise: must be at least 1, got -1"},
+		{"negative fall", func(c *ActiveConfig) { c.Fall = -2 }, "fall: must be at least 1, got -2"},
+		{"timeout equals interval", func(c *ActiveConfig) { c.Interval, c.Timeout = 5*time.Second, 5*time.Second }, "timeout: 5s must be below interval 5s"},
+		{"unknown type", func(c *ActiveConfig) { c.Type = "icmp" }, `type: unknown check type "icmp" (want "http", "tcp" or "grpc")`},
+		{"jitter 1", func(c *ActiveConfig) { c.Jitter = new(1.0) }, "jitter: must be in [0, 1), got 1"},
+		{"max interval below interval", func(c *ActiveConfig) { c.MaxInterval = time.Second }, "max_interval: 1s must be at least interval 5s"},
+		{"backoff below unhealthy interval", func(c *ActiveConfig) { c.UnhealthyInterval = 2 * time.Minute }, "max_backoff: 1m0s must be at least unhealthy_interval 2m0s"},
+		{"bad status", func(c *ActiveConfig) { c.ExpectStatus = "2xx" }, `expect_status: status range "2xx": "2xx" is not a status code (100-599)`},
+		{"every problem", func(c *ActiveConfig) { c.Type, c.Rise = "icmp", -1 }, `type: unknown check type "icmp" (want "http", "tcp" or "grpc")` + "\nrise: must be at least 1, got -1"},
 	}
 	for _, tt := range tests {
-		c := DefaultActiveConfig()
-		tt.mod(&c)
-		err := c.Validate()
-		switch {
-		case tt.want == "" && err != nil:
-			t.Errorf("%s: unexpected error %v", tt.name, err)
-		case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
-			t.Errorf("%s: error %v, want it to contain %q", tt.name, err, tt.want)
+		for _, base := range []ActiveConfig{DefaultActiveConfig(), {}} {
+			c := base
+			tt.mod(&c)
+			err := c.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("%s (from %+v): Validate = %q, want %q", tt.name, base, got, tt.want)
+			}
 		}
+	}
+}
+
+func TestZeroActiveConfigTakesTheDefaults(t *testing.T) {
+	want := ActiveConfig{
+		Type: TypeHTTP, Method: "GET", Path: "/", ExpectStatus: "200-399",
+		Interval: 5 * time.Second, Timeout: 2 * time.Second, Rise: 2, Fall: 3, Jitter: new(0.1),
+		MaxBackoff: 60 * time.Second, StretchAfter: 10,
+	}
+	if got := (ActiveConfig{}).WithDefaults(); !reflect.DeepEqual(got, want) {
+		t.Errorf("ActiveConfig{}.WithDefaults() =\n %+v, want\n %+v", got, want)
+	}
+	for interval, timeout := range map[time.Duration]time.Duration{
+		time.Second: 500 * time.Millisecond, 2 * time.Second: time.Second, 3 * time.Second: 2 * time.Second,
+	} {
+		if got := (ActiveConfig{Interval: interval}).WithDefaults().Timeout; got != timeout {
+			t.Errorf("default timeout with interval %v = %v, want %v (2s, or half of a shorter interval)", interval, got, timeout)
+		}
+	}
+	if got := (ActiveConfig{Jitter: new(0.0)}).WithDefaults().Jitter; *got != 0 {
+		t.Errorf("jitter 0 became %v, want it kept: 0 turns jitter off", *got)
 	}
 }
 
@@ -81,7 +108,7 @@ func TestTrackerRiseAndFall(t *testing.T) {
 
 func noJitter() ActiveConfig {
 	c := DefaultActiveConfig()
-	c.Jitter = 0
+	c.Jitter = new(0.0)
 	return c
 }
 
@@ -174,7 +201,7 @@ func TestScheduleAdaptiveIntervalOffByDefault(t *testing.T) {
 func TestJitterSpreadsFirstChecks(t *testing.T) {
 	c := DefaultActiveConfig() // interval 5s, jitter 0.1: a 500ms window
 	r := rand.New(rand.NewPCG(1, 2))
-	window := time.Duration(c.Jitter * float64(c.Interval))
+	window := time.Duration(*c.Jitter * float64(c.Interval))
 	const n, buckets = 1000, 10
 	var count [buckets]int
 	lo, hi := window, time.Duration(0)

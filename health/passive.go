@@ -48,6 +48,7 @@ package health
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -56,47 +57,50 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
-// PassiveConfig configures a Detector. The zero value of every field means
-// its default; Validate rejects values that cannot work.
+// PassiveConfig configures a Detector. The yaml tags are the keys of an
+// upstream's health.passive block, and the field comments are their
+// reference. The zero value of every field means its default; Validate
+// reports every value that cannot work as a *field.Error naming the key.
 type PassiveConfig struct {
 	// ConsecutiveFailures is how many failures in a row eject an endpoint.
 	// Default 5.
-	ConsecutiveFailures int
+	ConsecutiveFailures int `yaml:"consecutive_failures"`
 	// FailureStatuses are the HTTP statuses that count as failures.
 	// Transport errors always count. Default (nil) is 502, 503, 504; an
-	// empty, non-nil slice makes no status count.
-	FailureStatuses []int
+	// empty, non-nil slice (failure_statuses: []) makes no status count.
+	FailureStatuses []int `yaml:"failure_statuses"`
 	// BaseEjection is the first ejection's length; the k-th lasts k times
 	// as long. Default 30s.
-	BaseEjection time.Duration
+	BaseEjection time.Duration `yaml:"base_ejection"`
 	// MaxEjection caps an ejection's length. Default 300s (or BaseEjection,
 	// if that is longer).
-	MaxEjection time.Duration
+	MaxEjection time.Duration `yaml:"max_ejection"`
 	// MaxEjectedPercent bounds the share of the pool's endpoints that may be
 	// ejected at once, rounded down, but at least one endpoint in a pool of
 	// two or more. 1 to 100; default 50.
-	MaxEjectedPercent int
+	MaxEjectedPercent int `yaml:"max_ejected_percent"`
 	// FailureRate ejects an endpoint whose share of failed requests over
 	// Window reaches it (0.5 is half), once it had MinRequests requests.
 	// 0 (default) turns failure-rate ejection off.
-	FailureRate float64
+	FailureRate float64 `yaml:"failure_rate"`
 	// Window is the sliding window of the failure rate and of latency
 	// outliers, kept in ten buckets. Default 10s.
-	Window time.Duration
+	Window time.Duration `yaml:"window"`
 	// MinRequests is the number of requests in the window an endpoint needs
 	// before its failure rate, or its median latency, is judged. Default 20.
-	MinRequests int
+	MinRequests int `yaml:"min_requests"`
 	// RecoverySuccesses is how many successes in a row an endpoint on
 	// probation needs to be healthy again. Default 2.
-	RecoverySuccesses int
+	RecoverySuccesses int `yaml:"recovery_successes"`
 	// LatencyFactor ejects an endpoint whose median latency over Window is
 	// more than this many times the pool's median (the median of the
 	// endpoints' medians, over those with MinRequests successes, when there
 	// are at least three). Must be above 1; 0 (default) turns it off.
-	LatencyFactor float64
+	LatencyFactor float64 `yaml:"latency_factor"`
 }
 
 // Defaults of PassiveConfig.
@@ -113,42 +117,52 @@ const (
 // defaultFailureStatuses are Envoy's gateway failures.
 var defaultFailureStatuses = []int{502, 503, 504}
 
-// Validate reports the first field that cannot work, naming it as the
-// configuration file does.
+// Validate reports every field that cannot work, or nil: a *field.Error
+// per problem, joined, each naming its yaml key.
 func (c PassiveConfig) Validate() error {
-	switch {
-	case c.ConsecutiveFailures < 0:
-		return fmt.Errorf("passive health: consecutive_failures %d: must be at least 1", c.ConsecutiveFailures)
-	case c.BaseEjection < 0:
-		return fmt.Errorf("passive health: base_ejection %v: must be positive", c.BaseEjection)
-	case c.MaxEjection < 0:
-		return fmt.Errorf("passive health: max_ejection %v: must be positive", c.MaxEjection)
-	case c.MaxEjectedPercent < 0 || c.MaxEjectedPercent > 100:
-		return fmt.Errorf("passive health: max_ejected_percent %d: must be 1 to 100", c.MaxEjectedPercent)
-	case math.IsNaN(c.FailureRate) || c.FailureRate < 0 || c.FailureRate > 1:
-		return fmt.Errorf("passive health: failure_rate %v: must be between 0 (off) and 1", c.FailureRate)
-	case c.Window < 0:
-		return fmt.Errorf("passive health: window %v: must be positive", c.Window)
-	case c.MinRequests < 0:
-		return fmt.Errorf("passive health: min_requests %d: must be at least 1", c.MinRequests)
-	case c.RecoverySuccesses < 0:
-		return fmt.Errorf("passive health: recovery_successes %d: must be at least 1", c.RecoverySuccesses)
-	case math.IsNaN(c.LatencyFactor) || c.LatencyFactor < 0 || (c.LatencyFactor > 0 && c.LatencyFactor <= 1):
-		return fmt.Errorf("passive health: latency_factor %v: must be above 1, or 0 (off)", c.LatencyFactor)
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, field.Errorf(key, format, args...))
 	}
-	for _, s := range c.FailureStatuses {
-		if s < 100 || s > 599 {
-			return fmt.Errorf("passive health: failure_statuses: %d is not an HTTP status", s)
+	for _, n := range []struct {
+		key string
+		v   int
+	}{{"consecutive_failures", c.ConsecutiveFailures}, {"min_requests", c.MinRequests}, {"recovery_successes", c.RecoverySuccesses}} {
+		if n.v < 0 {
+			bad(n.key, "must be at least 1, got %d", n.v)
 		}
 	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{{"base_ejection", c.BaseEjection}, {"max_ejection", c.MaxEjection}, {"window", c.Window}} {
+		if d.v < 0 {
+			bad(d.key, "must be positive, got %v", d.v)
+		}
+	}
+	if c.MaxEjectedPercent < 0 || c.MaxEjectedPercent > 100 {
+		bad("max_ejected_percent", "must be 1 to 100, got %d", c.MaxEjectedPercent)
+	}
+	if math.IsNaN(c.FailureRate) || c.FailureRate < 0 || c.FailureRate > 1 {
+		bad("failure_rate", "must be between 0 (off) and 1, got %v", c.FailureRate)
+	}
+	if math.IsNaN(c.LatencyFactor) || c.LatencyFactor < 0 || (c.LatencyFactor > 0 && c.LatencyFactor <= 1) {
+		bad("latency_factor", "must be above 1, or 0 (off), got %v", c.LatencyFactor)
+	}
+	for i, s := range c.FailureStatuses {
+		if s < 100 || s > 599 {
+			bad(fmt.Sprintf("failure_statuses[%d]", i), "%d is not an HTTP status", s)
+		}
+	}
+	// The settings that bound each other, with their defaults.
 	d := c.withDefaults()
-	if d.MaxEjection < d.BaseEjection {
-		return fmt.Errorf("passive health: max_ejection %v is below base_ejection %v", d.MaxEjection, d.BaseEjection)
+	if c.BaseEjection >= 0 && c.MaxEjection >= 0 && d.MaxEjection < d.BaseEjection {
+		bad("max_ejection", "%v is below base_ejection %v", d.MaxEjection, d.BaseEjection)
 	}
-	if d.Window < outlierBuckets*time.Millisecond {
-		return fmt.Errorf("passive health: window %v: must be at least %v", d.Window, outlierBuckets*time.Millisecond)
+	if c.Window >= 0 && d.Window < outlierBuckets*time.Millisecond {
+		bad("window", "must be at least %v, got %v", outlierBuckets*time.Millisecond, d.Window)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (c PassiveConfig) withDefaults() PassiveConfig {

@@ -454,20 +454,21 @@ func TestPassiveConfigValidate(t *testing.T) {
 		cfg  PassiveConfig
 		want string
 	}{
-		{PassiveConfig{ConsecutiveFailures: -1}, "consecutive_failures -1"},
-		{PassiveConfig{BaseEjection: -time.Second}, "base_ejection -1s"},
-		{PassiveConfig{MaxEjectedPercent: 101}, "max_ejected_percent 101"},
-		{PassiveConfig{FailureRate: 1.5}, "failure_rate 1.5"},
-		{PassiveConfig{LatencyFactor: 0.5}, "latency_factor 0.5: must be above 1"},
-		{PassiveConfig{FailureStatuses: []int{5030}}, "5030 is not an HTTP status"},
-		{PassiveConfig{BaseEjection: time.Minute, MaxEjection: time.Second}, "max_ejection 1s is below base_ejection 1m0s"},
-		{PassiveConfig{Window: time.Millisecond}, "window 1ms"},
-		{PassiveConfig{RecoverySuccesses: -2}, "recovery_successes -2"},
+		{PassiveConfig{ConsecutiveFailures: -1}, "consecutive_failures: must be at least 1, got -1"},
+		{PassiveConfig{BaseEjection: -time.Second}, "base_ejection: must be positive, got -1s"},
+		{PassiveConfig{MaxEjectedPercent: 101}, "max_ejected_percent: must be 1 to 100, got 101"},
+		{PassiveConfig{FailureRate: 1.5}, "failure_rate: must be between 0 (off) and 1, got 1.5"},
+		{PassiveConfig{LatencyFactor: 0.5}, "latency_factor: must be above 1, or 0 (off), got 0.5"},
+		{PassiveConfig{FailureStatuses: []int{503, 5030}}, "failure_statuses[1]: 5030 is not an HTTP status"},
+		{PassiveConfig{BaseEjection: time.Minute, MaxEjection: time.Second}, "max_ejection: 1s is below base_ejection 1m0s"},
+		{PassiveConfig{Window: time.Millisecond}, "window: must be at least 10ms, got 1ms"},
+		{PassiveConfig{RecoverySuccesses: -2}, "recovery_successes: must be at least 1, got -2"},
+		{PassiveConfig{MinRequests: -1, LatencyFactor: 1}, "min_requests: must be at least 1, got -1\nlatency_factor: must be above 1, or 0 (off), got 1"},
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Validate(%+v) = %v, want an error containing %q", c.cfg, err, c.want)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("Validate(%+v) = %v, want %q", c.cfg, err, c.want)
 		}
 	}
 	if err := (PassiveConfig{}).Validate(); err != nil {

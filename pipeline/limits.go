@@ -14,26 +14,33 @@ import (
 	rlredis "github.com/switchboard-dev/switchboard/ratelimit/redis"
 )
 
-// RateLimit is one limit on a route's requests.
+// RateLimit is one limit on a route: a name, the limit itself (the keys of
+// ratelimit.Config, written in the entry: algorithm, rate, burst, queue,
+// max_wait, variant, key, trusted_proxies, max_keys) and, to share it among
+// every switchboard, global. docs/ratelimit.md describes the algorithms and
+// which keys each reads; a key the algorithm does not read is an error.
 type RateLimit struct {
-	// Name identifies the limit in metrics. Default "rate_limit_<index>".
-	Name string
-	// Limit is the algorithm, rate and key of a limit kept in this
-	// process. Ignored when Global is set.
-	Limit ratelimit.Config
+	// Name identifies the limiter in metrics. Default "rate_limit_<index>".
+	Name string `yaml:"name"`
+	// Config is the limit. With global it must be a token bucket (see
+	// ratelimit/redis.ValidateLimit).
+	ratelimit.Config `yaml:",inline"`
 	// Global shares the limit among every switchboard through Redis.
-	Global *GlobalLimit
+	Global *GlobalLimit `yaml:"global"`
 }
 
-// GlobalLimit is a rate limit kept in Redis.
+// GlobalLimit makes a rate limit global: a token bucket kept in Redis
+// (GCRA in a Lua script on the server's clock). Its keys are the Redis
+// server to use and those of ratelimit/redis.Config: prefix, timeout,
+// on_failure, local_share and recheck.
 type GlobalLimit struct {
-	// Redis is the server's host:port; Password and DB select the
-	// database.
-	Redis    string
-	Password string
-	DB       int
-	// Limit is the token bucket and its failure handling.
-	Limit rlredis.Config
+	// Redis is the server's host:port. Required.
+	Redis string `yaml:"redis"`
+	// Password and DB select the Redis database.
+	Password string `yaml:"password"`
+	DB       int    `yaml:"db"`
+	// Config is how the limit uses Redis.
+	rlredis.Config `yaml:",inline"`
 }
 
 // limiter is the running form of one RateLimit.
@@ -60,7 +67,7 @@ func (l *limiter) release() {
 // buildLimits makes the route's limiters and concurrency limit, taking
 // over those of prev whose settings are unchanged (with their state).
 func (r *Route) buildLimits(prev *Route) error {
-	for i, rl := range r.cfg.RateLimits {
+	for i, rl := range r.cfg.RateLimit {
 		if rl.Name == "" {
 			rl.Name = fmt.Sprintf("rate_limit_%d", i)
 		}
@@ -105,7 +112,7 @@ func (r *Route) buildLimiter(rl RateLimit, prev *Route) (*limiter, error) {
 			ContextTimeoutEnabled: true, MaxRetries: -1,
 		})
 		route, name, m, log := r.name, rl.Name, r.m, r.log
-		gl, err := rlredis.New(l.client, g.Limit, rlredis.WithErrorHandler(func(err error) {
+		gl, err := rlredis.New(l.client, rl.Config, g.Config, rlredis.WithErrorHandler(func(err error) {
 			m.redisError(route, name)
 			log.Debug("global rate limit: redis call failed", "route", route, "limiter", name, "error", err)
 		}))
@@ -117,7 +124,7 @@ func (r *Route) buildLimiter(rl RateLimit, prev *Route) (*limiter, error) {
 		l.users = new(atomic.Int32)
 		l.users.Store(1)
 	} else {
-		k, err := ratelimit.NewKeyed(rl.Limit)
+		k, err := ratelimit.NewKeyed(rl.Config)
 		if err != nil {
 			return nil, err
 		}

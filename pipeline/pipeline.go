@@ -22,25 +22,35 @@ import (
 // Config is what protects a route and how its requests are retried. Every
 // field is optional; the zero Config forwards each request once (plus the
 // safe retries described in the package doc) with no limit and no timeout.
+// The yaml tags are the keys of a route (docs/configuration.md).
 type Config struct {
 	// Timeout bounds the whole request, from Do to the end of the response
-	// body, retries included. 0: none.
-	Timeout time.Duration
-	// RateLimits are checked in order; the first that refuses rejects the
-	// request (429). A leaky bucket delays instead.
-	RateLimits []RateLimit
+	// body, retries included. 0: none. (A route's timeout key, with its
+	// default, is the configuration's own.)
+	Timeout time.Duration `yaml:"-"`
+	// RateLimit lists the limits a request must pass, in order, before it
+	// is forwarded: per client and global limits may both apply. A
+	// rejection is a 429 with Retry-After and RateLimit-* headers; a leaky
+	// bucket delays instead. Keys: docs/ratelimit.md.
+	RateLimit []RateLimit `yaml:"rate_limit"`
 	// Concurrency caps the route's requests in flight, with an optional
-	// bounded queue (503 when full).
-	Concurrency *ratelimit.ConcurrencyConfig
+	// bounded queue. A request over the cap gets 503 concurrency_limited.
+	// Keys: ratelimit.ConcurrencyConfig.
+	Concurrency *ratelimit.ConcurrencyConfig `yaml:"concurrency"`
 	// Breaker is the route's circuit breaker: while it is open, requests go
-	// straight to the fallback chain (or fail) without touching the
-	// upstream.
-	Breaker *breaker.Config
-	// Retry is the retry policy: attempts, per-try timeout, backoff, what
-	// is retried, the budget and hedging.
-	Retry *retry.Policy
-	// Fallback is the chain of steps tried when the route cannot answer.
-	Fallback *fallback.Config
+	// straight to the fallback chain (or get 503) without touching the
+	// upstream. Keys: docs/breaker.md.
+	Breaker *breaker.Config `yaml:"breaker"`
+	// Retry is the route's retry policy: attempts, per-try timeout,
+	// backoff with full jitter, what is retried, the retry budget and
+	// hedging. Without it only a connect failure, or a broken exchange of
+	// an idempotent request without a body, is tried once more elsewhere.
+	// Keys: docs/retry.md.
+	Retry *retry.Policy `yaml:"retry"`
+	// Fallback is the chain of steps tried when the route cannot answer
+	// (breaker open, no healthy endpoint, retries exhausted, configured
+	// statuses). Keys: docs/retry.md.
+	Fallback *fallback.Config `yaml:"fallback"`
 }
 
 // Transport sends one attempt of a call to one endpoint. The HTTP proxy

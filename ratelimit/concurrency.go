@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // Errors of Concurrency.Acquire.
@@ -33,19 +35,20 @@ type ConcurrencyConfig struct {
 	MaxWait time.Duration `yaml:"max_wait"`
 }
 
-// Validate reports every problem in c, or nil, as FieldErrors joined.
+// Validate reports every problem in c, or nil: a *field.Error per
+// problem, joined, each naming its yaml key.
 func (c ConcurrencyConfig) Validate() error {
 	var errs []error
 	if c.MaxInFlight < 1 {
-		errs = append(errs, &FieldError{"max_in_flight", fmt.Errorf("max_in_flight must be at least 1, got %d", c.MaxInFlight)})
+		errs = append(errs, field.Errorf("max_in_flight", "must be at least 1, got %d", c.MaxInFlight))
 	}
 	if c.Queue < 0 {
-		errs = append(errs, &FieldError{"queue", fmt.Errorf("queue must not be negative, got %d", c.Queue)})
+		errs = append(errs, field.Errorf("queue", "must not be negative, got %d", c.Queue))
 	}
 	if c.MaxWait < 0 {
-		errs = append(errs, &FieldError{"max_wait", fmt.Errorf("max_wait must not be negative, got %v", c.MaxWait)})
+		errs = append(errs, field.Errorf("max_wait", "must not be negative, got %v", c.MaxWait))
 	} else if c.MaxWait > 0 && c.Queue == 0 {
-		errs = append(errs, &FieldError{"max_wait", errors.New("max_wait needs a queue")})
+		errs = append(errs, field.Errorf("max_wait", "needs a queue"))
 	}
 	return errors.Join(errs...)
 }

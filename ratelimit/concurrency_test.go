@@ -151,9 +151,9 @@ func TestConcurrencyReleaseTooOftenPanics(t *testing.T) {
 
 func TestConcurrencyConfigErrors(t *testing.T) {
 	for c, want := range map[ConcurrencyConfig]string{
-		{MaxInFlight: 0, Queue: -1}:             "max_in_flight must be at least 1, got 0\nqueue must not be negative, got -1",
-		{MaxInFlight: 1, MaxWait: time.Second}:  "max_wait needs a queue",
-		{MaxInFlight: 1, Queue: 1, MaxWait: -1}: "max_wait must not be negative, got -1ns",
+		{MaxInFlight: 0, Queue: -1}:             "max_in_flight: must be at least 1, got 0\nqueue: must not be negative, got -1",
+		{MaxInFlight: 1, MaxWait: time.Second}:  "max_wait: needs a queue",
+		{MaxInFlight: 1, Queue: 1, MaxWait: -1}: "max_wait: must not be negative, got -1ns",
 	} {
 		if err := c.Validate(); err == nil || err.Error() != want {
 			t.Errorf("Validate(%+v):\n got %v\nwant %s", c, err, want)

@@ -2,9 +2,10 @@ package ratelimit
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // The algorithm names of Config.Algorithm.
@@ -76,18 +77,8 @@ type Config struct {
 	MaxKeys int `yaml:"max_keys"`
 }
 
-// FieldError is a problem with one Config field. Validate returns them
-// joined (errors.Join); unwrap with interface{ Unwrap() []error } to get
-// them all, for example to report each at its line.
-type FieldError struct {
-	Key string // the yaml key: "burst", "rate", "trusted_proxies"
-	Err error
-}
-
-func (e *FieldError) Error() string { return e.Err.Error() }
-func (e *FieldError) Unwrap() error { return e.Err }
-
-// Validate reports every problem in c, or nil.
+// Validate reports every problem in c, or nil: a *field.Error per
+// problem, joined, each naming its yaml key.
 func (c Config) Validate() error {
 	_, err := c.build()
 	return err
@@ -106,7 +97,7 @@ type plan struct {
 func (c Config) build() (plan, error) {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, &FieldError{Key: key, Err: fmt.Errorf(format, args...)})
+		errs = append(errs, field.Errorf(key, format, args...))
 	}
 	p := plan{algorithm: c.Algorithm, cfg: c}
 	if p.algorithm == "" {
@@ -117,14 +108,14 @@ func (c Config) build() (plan, error) {
 		known = known || a == p.algorithm
 	}
 	if !known {
-		bad("algorithm", "algorithm %q is unknown (known: %s)", c.Algorithm, strings.Join(Algorithms(), ", "))
+		bad("algorithm", "%q is unknown (known: %s)", c.Algorithm, strings.Join(Algorithms(), ", "))
 	}
 
 	rateOK := false
 	if c.Rate == "" {
-		bad("rate", "rate is required, as N/UNIT like 100/s")
+		bad("rate", "required, as N/UNIT like 100/s")
 	} else if r, err := ParseRate(c.Rate); err != nil {
-		bad("rate", "%s", err)
+		errs = append(errs, err)
 	} else {
 		p.rate, rateOK = r, true
 	}
@@ -132,7 +123,7 @@ func (c Config) build() (plan, error) {
 	// Fields only some algorithms read.
 	unused := func(key string, set bool, users ...string) {
 		if set && known && !contains(users, p.algorithm) {
-			bad(key, "%s is not used by %s (only by %s)", key, p.algorithm, strings.Join(users, ", "))
+			bad(key, "not used by %s (only by %s)", p.algorithm, strings.Join(users, ", "))
 		}
 	}
 	unused("burst", c.Burst != 0, TokenBucketName)
@@ -143,28 +134,28 @@ func (c Config) build() (plan, error) {
 	switch p.algorithm {
 	case TokenBucketName:
 		if c.Burst < 1 {
-			bad("burst", "burst must be at least 1, got %d", c.Burst)
+			bad("burst", "must be at least 1, got %d", c.Burst)
 		} else if rateOK {
 			if err := checkTokenBucket(p.rate, c.Burst); err != nil {
-				bad("burst", "%s", err)
+				errs = append(errs, err)
 			}
 		}
 	case LeakyBucketName:
 		if c.Queue < 1 {
-			bad("queue", "queue must be at least 1, got %d", c.Queue)
+			bad("queue", "must be at least 1, got %d", c.Queue)
 		} else if rateOK {
 			if err := checkLeakyBucket(p.rate, c.Queue, 0); err != nil {
-				bad("queue", "%s", err)
+				errs = append(errs, err)
 			}
 		}
 		if c.MaxWait < 0 {
-			bad("max_wait", "max_wait must not be negative, got %v", c.MaxWait)
+			bad("max_wait", "must not be negative, got %v", c.MaxWait)
 		}
 	case SlidingWindowName:
 		switch c.Variant {
 		case "", VariantAuto, VariantLog, VariantCounter:
 		default:
-			bad("variant", "variant %q is unknown (known: auto, log, counter)", c.Variant)
+			bad("variant", "%q is unknown (known: auto, log, counter)", c.Variant)
 		}
 	}
 
@@ -172,7 +163,7 @@ func (c Config) build() (plan, error) {
 	if c.Key != "" {
 		src, err := ParseKeySource(c.Key)
 		if err != nil {
-			bad("key", "%s", err)
+			errs = append(errs, err)
 		}
 		p.source = src
 		if p.maxKeys == 0 {
@@ -180,17 +171,17 @@ func (c Config) build() (plan, error) {
 		}
 	}
 	if c.MaxKeys < 0 {
-		bad("max_keys", "max_keys must be at least 1, got %d", c.MaxKeys)
+		bad("max_keys", "must be at least 1, got %d", c.MaxKeys)
 	} else if c.MaxKeys > 0 && c.Key == "" {
-		bad("max_keys", "max_keys needs key (client_ip, header:NAME, path or route)")
+		bad("max_keys", "needs key (client_ip, header:NAME, path or route)")
 	}
 	if len(c.TrustedProxies) > 0 {
 		if p.source.Kind != KeyClientIP {
-			bad("trusted_proxies", "trusted_proxies needs key client_ip")
+			bad("trusted_proxies", "needs key client_ip")
 		}
 		prefixes, err := ParseTrustedProxies(c.TrustedProxies)
 		if err != nil {
-			bad("trusted_proxies", "%s", err)
+			errs = append(errs, err)
 		}
 		p.source.TrustedProxies = prefixes
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 func TestConfigErrorsAreClear(t *testing.T) {
@@ -15,42 +17,42 @@ func TestConfigErrorsAreClear(t *testing.T) {
 		msg  string
 	}{
 		{"zero rate", Config{Rate: "0/s", Burst: 1},
-			"rate", `rate must be N/UNIT like 100/s, got "0/s": N must be at least 1`},
+			"rate", `rate: must be N/UNIT like 100/s, got "0/s": N must be at least 1`},
 		{"no rate", Config{Burst: 1},
-			"rate", `rate is required, as N/UNIT like 100/s`},
+			"rate", `rate: required, as N/UNIT like 100/s`},
 		{"burst below 1", Config{Rate: "10/s", Burst: 0},
-			"burst", `burst must be at least 1, got 0`},
+			"burst", `burst: must be at least 1, got 0`},
 		{"negative burst", Config{Rate: "10/s", Burst: -3},
-			"burst", `burst must be at least 1, got -3`},
+			"burst", `burst: must be at least 1, got -3`},
 		{"unknown algorithm", Config{Algorithm: "gcra", Rate: "10/s"},
-			"algorithm", `algorithm "gcra" is unknown (known: token_bucket, leaky_bucket, fixed_window, sliding_window)`},
+			"algorithm", `algorithm: "gcra" is unknown (known: token_bucket, leaky_bucket, fixed_window, sliding_window)`},
 		{"unknown key source", Config{Rate: "10/s", Burst: 1, Key: "cookie:sid"},
-			"key", `key "cookie:sid" is unknown: want client_ip, header:NAME, path or route`},
+			"key", `key: "cookie:sid" is unknown: want client_ip, header:NAME, path or route`},
 		{"burst on a window", Config{Algorithm: "fixed_window", Rate: "10/s", Burst: 5},
-			"burst", `burst is not used by fixed_window (only by token_bucket)`},
+			"burst", `burst: not used by fixed_window (only by token_bucket)`},
 		{"leaky bucket without queue", Config{Algorithm: "leaky_bucket", Rate: "10/s"},
-			"queue", `queue must be at least 1, got 0`},
+			"queue", `queue: must be at least 1, got 0`},
 		{"negative max_wait", Config{Algorithm: "leaky_bucket", Rate: "10/s", Queue: 5, MaxWait: -time.Second},
-			"max_wait", `max_wait must not be negative, got -1s`},
+			"max_wait", `max_wait: must not be negative, got -1s`},
 		{"unknown variant", Config{Algorithm: "sliding_window", Rate: "10/s", Variant: "exact"},
-			"variant", `variant "exact" is unknown (known: auto, log, counter)`},
+			"variant", `variant: "exact" is unknown (known: auto, log, counter)`},
 		{"trusted proxies without client_ip", Config{Rate: "10/s", Burst: 1, Key: "path", TrustedProxies: []string{"10.0.0.0/8"}},
-			"trusted_proxies", `trusted_proxies needs key client_ip`},
+			"trusted_proxies", `trusted_proxies: needs key client_ip`},
 		{"bad trusted proxy", Config{Rate: "10/s", Burst: 1, Key: "client_ip", TrustedProxies: []string{"10.0.0.300"}},
-			"trusted_proxies", `trusted_proxies[0]: "10.0.0.300" is not an IP address or CIDR prefix`},
+			"trusted_proxies[0]", `trusted_proxies[0]: "10.0.0.300" is not an IP address or CIDR prefix`},
 		{"max_keys without key", Config{Rate: "10/s", Burst: 1, MaxKeys: 10},
-			"max_keys", `max_keys needs key (client_ip, header:NAME, path or route)`},
+			"max_keys", `max_keys: needs key (client_ip, header:NAME, path or route)`},
 		{"huge burst", Config{Rate: "1/h", Burst: 1 << 40},
-			"burst", `burst 1099511627776 at 1/h is more than 290 years of tokens`},
+			"burst", `burst: 1099511627776 at 1/h is more than 290 years of tokens`},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || err.Error() != tc.msg {
 			t.Errorf("%s: Validate:\n got %v\nwant %s", tc.name, err, tc.msg)
 			continue
 		}
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Key != tc.key {
-			t.Errorf("%s: error is not a FieldError for %q: %#v", tc.name, tc.key, err)
+		var fe *field.Error
+		if !errors.As(err, &fe) || fe.Path != tc.key {
+			t.Errorf("%s: error is not a *field.Error for %q: %#v", tc.name, tc.key, err)
 		}
 		if _, err := New(tc.cfg); err == nil {
 			t.Errorf("%s: New accepted the config", tc.name)
@@ -66,7 +68,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 	}
 	var keys []string
 	for _, e := range joined.Unwrap() {
-		keys = append(keys, e.(*FieldError).Key)
+		keys = append(keys, e.(*field.Error).Path)
 	}
 	if got := strings.Join(keys, ","); got != "rate,burst,key" {
 		t.Fatalf("problems reported for %s, want rate,burst,key", got)

@@ -41,7 +41,7 @@ func ExampleNew() {
 	fmt.Println(err)
 	// Output:
 	// true true false
-	// rate must be N/UNIT like 100/s, got "0/s": N must be at least 1
+	// rate: must be N/UNIT like 100/s, got "0/s": N must be at least 1
 }
 
 // One limiter per client address; behind a load balancer at 10.0.0.0/8,

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // The places a keyed limiter can take a request's key from.
@@ -40,19 +42,19 @@ func ParseKeySource(s string) (KeySource, error) {
 	switch kind {
 	case KeyClientIP, KeyPath, KeyRoute:
 		if hasName {
-			return KeySource{}, fmt.Errorf("key %q: %s takes no name", s, kind)
+			return KeySource{}, field.Errorf("key", "%q: %s takes no name", s, kind)
 		}
 		return KeySource{Kind: kind}, nil
 	case KeyHeader:
 		if name == "" {
-			return KeySource{}, fmt.Errorf("key %q needs a header name, as in header:X-Api-Key", s)
+			return KeySource{}, field.Errorf("key", "%q needs a header name, as in header:X-Api-Key", s)
 		}
 		if !isToken(name) {
-			return KeySource{}, fmt.Errorf("key %q: %q is not a valid header name", s, name)
+			return KeySource{}, field.Errorf("key", "%q: %q is not a valid header name", s, name)
 		}
 		return KeySource{Kind: kind, Name: textproto.CanonicalMIMEHeaderKey(name)}, nil
 	}
-	return KeySource{}, fmt.Errorf("key %q is unknown: want client_ip, header:NAME, path or route", s)
+	return KeySource{}, field.Errorf("key", "%q is unknown: want client_ip, header:NAME, path or route", s)
 }
 
 // ParseTrustedProxies parses IP addresses and CIDR prefixes ("10.0.0.0/8",
@@ -71,7 +73,7 @@ func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 			p = netip.PrefixFrom(a, a.BitLen())
 		}
 		if err != nil || p.Addr().Zone() != "" {
-			return nil, fmt.Errorf("trusted_proxies[%d]: %q is not an IP address or CIDR prefix", i, s)
+			return nil, field.Errorf(fmt.Sprintf("trusted_proxies[%d]", i), "%q is not an IP address or CIDR prefix", s)
 		}
 		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
 			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)

@@ -81,12 +81,12 @@ func TestKeySourcesOtherThanClientIP(t *testing.T) {
 
 func TestParseKeySourceErrors(t *testing.T) {
 	for in, msg := range map[string]string{
-		"cookie:sid":    `key "cookie:sid" is unknown: want client_ip, header:NAME, path or route`,
-		"ip":            `key "ip" is unknown: want client_ip, header:NAME, path or route`,
-		"header:":       `key "header:" needs a header name, as in header:X-Api-Key`,
-		"header":        `key "header" needs a header name, as in header:X-Api-Key`,
-		"header:a b":    `key "header:a b": "a b" is not a valid header name`,
-		"client_ip:xff": `key "client_ip:xff": client_ip takes no name`,
+		"cookie:sid":    `key: "cookie:sid" is unknown: want client_ip, header:NAME, path or route`,
+		"ip":            `key: "ip" is unknown: want client_ip, header:NAME, path or route`,
+		"header:":       `key: "header:" needs a header name, as in header:X-Api-Key`,
+		"header":        `key: "header" needs a header name, as in header:X-Api-Key`,
+		"header:a b":    `key: "header:a b": "a b" is not a valid header name`,
+		"client_ip:xff": `key: "client_ip:xff": client_ip takes no name`,
 	} {
 		_, err := ParseKeySource(in)
 		if err == nil || err.Error() != msg {

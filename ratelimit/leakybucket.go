@@ -1,10 +1,10 @@
 package ratelimit
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
@@ -54,13 +54,13 @@ func checkLeakyBucket(r Rate, queue int, maxWait time.Duration) error {
 		return err
 	}
 	if queue < 1 {
-		return fmt.Errorf("queue must be at least 1, got %d", queue)
+		return field.Errorf("queue", "must be at least 1, got %d", queue)
 	}
 	if int64(queue) >= int64(maxDuration)/int64(r.Interval()) {
-		return fmt.Errorf("queue %d at %v is more than 290 years of waiting", queue, r)
+		return field.Errorf("queue", "%d at %v is more than 290 years of waiting", queue, r)
 	}
 	if maxWait < 0 {
-		return fmt.Errorf("max_wait must not be negative, got %v", maxWait)
+		return field.Errorf("max_wait", "must not be negative, got %v", maxWait)
 	}
 	return nil
 }

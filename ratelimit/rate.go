@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // Rate is N events per period: "100/s" is Rate{N: 100, Per: time.Second}.
@@ -35,7 +37,7 @@ var rateUnits = []struct {
 // numbers of at least 1. A rate may not exceed one event per nanosecond.
 func ParseRate(s string) (Rate, error) {
 	bad := func(why string) (Rate, error) {
-		return Rate{}, fmt.Errorf("rate must be N/UNIT like 100/s, got %q: %s", s, why)
+		return Rate{}, field.Errorf("rate", "must be N/UNIT like 100/s, got %q: %s", s, why)
 	}
 	num, per, ok := strings.Cut(s, "/")
 	if !ok {

@@ -36,17 +36,17 @@ func TestParseRateAcceptsUnitsAndCounts(t *testing.T) {
 
 func TestParseRateErrorsSayWhatIsWrong(t *testing.T) {
 	for in, msg := range map[string]string{
-		"0/s":                    `rate must be N/UNIT like 100/s, got "0/s": N must be at least 1`,
-		"-5/s":                   `rate must be N/UNIT like 100/s, got "-5/s": N must be at least 1`,
-		"100":                    `rate must be N/UNIT like 100/s, got "100": no "/" between N and UNIT`,
-		"1.5/s":                  `rate must be N/UNIT like 100/s, got "1.5/s": N must be a whole number`,
-		"x/s":                    `rate must be N/UNIT like 100/s, got "x/s": N must be a whole number`,
-		"5/fortnight":            `rate must be N/UNIT like 100/s, got "5/fortnight": UNIT must be ns, us, ms, s, m or h, optionally after a count as in 100ms`,
-		"5/":                     `rate must be N/UNIT like 100/s, got "5/": UNIT must be ns, us, ms, s, m or h, optionally after a count as in 100ms`,
-		"5/0s":                   `rate must be N/UNIT like 100/s, got "5/0s": the count before the unit must be a whole number of at least 1`,
-		"2/ns":                   `rate must be N/UNIT like 100/s, got "2/ns": more than one event per nanosecond`,
-		"1/9999999h":             `rate must be N/UNIT like 100/s, got "1/9999999h": the period is too long`,
-		"99999999999999999999/s": `rate must be N/UNIT like 100/s, got "99999999999999999999/s": N is too large`,
+		"0/s":                    `rate: must be N/UNIT like 100/s, got "0/s": N must be at least 1`,
+		"-5/s":                   `rate: must be N/UNIT like 100/s, got "-5/s": N must be at least 1`,
+		"100":                    `rate: must be N/UNIT like 100/s, got "100": no "/" between N and UNIT`,
+		"1.5/s":                  `rate: must be N/UNIT like 100/s, got "1.5/s": N must be a whole number`,
+		"x/s":                    `rate: must be N/UNIT like 100/s, got "x/s": N must be a whole number`,
+		"5/fortnight":            `rate: must be N/UNIT like 100/s, got "5/fortnight": UNIT must be ns, us, ms, s, m or h, optionally after a count as in 100ms`,
+		"5/":                     `rate: must be N/UNIT like 100/s, got "5/": UNIT must be ns, us, ms, s, m or h, optionally after a count as in 100ms`,
+		"5/0s":                   `rate: must be N/UNIT like 100/s, got "5/0s": the count before the unit must be a whole number of at least 1`,
+		"2/ns":                   `rate: must be N/UNIT like 100/s, got "2/ns": more than one event per nanosecond`,
+		"1/9999999h":             `rate: must be N/UNIT like 100/s, got "1/9999999h": the period is too long`,
+		"99999999999999999999/s": `rate: must be N/UNIT like 100/s, got "99999999999999999999/s": N is too large`,
 	} {
 		_, err := ParseRate(in)
 		if err == nil || err.Error() != msg {

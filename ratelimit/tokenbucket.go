@@ -1,10 +1,10 @@
 package ratelimit
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
@@ -54,10 +54,10 @@ func checkTokenBucket(r Rate, burst int) error {
 		return err
 	}
 	if burst < 1 {
-		return fmt.Errorf("burst must be at least 1, got %d", burst)
+		return field.Errorf("burst", "must be at least 1, got %d", burst)
 	}
 	if int64(burst) > int64(maxDuration)/int64(r.Interval()) {
-		return fmt.Errorf("burst %d at %v is more than 290 years of tokens", burst, r)
+		return field.Errorf("burst", "%d at %v is more than 290 years of tokens", burst, r)
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 // Defaults for the zero fields of a Policy.
@@ -61,7 +63,7 @@ func ParseCondition(s string) (Condition, error) {
 			return n.c, nil
 		}
 	}
-	return 0, fmt.Errorf("retry_on %q is unknown (known: connect_failure, reset, timeout)", s)
+	return 0, fmt.Errorf("%q is not a retry condition (known: connect_failure, reset, timeout)", s)
 }
 
 func (c Condition) String() string {
@@ -173,21 +175,12 @@ func (p Policy) WithDefaults() Policy {
 	return p
 }
 
-// FieldError is a problem with one Policy field. Validate returns them
-// joined (errors.Join), so that each can be reported at its line.
-type FieldError struct {
-	Key string // the yaml key: "attempts", "budget_percent"
-	Err error
-}
-
-func (e *FieldError) Error() string { return e.Key + ": " + e.Err.Error() }
-func (e *FieldError) Unwrap() error { return e.Err }
-
-// Validate reports every problem in p, or nil.
+// Validate reports every problem in p, or nil: a *field.Error per
+// problem, joined, each naming its yaml key.
 func (p Policy) Validate() error {
 	var errs []error
 	bad := func(key, format string, args ...any) {
-		errs = append(errs, &FieldError{Key: key, Err: fmt.Errorf(format, args...)})
+		errs = append(errs, field.Errorf(key, format, args...))
 	}
 	if p.Attempts < 0 {
 		bad("attempts", "must be at least 1 (the first try counts), got %d", p.Attempts)
@@ -210,14 +203,14 @@ func (p Policy) Validate() error {
 	if p.BackoffBase >= 0 && p.BackoffMax >= 0 && d.BackoffMax < d.BackoffBase {
 		bad("backoff_max", "%s is below backoff_base %s", d.BackoffMax, d.BackoffBase)
 	}
-	for _, s := range p.RetryOn {
+	for i, s := range p.RetryOn {
 		if _, err := ParseCondition(s); err != nil {
-			bad("retry_on", "%w", err)
+			bad(fmt.Sprintf("retry_on[%d]", i), "%w", err)
 		}
 	}
-	for _, s := range p.Statuses {
+	for i, s := range p.Statuses {
 		if s < 100 || s > 599 {
-			bad("statuses", "%d is not an HTTP status (100-599)", s)
+			bad(fmt.Sprintf("statuses[%d]", i), "%d is not an HTTP status (100-599)", s)
 		}
 	}
 	if p.BodyLimit < 0 {

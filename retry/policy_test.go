@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/field"
 )
 
 func TestBackoffFullJitterStaysWithinCeiling(t *testing.T) {
@@ -71,13 +73,13 @@ func TestValidateReportsEachBadKey(t *testing.T) {
 	}
 	var keys []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var fe *FieldError
+		var fe *field.Error
 		if !errors.As(e, &fe) {
-			t.Fatalf("error %v is not a *FieldError", e)
+			t.Fatalf("error %v is not a *field.Error", e)
 		}
-		keys = append(keys, fe.Key)
+		keys = append(keys, fe.Path)
 	}
-	want := "attempts per_try_timeout backoff_max retry_on statuses body_limit budget_percent budget_window min_retries_per_second"
+	want := "attempts per_try_timeout backoff_max retry_on[1] statuses[1] body_limit budget_percent budget_window min_retries_per_second"
 	if got := strings.Join(keys, " "); got != want {
 		t.Fatalf("Validate reported keys %q, want %q\nerror: %v", got, want, err)
 	}

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
@@ -13,6 +14,7 @@ import (
 	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/health"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 	"github.com/switchboard-dev/switchboard/registry"
@@ -24,38 +26,75 @@ import (
 const DefaultLoadHeader = "X-Switchboard-Load"
 
 // Config is what an upstream is made of. The zero value is a round-robin
-// upstream with no endpoints and no health checking.
+// upstream with no endpoints and no health checking. The yaml tags are the
+// keys of an upstream (docs/configuration.md).
 type Config struct {
-	// Balance chooses an endpoint per request. Default round_robin.
-	Balance balance.Config
-	// Targets are the static endpoints. Ignored when View is set.
-	Targets []endpoint.Spec
+	// Balance chooses an endpoint per request: the policy and its
+	// settings. Default round_robin. Keys: balance.Config
+	// (docs/balancing.md).
+	Balance balance.Config `yaml:"balance"`
+	// Targets are the static endpoints. Keys: endpoint.Spec (address,
+	// weight, zone). Ignored when View is set.
+	Targets []endpoint.Spec `yaml:"targets"`
 	// View, when set, supplies the endpoints from a registry instead of
 	// Targets. The upstream owns it from then on: it closes the view when
 	// it is closed, or when a later configuration follows another view.
-	View View
+	View View `yaml:"-"`
 	// Health configures active checks, passive ejection and panic mode.
-	Health Health
+	Health Health `yaml:"health"`
 	// Breaker gives every endpoint a circuit breaker of its own: an open
-	// breaker puts its endpoint in the breaker_open state and picks skip it.
-	Breaker *breaker.Config
-	// Concurrency caps the requests in flight to the upstream from every
-	// caller together; the pipeline takes a slot per request.
-	Concurrency *ratelimit.ConcurrencyConfig
+	// breaker puts its endpoint in the breaker_open state, and picks skip
+	// it. Keys: docs/breaker.md.
+	Breaker *breaker.Config `yaml:"breaker"`
+	// Concurrency caps the requests in flight to this upstream from every
+	// caller together, with an optional bounded queue; a request over the
+	// cap gets 503 concurrency_limited. Keys: ratelimit.ConcurrencyConfig.
+	Concurrency *ratelimit.ConcurrencyConfig `yaml:"concurrency"`
 }
 
 // Health configures how endpoints are judged. docs/health.md describes the
 // states and how the signals combine.
 type Health struct {
-	// Active probes every endpoint on a schedule. Default off.
+	// Active probes every endpoint on a schedule. Default off. Keys:
+	// health.ActiveConfig.
 	Active *health.ActiveConfig `yaml:"active"`
 	// Passive ejects endpoints that fail real requests (outlier
-	// detection). Default off.
+	// detection). Default off. Keys: health.PassiveConfig.
 	Passive *health.PassiveConfig `yaml:"passive"`
 	// PanicThreshold, when the share of endpoints that can take traffic
 	// falls below it (0 to 1), sends traffic to every endpoint rather than
 	// crush the survivors. Default 0: off.
 	PanicThreshold float64 `yaml:"panic_threshold"`
+}
+
+// Validate reports every problem in h, each as a field.Error naming its
+// key (active.interval, passive.window, panic_threshold).
+func (h Health) Validate() error {
+	var errs []error
+	if h.Active != nil {
+		errs = append(errs, field.Prefix("active", h.Active.Validate()))
+	}
+	if h.Passive != nil {
+		errs = append(errs, field.Prefix("passive", h.Passive.Validate()))
+	}
+	if t := h.PanicThreshold; t < 0 || t > 1 {
+		errs = append(errs, field.Errorf("panic_threshold", "must be between 0 and 1, got %v", t))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem in c, each as a field.Error naming its
+// key ("balance.hash_key", "health.passive.window", "breaker.open_for").
+// Targets are not judged: their addresses are whatever the caller dials.
+func (c Config) Validate() error {
+	errs := []error{field.Prefix("balance", c.Balance.Validate()), field.Prefix("health", c.Health.Validate())}
+	if c.Breaker != nil {
+		errs = append(errs, field.Prefix("breaker", c.Breaker.Validate()))
+	}
+	if c.Concurrency != nil {
+		errs = append(errs, field.Prefix("concurrency", c.Concurrency.Validate()))
+	}
+	return errors.Join(errs...)
 }
 
 // View is a live answer of a registry: a *discovery.View, or anything that
@@ -203,9 +242,12 @@ func (u *Upstream) Prepare(cfg Config) (*Change, error) {
 }
 
 func (u *Upstream) build(g, prev *generation) error {
+	if err := g.cfg.Validate(); err != nil {
+		return err
+	}
 	cfg := g.cfg
 	if g.cfg.Balance.Policy == "" {
-		g.cfg.Balance.Policy = balance.RoundRobinName
+		g.cfg.Balance.Policy = balance.DefaultPolicy
 	}
 	if prev != nil && reflect.DeepEqual(prev.cfg.Balance, g.cfg.Balance) {
 		g.bal = prev.bal

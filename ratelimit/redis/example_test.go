@@ -7,6 +7,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/switchboard-dev/switchboard/ratelimit"
 	"github.com/switchboard-dev/switchboard/ratelimit/redis"
 )
 
@@ -19,7 +20,8 @@ func Example() {
 		ContextTimeoutEnabled: true, // required: lets the 50ms timeout bound reads
 		MaxRetries:            -1,   // a retry cannot fit in 50ms anyway
 	})
-	l, err := redis.New(client, redis.Config{Rate: "1000/s", Burst: 200, LocalShare: 0.34},
+	limit := ratelimit.Config{Rate: "1000/s", Burst: 200}
+	l, err := redis.New(client, limit, redis.Config{LocalShare: 0.34},
 		redis.WithErrorHandler(func(err error) { slog.Warn("global rate limit: redis failed", "err", err) }))
 	if err != nil {
 		panic(err)

@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 )
@@ -28,48 +29,89 @@ const (
 	DefaultPrefix  = "switchboard:ratelimit:"
 )
 
-// Config configures a global limit. The yaml tags are the keys of its
-// block.
+// Config is the Redis side of a global limit: the keys Redis is asked
+// under, how long to wait for it and what to do when it fails. The limit
+// itself (rate, burst and key) is a ratelimit.Config; New takes both. The
+// yaml tags are keys of a rate-limit entry's global block; every zero
+// field takes its default.
 type Config struct {
-	// Rate is the global refill rate, N/UNIT ("1000/s"). Required; at most
-	// one event per microsecond, the resolution of the script's clock.
-	Rate string `yaml:"rate"`
-	// Burst is the global bucket's capacity. Required (at least 1).
-	Burst int `yaml:"burst"`
 	// Prefix is prepended to every key in Redis. Default
 	// "switchboard:ratelimit:".
 	Prefix string `yaml:"prefix"`
-	// Timeout bounds each call to Redis. Default 50ms.
+	// Timeout bounds each call to Redis: no request waits longer. Default
+	// 50ms.
 	Timeout time.Duration `yaml:"timeout"`
 	// OnFailure is fail_open or fail_closed: what a call does when Redis
-	// fails or is slower than Timeout. Default fail_open.
+	// fails or is slower than Timeout. Default fail_open: decide locally
+	// at LocalShare of the limit; fail_closed rejects.
 	OnFailure string `yaml:"on_failure"`
-	// LocalShare is the fraction (0, 1] of Rate and Burst that one process
-	// admits on its own while Redis is failing, with fail_open: about 1/N
-	// for N processes, so that together they stay near the global limit.
-	// Required with fail_open.
+	// LocalShare is the fraction (0, 1] of the rate and burst that one
+	// process admits on its own while Redis is failing, with fail_open:
+	// about 1/N for N processes, so that together they stay near the
+	// global limit. Required with fail_open.
 	LocalShare float64 `yaml:"local_share"`
 	// Recheck is how long the limiter decides without Redis after a
 	// failure, before one request tries Redis again. Default 1s.
 	Recheck time.Duration `yaml:"recheck"`
-	// MaxKeys bounds the keys of the local fallback limiter (see
-	// ratelimit.Keyed). Default 100000.
-	MaxKeys int `yaml:"max_keys"`
-
-	// Key says where the proxy finds a request's key, as in
-	// ratelimit.Config: client_ip, header:NAME, path or route. Default
-	// none: one global bucket, under the key the caller passes.
-	Key string `yaml:"key"`
-	// TrustedProxies are the proxies whose X-Forwarded-For is believed,
-	// with key client_ip (see ratelimit.KeySource).
-	TrustedProxies []string `yaml:"trusted_proxies"`
 }
 
-// Validate reports every problem in c, or nil, as ratelimit.FieldErrors
-// joined.
+// Validate reports every problem in c, or nil: a *field.Error per
+// problem, joined, each naming its yaml key.
 func (c Config) Validate() error {
-	_, err := c.build()
-	return err
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, field.Errorf(key, format, args...))
+	}
+	if c.Timeout < 0 {
+		bad("timeout", "must not be negative, got %v", c.Timeout)
+	}
+	if c.Recheck < 0 {
+		bad("recheck", "must not be negative, got %v", c.Recheck)
+	}
+	switch c.OnFailure {
+	case "", FailOpen:
+		switch {
+		case c.LocalShare == 0:
+			bad("local_share", "required with on_failure fail_open: the share of the global limit one process admits while Redis fails, e.g. 0.34 for three processes")
+		case !(c.LocalShare > 0 && c.LocalShare <= 1):
+			bad("local_share", "must be more than 0 and at most 1, got %v", c.LocalShare)
+		}
+	case FailClosed:
+		if c.LocalShare != 0 {
+			bad("local_share", "only used with on_failure fail_open")
+		}
+	default:
+		bad("on_failure", "%q is unknown (known: fail_open, fail_closed)", c.OnFailure)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateLimit reports what keeps limit from being a global limit, or nil:
+// it must be a valid token bucket (ratelimit.Config.Validate: rate, burst,
+// and optionally key, trusted_proxies and max_keys) whose rate and burst
+// the script represents exactly. The errors are *field.Error values at the
+// limit's keys.
+func ValidateLimit(limit ratelimit.Config) error {
+	if a := limit.Algorithm; a != "" && a != ratelimit.TokenBucketName {
+		return field.Errorf("algorithm", "a global limit is a token bucket; %q cannot be global", a)
+	}
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	r, _ := ratelimit.ParseRate(limit.Rate) // valid: Validate parsed it
+	if r.Interval() < time.Microsecond {
+		return field.Errorf("rate", "%s is more than one event per microsecond, the resolution of the Redis limiter", limit.Rate)
+	}
+	// The script's numbers are doubles: keep them exact.
+	if int64(limit.Burst) > (1<<53)/micros(r.Interval()) {
+		return field.Errorf("burst", "%d at %s is too large for the Redis limiter", limit.Burst, limit.Rate)
+	}
+	return nil
+}
+
+// micros rounds d to whole microseconds, the script's unit.
+func micros(d time.Duration) int64 {
+	return int64((d + time.Microsecond/2) / time.Microsecond)
 }
 
 type params struct {
@@ -79,82 +121,33 @@ type params struct {
 	source   ratelimit.KeySource
 }
 
-func (c Config) build() (params, error) {
+// build validates limit and c and works out what a Limiter needs.
+func build(limit ratelimit.Config, c Config) (params, error) {
+	if err := errors.Join(ValidateLimit(limit), c.Validate()); err != nil {
+		return params{}, err
+	}
 	var p params
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, &ratelimit.FieldError{Key: key, Err: fmt.Errorf(format, args...)})
-	}
-	rateOK := false
-	if c.Rate == "" {
-		bad("rate", "rate is required, as N/UNIT like 100/s")
-	} else if r, err := ratelimit.ParseRate(c.Rate); err != nil {
-		bad("rate", "%s", err)
-	} else if r.Interval() < time.Microsecond {
-		bad("rate", "rate %s is more than one event per microsecond, the resolution of the Redis limiter", c.Rate)
-	} else {
-		p.rate, rateOK = r, true
-		p.interval = int64((r.Interval() + time.Microsecond/2) / time.Microsecond)
-	}
-	if c.Burst < 1 {
-		bad("burst", "burst must be at least 1, got %d", c.Burst)
-	} else if rateOK && int64(c.Burst) > (1<<53)/p.interval {
-		// The script's numbers are doubles: keep them exact.
-		bad("burst", "burst %d at %s is too large for the Redis limiter", c.Burst, c.Rate)
-	}
-	if c.Timeout < 0 {
-		bad("timeout", "timeout must not be negative, got %v", c.Timeout)
-	}
-	if c.Recheck < 0 {
-		bad("recheck", "recheck must not be negative, got %v", c.Recheck)
-	}
-	if c.MaxKeys < 0 {
-		bad("max_keys", "max_keys must be at least 1, got %d", c.MaxKeys)
-	}
+	p.rate, _ = ratelimit.ParseRate(limit.Rate)
+	p.interval = micros(p.rate.Interval())
 	p.source.Kind = ratelimit.KeyRoute
-	if c.Key != "" {
-		src, err := ratelimit.ParseKeySource(c.Key)
-		if err != nil {
-			bad("key", "%s", err)
-		}
-		p.source = src
+	if limit.Key != "" {
+		p.source, _ = ratelimit.ParseKeySource(limit.Key)
 	}
-	if len(c.TrustedProxies) > 0 {
-		if p.source.Kind != ratelimit.KeyClientIP {
-			bad("trusted_proxies", "trusted_proxies needs key client_ip")
-		}
-		prefixes, err := ratelimit.ParseTrustedProxies(c.TrustedProxies)
-		if err != nil {
-			bad("trusted_proxies", "%s", err)
-		}
-		p.source.TrustedProxies = prefixes
+	if len(limit.TrustedProxies) > 0 {
+		p.source.TrustedProxies, _ = ratelimit.ParseTrustedProxies(limit.TrustedProxies)
 	}
-	switch c.OnFailure {
-	case "", FailOpen:
-		switch {
-		case c.LocalShare == 0:
-			bad("local_share", "local_share is required with on_failure fail_open: the share of the global limit one process admits while Redis fails, e.g. 0.34 for three processes")
-		case !(c.LocalShare > 0 && c.LocalShare <= 1):
-			bad("local_share", "local_share must be more than 0 and at most 1, got %v", c.LocalShare)
-		case rateOK && c.Burst >= 1:
-			// The local bucket: LocalShare of the rate (a longer
-			// interval) and of the burst, at least 1.
-			local := ratelimit.Rate{N: 1, Per: time.Duration(math.Round(float64(p.rate.Interval()) / c.LocalShare))}
-			p.local = ratelimit.Config{
-				Rate:    local.String(),
-				Burst:   max(1, int(float64(c.Burst)*c.LocalShare)),
-				Key:     ratelimit.KeyRoute,
-				MaxKeys: c.MaxKeys,
-			}
+	if c.OnFailure != FailClosed {
+		// The local bucket: LocalShare of the rate (a longer interval) and
+		// of the burst, at least 1.
+		local := ratelimit.Rate{N: 1, Per: time.Duration(math.Round(float64(p.rate.Interval()) / c.LocalShare))}
+		p.local = ratelimit.Config{
+			Rate:    local.String(),
+			Burst:   max(1, int(float64(limit.Burst)*c.LocalShare)),
+			Key:     ratelimit.KeyRoute,
+			MaxKeys: limit.MaxKeys,
 		}
-	case FailClosed:
-		if c.LocalShare != 0 {
-			bad("local_share", "local_share is only used with on_failure fail_open")
-		}
-	default:
-		bad("on_failure", "on_failure %q is unknown (known: fail_open, fail_closed)", c.OnFailure)
 	}
-	return p, errors.Join(errs...)
+	return p, nil
 }
 
 //go:embed gcra.lua
@@ -189,10 +182,11 @@ type Option func(*Limiter)
 // already fallen back.
 func WithErrorHandler(f func(error)) Option { return func(l *Limiter) { l.onError = f } }
 
-// New returns a Limiter using client, after validating cfg. The client
-// must have ContextTimeoutEnabled set (see the package doc).
-func New(client goredis.Scripter, cfg Config, opts ...Option) (*Limiter, error) {
-	p, err := cfg.build()
+// New returns a Limiter of limit, a token bucket (see ValidateLimit),
+// kept in Redis through client as cfg says, after validating both. The
+// client must have ContextTimeoutEnabled set (see the package doc).
+func New(client goredis.Scripter, limit ratelimit.Config, cfg Config, opts ...Option) (*Limiter, error) {
+	p, err := build(limit, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -203,8 +197,8 @@ func New(client goredis.Scripter, cfg Config, opts ...Option) (*Limiter, error) 
 		client:   client,
 		prefix:   cfg.Prefix,
 		interval: p.interval,
-		capacity: int64(cfg.Burst) * p.interval,
-		burst:    cfg.Burst,
+		capacity: int64(limit.Burst) * p.interval,
+		burst:    limit.Burst,
 		timeout:  cfg.Timeout,
 		recheck:  cfg.Recheck,
 		source:   p.source,
@@ -245,8 +239,8 @@ func checkClient(c goredis.Scripter) error {
 	return nil
 }
 
-// Source returns where the proxy should take the keys from (Config.Key;
-// route when unset).
+// Source returns where the proxy should take the keys from (the limit's
+// Key; route when unset).
 func (l *Limiter) Source() ratelimit.KeySource { return l.source }
 
 // Allow is AllowN(ctx, key, time.Now(), 1).Allowed.

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/switchboard-dev/switchboard/internal/testutil"
+	"github.com/switchboard-dev/switchboard/ratelimit"
 )
 
 // redisServer is a redis-server process of the test's own.
@@ -37,9 +39,9 @@ func (s *redisServer) client(t *testing.T) *goredis.Client {
 	return c
 }
 
-func newLimiter(t *testing.T, s *redisServer, cfg Config, opts ...Option) *Limiter {
+func newLimiter(t *testing.T, s *redisServer, limit ratelimit.Config, cfg Config, opts ...Option) *Limiter {
 	t.Helper()
-	l, err := New(s.client(t), cfg, opts...)
+	l, err := New(s.client(t), limit, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +53,11 @@ func newLimiter(t *testing.T, s *redisServer, cfg Config, opts ...Option) *Limit
 // the burst when the refill is negligible.
 func TestThreeInstancesShareOneBurst(t *testing.T) {
 	s := startRedis(t)
-	cfg := Config{Rate: "1/h", Burst: 100, OnFailure: FailClosed}
+	limit, cfg := ratelimit.Config{Rate: "1/h", Burst: 100}, Config{OnFailure: FailClosed}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 3 {
-		l := newLimiter(t, s, cfg)
+		l := newLimiter(t, s, limit, cfg)
 		for range 4 {
 			wg.Go(func() {
 				for range 100 {
@@ -78,12 +80,12 @@ func TestThreeInstancesShareOneBurst(t *testing.T) {
 func TestThreeInstancesStayWithinTheGlobalRate(t *testing.T) {
 	s := startRedis(t)
 	const rate, burst, attempts = 1000.0, 50, 3000
-	cfg := Config{Rate: "1000/s", Burst: burst, OnFailure: FailClosed, Timeout: time.Second}
+	lc, cfg := ratelimit.Config{Rate: "1000/s", Burst: burst}, Config{OnFailure: FailClosed, Timeout: time.Second}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range 3 {
-		l := newLimiter(t, s, cfg)
+		l := newLimiter(t, s, lc, cfg)
 		wg.Go(func() {
 			for range attempts {
 				if l.AllowN(context.Background(), "rate", time.Now(), 1).Allowed {
@@ -107,7 +109,7 @@ func TestThreeInstancesStayWithinTheGlobalRate(t *testing.T) {
 
 func TestResultsCarryRemainingResetAndRetryAfter(t *testing.T) {
 	s := startRedis(t)
-	l := newLimiter(t, s, Config{Rate: "1/s", Burst: 3, OnFailure: FailClosed, Prefix: "t:"})
+	l := newLimiter(t, s, ratelimit.Config{Rate: "1/s", Burst: 3}, Config{OnFailure: FailClosed, Prefix: "t:"})
 	ctx := context.Background()
 	res := l.AllowN(ctx, "k", time.Now(), 1)
 	if !res.Allowed || res.Limit != 3 || res.Remaining != 2 || res.ResetAfter != time.Second {
@@ -133,7 +135,7 @@ func TestResultsCarryRemainingResetAndRetryAfter(t *testing.T) {
 func TestScriptCacheFlushFallsBackToEval(t *testing.T) {
 	s := startRedis(t)
 	c := s.client(t)
-	l, err := New(c, Config{Rate: "10/s", Burst: 10, OnFailure: FailClosed})
+	l, err := New(c, ratelimit.Config{Rate: "10/s", Burst: 10}, Config{OnFailure: FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,9 +162,9 @@ func TestRedisDownFailOpenAndFailClosed(t *testing.T) {
 	const timeout, margin = 50 * time.Millisecond, 30 * time.Millisecond
 	s := startRedis(t)
 	var openErrs, closedErrs atomic.Int64
-	open := newLimiter(t, s, Config{Rate: "1000/s", Burst: 100, LocalShare: 0.34, Recheck: 20 * time.Millisecond},
+	open := newLimiter(t, s, ratelimit.Config{Rate: "1000/s", Burst: 100}, Config{LocalShare: 0.34, Recheck: 20 * time.Millisecond},
 		WithErrorHandler(func(error) { openErrs.Add(1) }))
-	closed := newLimiter(t, s, Config{Rate: "1000/s", Burst: 100, OnFailure: FailClosed, Recheck: 20 * time.Millisecond},
+	closed := newLimiter(t, s, ratelimit.Config{Rate: "1000/s", Burst: 100}, Config{OnFailure: FailClosed, Recheck: 20 * time.Millisecond},
 		WithErrorHandler(func(error) { closedErrs.Add(1) }))
 	ctx := context.Background()
 	for _, l := range []*Limiter{open, closed} {
@@ -242,39 +244,54 @@ func TestRedisDownFailOpenAndFailClosed(t *testing.T) {
 func TestNewRefusesAClientThatIgnoresDeadlines(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	_, err := New(c, Config{Rate: "1/s", Burst: 1, OnFailure: FailClosed})
+	_, err := New(c, ratelimit.Config{Rate: "1/s", Burst: 1}, Config{OnFailure: FailClosed})
 	if err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
 		t.Fatalf("New with ContextTimeoutEnabled false: %v", err)
 	}
 }
 
 func TestConfigErrors(t *testing.T) {
+	type limit = ratelimit.Config
+	closed := Config{OnFailure: FailClosed}
 	for _, tc := range []struct {
-		cfg Config
-		msg string
+		limit limit
+		cfg   Config
+		msg   string
 	}{
-		{Config{Rate: "0/s", Burst: 1, OnFailure: FailClosed}, `rate must be N/UNIT like 100/s, got "0/s": N must be at least 1`},
-		{Config{Rate: "10/s", OnFailure: FailClosed}, `burst must be at least 1, got 0`},
-		{Config{Rate: "2000000/s", Burst: 1, OnFailure: FailClosed}, `rate 2000000/s is more than one event per microsecond, the resolution of the Redis limiter`},
-		{Config{Rate: "10/s", Burst: 1}, `local_share is required with on_failure fail_open: the share of the global limit one process admits while Redis fails, e.g. 0.34 for three processes`},
-		{Config{Rate: "10/s", Burst: 1, LocalShare: 1.5}, `local_share must be more than 0 and at most 1, got 1.5`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: "fail_slow"}, `on_failure "fail_slow" is unknown (known: fail_open, fail_closed)`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, LocalShare: 0.5}, `local_share is only used with on_failure fail_open`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Timeout: -time.Second}, `timeout must not be negative, got -1s`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Key: "cookie:sid"}, `key "cookie:sid" is unknown: want client_ip, header:NAME, path or route`},
-		{Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Key: "path", TrustedProxies: []string{"10.0.0.0/8"}}, `trusted_proxies needs key client_ip`},
+		{limit{Rate: "0/s", Burst: 1}, closed, `rate: must be N/UNIT like 100/s, got "0/s": N must be at least 1`},
+		{limit{Rate: "10/s"}, closed, `burst: must be at least 1, got 0`},
+		{limit{Rate: "2000000/s", Burst: 1}, closed, `rate: 2000000/s is more than one event per microsecond, the resolution of the Redis limiter`},
+		{limit{Rate: "1/h", Burst: 2_550_000}, closed, `burst: 2550000 at 1/h is too large for the Redis limiter`}, // under 290 years, over 2^53µs
+		{limit{Algorithm: ratelimit.LeakyBucketName, Rate: "10/s", Queue: 5}, closed, `algorithm: a global limit is a token bucket; "leaky_bucket" cannot be global`},
+		{limit{Rate: "10/s", Burst: 1, Queue: 5}, closed, `queue: not used by token_bucket (only by leaky_bucket)`},
+		{limit{Rate: "10/s", Burst: 1}, Config{}, `local_share: required with on_failure fail_open: the share of the global limit one process admits while Redis fails, e.g. 0.34 for three processes`},
+		{limit{Rate: "10/s", Burst: 1}, Config{LocalShare: 1.5}, `local_share: must be more than 0 and at most 1, got 1.5`},
+		{limit{Rate: "10/s", Burst: 1}, Config{OnFailure: "fail_slow"}, `on_failure: "fail_slow" is unknown (known: fail_open, fail_closed)`},
+		{limit{Rate: "10/s", Burst: 1}, Config{OnFailure: FailClosed, LocalShare: 0.5}, `local_share: only used with on_failure fail_open`},
+		{limit{Rate: "10/s", Burst: 1}, Config{OnFailure: FailClosed, Timeout: -time.Second}, `timeout: must not be negative, got -1s`},
+		{limit{Rate: "10/s", Burst: 1, Key: "cookie:sid"}, closed, `key: "cookie:sid" is unknown: want client_ip, header:NAME, path or route`},
+		{limit{Rate: "10/s", Burst: 1, Key: "path", TrustedProxies: []string{"10.0.0.0/8"}}, closed, `trusted_proxies: needs key client_ip`},
+		{limit{Rate: "0/s", Burst: 1}, Config{Recheck: -1, LocalShare: 0.5}, "rate: must be N/UNIT like 100/s, got \"0/s\": N must be at least 1\nrecheck: must not be negative, got -1ns"},
 	} {
-		err := tc.cfg.Validate()
+		err := errors.Join(ValidateLimit(tc.limit), tc.cfg.Validate())
 		if err == nil || err.Error() != tc.msg {
-			t.Errorf("Validate(%+v):\n got %v\nwant %s", tc.cfg, err, tc.msg)
+			t.Errorf("ValidateLimit(%+v), Validate(%+v):\n got %v\nwant %s", tc.limit, tc.cfg, err, tc.msg)
 		}
+		c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+		if _, err := New(c, tc.limit, tc.cfg); err == nil || err.Error() != tc.msg {
+			t.Errorf("New(%+v, %+v) = %v, want the same error as the Validate functions", tc.limit, tc.cfg, err)
+		}
+		c.Close()
 	}
-	if err := (Config{Rate: "1000/s", Burst: 100, LocalShare: 0.34}).Validate(); err != nil {
+	if err := ValidateLimit(limit{Rate: "1000/s", Burst: 100}); err != nil {
+		t.Errorf("a good limit: %v", err)
+	}
+	if err := (Config{LocalShare: 0.34}).Validate(); err != nil {
 		t.Errorf("a good config: %v", err)
 	}
 	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer c.Close()
-	l, err := New(c, Config{Rate: "10/s", Burst: 1, OnFailure: FailClosed, Key: "client_ip", TrustedProxies: []string{"10.0.0.0/8"}})
+	l, err := New(c, limit{Rate: "10/s", Burst: 1, Key: "client_ip", TrustedProxies: []string{"10.0.0.0/8"}}, closed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/internal/clock"
+	"github.com/switchboard-dev/switchboard/upstream"
 )
 
 // RouteSource lists the embedded registry's services with the tags of
@@ -158,7 +160,7 @@ func withAutoRoutes(cfg *config.Config, services map[string][]string) *config.Co
 		maxIdle := config.DefaultMaxIdlePerEndpoint
 		passing := true
 		out.Upstreams[AutoUpstreamName(svc)] = &config.Upstream{
-			Balance:            config.Balance{Policy: config.DefaultBalancePolicy},
+			Config:             upstream.Config{Balance: balance.Config{Policy: config.DefaultBalancePolicy}},
 			Protocol:           config.DefaultUpstreamProtocol,
 			Discovery:          &config.UpstreamDiscovery{Registry: config.EmbeddedRegistry, Service: svc, PassingOnly: &passing},
 			Timeouts:           config.UpstreamTimeouts{Connect: config.DefaultConnectTimeout, ResponseHeader: config.DefaultResponseHeaderTimeout},

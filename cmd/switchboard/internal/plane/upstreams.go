@@ -132,30 +132,11 @@ func (p *Plane) commitUpstreams(c *upstreamChanges) {
 	p.list.Store(&list)
 }
 
-// upstreamConfig is the library form of uc. An upstream with discovery
-// keeps the view of prev while its discovery settings are unchanged, and
-// otherwise gets a new one.
+// upstreamConfig is uc's upstream.Config with the view to follow: an
+// upstream with discovery keeps the view of prev while its discovery
+// settings are unchanged, and otherwise gets a new one.
 func (p *Plane) upstreamConfig(uc *config.Upstream, prev *Upstream, key string) (upstream.Config, error) {
-	lc := upstream.Config{Balance: uc.Balance.Library(), Breaker: uc.Breaker}
-	if lc.Balance.Policy == "" {
-		lc.Balance.Policy = config.DefaultBalancePolicy
-	}
-	if a := uc.Health.Active; a != nil {
-		ac := a.Library()
-		lc.Health.Active = &ac
-	}
-	if ps := uc.Health.Passive; ps != nil {
-		pc := ps.Library()
-		lc.Health.Passive = &pc
-	}
-	lc.Health.PanicThreshold = uc.Health.PanicThreshold
-	if cc := uc.Concurrency; cc != nil {
-		l := cc.Library()
-		lc.Concurrency = &l
-	}
-	for _, t := range uc.Targets {
-		lc.Targets = append(lc.Targets, endpoint.Spec{Address: t.Address, Weight: t.Weight, Zone: t.Zone})
-	}
+	lc := uc.Config
 	d := uc.Discovery
 	if d == nil {
 		return lc, nil
@@ -200,22 +181,11 @@ func transportConfig(uc *config.Upstream) httpproxy.TransportConfig {
 	}
 }
 
-// pipelineConfig is the library form of a route's protection settings.
+// pipelineConfig is rc's pipeline.Config with its timeout.
 func pipelineConfig(rc *config.Route) pipeline.Config {
-	pc := pipeline.Config{Breaker: rc.Breaker, Retry: rc.Retry, Fallback: rc.Fallback}
+	pc := rc.Config
 	if rc.Timeout != nil {
 		pc.Timeout = rc.Timeout.Std()
-	}
-	if c := rc.Concurrency; c != nil {
-		l := c.Library()
-		pc.Concurrency = &l
-	}
-	for _, l := range rc.RateLimit {
-		rl := pipeline.RateLimit{Name: l.Name, Limit: l.Local()}
-		if g := l.Global; g != nil {
-			rl.Global = &pipeline.GlobalLimit{Redis: g.Redis, Password: g.Password, DB: g.DB, Limit: l.GlobalConfig()}
-		}
-		pc.RateLimits = append(pc.RateLimits, rl)
 	}
 	return pc
 }
