@@ -290,7 +290,7 @@ func TestInlineProblems(t *testing.T) {
 				`9:13: burst: must be at least 1, got 0`,
 				`9:25: unknown key "brust" in a rate_limit entry (known: name, algorithm, rate, burst, queue, max_wait, variant, key, trusted_proxies, max_keys, global)`,
 			}},
-		{"bulkhead", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        concurrency: {max_in_flight: 0}\n" + upstreams,
+		{"concurrency", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        concurrency: {max_in_flight: 0}\n" + upstreams,
 			[]string{`6:38: max_in_flight: must be at least 1, got 0`}},
 		{"health problems", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health:\n      active: {type: smoke, interval: -1s}\n      passive: {consecutive_failures: -1}\n      panic_threshold: 1.5\n",
 			[]string{

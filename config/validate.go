@@ -280,7 +280,7 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	v.checkLimits(r)
 }
 
-// checkLimits checks a route's rate limits and bulkhead, and its retry,
+// checkLimits checks a route's rate limits and concurrency limit, and its retry,
 // breaker and fallback. The library packages judge their own settings;
 // their errors name the key, which place maps back to its line.
 func (v *validator) checkLimits(r *Route) {

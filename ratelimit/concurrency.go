@@ -21,8 +21,8 @@ var (
 	ErrQueueTimeout = errors.New("ratelimit: timed out waiting for a concurrency slot")
 )
 
-// ConcurrencyConfig configures a Concurrency limiter, the bulkhead of a
-// route or an upstream. The yaml tags are the keys of its block.
+// ConcurrencyConfig configures a Concurrency limiter: the concurrency limit
+// of a route or an upstream. The yaml tags are the keys of its block.
 type ConcurrencyConfig struct {
 	// MaxInFlight is how many requests may be in progress at once.
 	// Required (at least 1).

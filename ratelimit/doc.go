@@ -49,8 +49,8 @@
 // # Concurrency
 //
 // Concurrency caps the requests in flight, with an optional bounded FIFO
-// queue: the bulkhead that keeps one slow upstream from taking every
-// connection.
+// queue (what resilience libraries call a bulkhead): it keeps one slow
+// upstream from taking every connection.
 //
 // # Global limits
 //

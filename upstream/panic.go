@@ -6,20 +6,20 @@ import (
 	"github.com/switchboard-dev/switchboard/endpoint"
 )
 
-// panicFeed passes the pool's snapshots to a balancer. When the share of
+// panicGuard passes the pool's snapshots to a balancer. When the share of
 // ready endpoints falls below threshold, the balancer gets every endpoint
 // as ready, so that the survivors are not crushed by the whole load
 // (Envoy's panic threshold). Entering and leaving panic is logged.
-type panicFeed struct {
+type panicGuard struct {
 	u         *Upstream
 	threshold float64
-	update    func(*endpoint.Set)
-	inPanic   bool // only touched under the pool's lock (subscriber calls)
+	next      func(*endpoint.Set) // the balancer's Update
+	inPanic   bool                // only touched under the pool's lock (subscriber calls)
 	// last is what the balancer picks from now.
 	last atomic.Pointer[[]*endpoint.Endpoint]
 }
 
-func (p *panicFeed) feed(s *endpoint.Set) {
+func (p *panicGuard) update(s *endpoint.Set) {
 	if p.threshold > 0 && len(s.All) > 0 {
 		share := float64(len(s.Ready)) / float64(len(s.All))
 		panicNow := share < p.threshold
@@ -36,11 +36,11 @@ func (p *panicFeed) feed(s *endpoint.Set) {
 		}
 	}
 	p.last.Store(&s.Ready)
-	p.update(s)
+	p.next(s)
 }
 
 // picking returns the endpoints the balancer picks from now.
-func (p *panicFeed) picking() []*endpoint.Endpoint {
+func (p *panicGuard) picking() []*endpoint.Endpoint {
 	if l := p.last.Load(); l != nil {
 		return *l
 	}

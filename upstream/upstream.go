@@ -147,7 +147,7 @@ type generation struct {
 	loadHeader string
 	limit      *ratelimit.Concurrency
 	signals    *signals // nil: no health machinery
-	feed       *panicFeed
+	guard      *panicGuard
 
 	unsub   func()             // stops feeding bal from the pool
 	stopRun context.CancelFunc // stops bal's background work; nil for none
@@ -210,7 +210,7 @@ func (u *Upstream) Concurrency() *ratelimit.Concurrency { return u.cur.Load().li
 // tried: whether a retry can go somewhere new. In panic mode every endpoint
 // may be picked.
 func (u *Upstream) Untried(tried []*endpoint.Endpoint) bool {
-	for _, ep := range u.cur.Load().feed.picking() {
+	for _, ep := range u.cur.Load().guard.picking() {
 		if !balance.Tried(tried, ep) {
 			return true
 		}
@@ -335,7 +335,7 @@ func (g *generation) discard(prev *generation) {
 func (u *Upstream) activate(g, prev *generation) {
 	samePanic := prev != nil && prev.cfg.Health.PanicThreshold == g.cfg.Health.PanicThreshold
 	if prev != nil && prev.bal == g.bal && samePanic {
-		g.unsub, g.stopRun, g.feed = prev.unsub, prev.stopRun, prev.feed
+		g.unsub, g.stopRun, g.guard = prev.unsub, prev.stopRun, prev.guard
 	} else {
 		if prev != nil {
 			prev.unsub()
@@ -345,8 +345,8 @@ func (u *Upstream) activate(g, prev *generation) {
 				prev.stopRun()
 			}
 		}
-		g.feed = &panicFeed{u: u, threshold: g.cfg.Health.PanicThreshold, update: g.bal.Update}
-		g.unsub = u.pool.Subscribe(g.feed.feed)
+		g.guard = &panicGuard{u: u, threshold: g.cfg.Health.PanicThreshold, next: g.bal.Update}
+		g.unsub = u.pool.Subscribe(g.guard.update)
 		if r, ok := g.bal.(balance.Runner); ok && g.stopRun == nil {
 			ctx, cancel := context.WithCancel(context.Background())
 			g.stopRun = cancel

@@ -44,6 +44,7 @@ type Transport struct {
 	cfg   TransportConfig
 	h1    *h1.Client
 	h2    *http.Transport
+	h2rt  pipeline.HTTPTransport // over h2
 	unsub func()
 	last  []*endpoint.Endpoint // the pool's members at the last update; under the pool's lock
 }
@@ -64,6 +65,7 @@ func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
 			MaxIdleConnsPerHost:   cfg.MaxIdlePerEndpoint,
 			DisableCompression:    true,
 		}
+		t.h2rt = pipeline.HTTPTransport{RoundTripper: t.h2}
 	default:
 		t.h1 = h1.NewClient(h1.ClientConfig{
 			ConnectTimeout: cfg.ConnectTimeout, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
@@ -129,47 +131,10 @@ func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpo
 			Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: r.Header, Body: body, Length: length, Upgrade: c.Upgrade,
 		})
 		var be *h1.BodyError
-		if errors.As(err, &be) {
+		if err != nil && errors.As(err, &be) {
 			err = fmt.Errorf("%w: %w", pipeline.ErrRequestBody, err)
 		}
 		return resp, err
 	}
-	return t.roundTripH2C(ctx, deadline, ep, r, body, length)
-}
-
-func (t *Transport) roundTripH2C(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, r *http.Request, body io.Reader, length int64) (*http.Response, error) {
-	cancel := context.CancelFunc(func() {})
-	if !deadline.IsZero() {
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+ep.Address()+h1.RequestURI(r), body)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	req.Host = r.Host
-	req.Header = r.Header
-	req.ContentLength = length
-	resp, err := t.h2.RoundTrip(req)
-	if err != nil {
-		cancel()
-		if ctx.Err() == context.DeadlineExceeded {
-			return nil, h1.ErrRequestTimeout
-		}
-		return nil, err
-	}
-	resp.Body = &cancelBody{resp.Body, cancel}
-	return resp, nil
-}
-
-// cancelBody releases the request's context once the body is done with.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
+	return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
 }

@@ -105,7 +105,7 @@ func New(path string, opt Options) (*App, error) {
 
 	a.plane = plane.New(a.log, a.reg)
 	a.regs = registries.New(a.log, a.reg)
-	a.plane.SetDiscovery(a.regs)
+	a.plane.SetRegistries(a.regs)
 	if cfg.RegistryEnabled() {
 		srv, err := startEmbedded(cfg.Registry, a.log)
 		if err != nil {

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -69,7 +70,7 @@ func TestReloadUnderLoadDropsNothing(t *testing.T) {
 	path := filepath.Join(dir, "switchboard.yaml")
 	writeFile(t, path, config(listen, []string{hostport(a1), hostport(a2)}, 1, false, ""))
 
-	a, err := app.New(path, app.Options{Stderr: io.Discard})
+	a, err := app.New(path, app.Options{Stderr: logOnFailure(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,3 +295,26 @@ upstreams:
 	}
 	resp.Body.Close()
 }
+
+// logOnFailure collects an app's log and prints it if the test fails, so
+// that a failure (a reload that never came, say) shows what the app saw.
+func logOnFailure(t *testing.T) io.Writer {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("app log:\n%s", buf.String())
+		}
+	})
+	return writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -25,9 +25,9 @@ import (
 	"github.com/switchboard-dev/switchboard/upstream"
 )
 
-// Discovery gives upstreams with discovery their registry's view of a
+// Registries give upstreams with discovery their registry's view of a
 // service. cmd/switchboard/internal/registries implements it.
-type Discovery interface {
+type Registries interface {
 	// Watch starts (or shares) a view of the query's instances from the
 	// named registry ("embedded" or an entry of registries).
 	Watch(registryName string, q registry.Query) (upstream.View, error)
@@ -40,7 +40,7 @@ type Plane struct {
 
 	mu       sync.Mutex // serialises Apply, the auto-route watch, the sweep and Shutdown
 	closed   bool
-	disc     Discovery
+	regs     Registries
 	ups      map[string]*Upstream
 	byName   atomic.Pointer[map[string]*Upstream] // for tcp picks and backup steps, lock-free
 	list     atomic.Pointer[[]*Upstream]          // sorted by name, for the admin API
@@ -71,11 +71,11 @@ func New(log *slog.Logger, reg prometheus.Registerer) *Plane {
 	return p
 }
 
-// SetDiscovery gives upstreams with discovery their registries. Call it
+// SetRegistries gives upstreams with discovery their registries. Call it
 // before the Apply that first needs it.
-func (p *Plane) SetDiscovery(d Discovery) {
+func (p *Plane) SetRegistries(r Registries) {
 	p.mu.Lock()
-	p.disc = d
+	p.regs = r
 	p.mu.Unlock()
 }
 

@@ -391,3 +391,25 @@ func TestRouteStateSurvivesARebuild(t *testing.T) {
 		t.Fatalf("new breaker settings kept the old open breaker: %d %q", resp.StatusCode, resp.Header.Get("X-Switchboard-Error"))
 	}
 }
+
+// TestFailedConnectIsRetriedEvenWhenItEjectsTheEndpoint is issue 14's bug:
+// with one dead target of two, passive health and no retry block, the
+// request whose failure ejected the dead endpoint was answered 502 (the
+// check for "another ready endpoint" ran after the ejection had emptied
+// the set of others). A failed connect is retried on another endpoint
+// whatever the health settings.
+func TestFailedConnectIsRetriedEvenWhenItEjectsTheEndpoint(t *testing.T) {
+	live := newBackend(t, "live", nil)
+	p := startProxy(t, upstreamYAML("    health: {passive: {consecutive_failures: 3}}\n", deadAddr(t), live.addr()))
+	var statuses []int
+	for i := 0; i < 10; i++ {
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/")
+		statuses = append(statuses, resp.StatusCode)
+		if resp.StatusCode != 200 || body != "live" {
+			t.Fatalf("request %d: %d %q; statuses so far %v, want every one 200 from the live endpoint", i, resp.StatusCode, body, statuses)
+		}
+	}
+	if st := p.upstream("app").Pool().Snapshot().All[0].State(); st != endpoint.Ejected {
+		t.Fatalf("the dead endpoint is %s, want ejected after its third failed connect", st)
+	}
+}

@@ -145,10 +145,10 @@ func (p *Plane) upstreamConfig(uc *config.Upstream, prev *Upstream, key string) 
 		lc.View = prev.up.Config().View
 		return lc, nil
 	}
-	if p.disc == nil {
+	if p.regs == nil {
 		return lc, fmt.Errorf("discovery: no registries are running in this process")
 	}
-	v, err := p.disc.Watch(d.Registry, discoveryQuery(d))
+	v, err := p.regs.Watch(d.Registry, discoveryQuery(d))
 	if err != nil {
 		return lc, fmt.Errorf("discovery: %w", err)
 	}

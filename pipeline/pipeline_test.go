@@ -1,0 +1,189 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
+	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/ratelimit"
+	"github.com/switchboard-dev/switchboard/retry"
+	"github.com/switchboard-dev/switchboard/upstream"
+)
+
+// fakeTransport answers each attempt with what its endpoint's func says.
+// A fake is fine here: these are unit tests of the attempt loop.
+type fakeTransport map[string]func(ctx context.Context) (*http.Response, error)
+
+func (f fakeTransport) RoundTrip(ctx context.Context, _ time.Time, ep *endpoint.Endpoint, _ *pipeline.Call, _ io.Reader) (*http.Response, error) {
+	return f[ep.Address()](ctx)
+}
+
+func answer(status int) func(context.Context) (*http.Response, error) {
+	return func(context.Context) (*http.Response, error) {
+		return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), ContentLength: 0}, nil
+	}
+}
+
+var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+
+func refuse(context.Context) (*http.Response, error) { return nil, errRefused }
+
+func newUpstream(t *testing.T, cfg upstream.Config, addrs ...string) *upstream.Upstream {
+	t.Helper()
+	for _, a := range addrs {
+		cfg.Targets = append(cfg.Targets, endpoint.Spec{Address: a})
+	}
+	u, err := upstream.New("app", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	return u
+}
+
+func newRoute(t *testing.T, cfg pipeline.Config, u *upstream.Upstream, tr pipeline.Transport) *pipeline.Route {
+	t.Helper()
+	r, err := pipeline.New("r", cfg, u, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// do runs one GET through r and finishes it; it returns the status and
+// the error code ("" on a response).
+func do(t *testing.T, r *pipeline.Route) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://app/", nil)
+	c := &pipeline.Call{Req: req}
+	resp, err := r.Do(c, time.Now())
+	if err != nil {
+		var pe *pipeline.Error
+		if !errors.As(err, &pe) {
+			t.Fatalf("Do returned %T %v, want a *pipeline.Error", err, err)
+		}
+		r.Finish(c, pe.Status, nil)
+		return pe.Status, pe.Code
+	}
+	resp.Body.Close()
+	r.Finish(c, resp.StatusCode, nil)
+	return resp.StatusCode, ""
+}
+
+func TestWithoutAPolicyAFailedConnectIsRetriedOnAnotherEndpoint(t *testing.T) {
+	u := newUpstream(t, upstream.Config{}, "dead:1", "live:1")
+	r := newRoute(t, pipeline.Config{}, u, fakeTransport{"dead:1": refuse, "live:1": answer(200)})
+	for i := 0; i < 4; i++ {
+		if st, code := do(t, r); st != 200 {
+			t.Fatalf("request %d: %d %s, want 200 after one retry", i, st, code)
+		}
+	}
+}
+
+func TestWithoutAPolicyASingleEndpointIsNotRetried(t *testing.T) {
+	calls := 0
+	u := newUpstream(t, upstream.Config{}, "dead:1")
+	r := newRoute(t, pipeline.Config{}, u, fakeTransport{"dead:1": func(ctx context.Context) (*http.Response, error) {
+		calls++
+		return refuse(ctx)
+	}})
+	if st, code := do(t, r); st != 502 || code != pipeline.CodeConnectFailed {
+		t.Fatalf("got %d %s, want 502 %s", st, code, pipeline.CodeConnectFailed)
+	}
+	if calls != 1 {
+		t.Fatalf("%d attempts on the only endpoint, want 1", calls)
+	}
+}
+
+func TestLimitsAnswerWithTheirCodes(t *testing.T) {
+	u := newUpstream(t, upstream.Config{}, "a:1")
+	block := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	r := newRoute(t, pipeline.Config{
+		RateLimit:   []pipeline.RateLimit{{Name: "one", Config: ratelimit.Config{Rate: "1/m", Burst: 1}}},
+		Concurrency: &ratelimit.ConcurrencyConfig{MaxInFlight: 1},
+	}, u, fakeTransport{"a:1": func(ctx context.Context) (*http.Response, error) {
+		entered <- struct{}{}
+		<-block
+		return answer(200)(ctx)
+	}})
+	done := make(chan int)
+	go func() {
+		st, _ := do(t, r)
+		done <- st
+	}()
+	<-entered
+	if st, code := do(t, r); st != 429 || code != pipeline.CodeRateLimited {
+		t.Fatalf("second request: %d %s, want 429 %s", st, code, pipeline.CodeRateLimited)
+	}
+	close(block)
+	if st := <-done; st != 200 {
+		t.Fatalf("first request: %d", st)
+	}
+
+	r2 := newRoute(t, pipeline.Config{Concurrency: &ratelimit.ConcurrencyConfig{MaxInFlight: 1}}, u, fakeTransport{"a:1": func(ctx context.Context) (*http.Response, error) {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://app/", nil)
+	held := &pipeline.Call{Req: req}
+	go func() {
+		_, err := r2.Do(held, time.Now())
+		var pe *pipeline.Error
+		errors.As(err, &pe)
+		r2.Finish(held, pe.Status, nil)
+		done <- pe.Status
+	}()
+	<-entered
+	if st, code := do(t, r2); st != 503 || code != pipeline.CodeConcurrencyLimited {
+		t.Fatalf("while the one slot is held: %d %s, want 503 %s", st, code, pipeline.CodeConcurrencyLimited)
+	}
+	cancel()
+	if st := <-done; st != pipeline.StatusClientClosed {
+		t.Fatalf("the held call, its caller gone: %d, want %d", st, pipeline.StatusClientClosed)
+	}
+}
+
+// TestHedgeReportsTheFirstAttemptWhenItFailsAndTheHedgeWins: the first
+// attempt is still running when the hedge goes out, then fails; the hedge
+// answers. The failed attempt must be reported to its endpoint (a hedge
+// used to drop it, leaving the endpoint's in-flight count one too high for
+// good and its failure unseen by passive health).
+func TestHedgeReportsTheFirstAttemptWhenItFailsAndTheHedgeWins(t *testing.T) {
+	u := newUpstream(t, upstream.Config{}, "slow:1", "fast:1")
+	hedged := make(chan struct{})
+	firstFailed := make(chan struct{})
+	var once sync.Once
+	r := newRoute(t, pipeline.Config{Retry: &retry.Policy{HedgeAfter: "5ms"}}, u, fakeTransport{
+		"slow:1": func(ctx context.Context) (*http.Response, error) {
+			<-hedged
+			defer close(firstFailed)
+			return nil, errors.New("connection reset by peer")
+		},
+		"fast:1": func(ctx context.Context) (*http.Response, error) {
+			once.Do(func() { close(hedged) })
+			<-firstFailed
+			return answer(200)(ctx)
+		},
+	})
+	if st, code := do(t, r); st != 200 {
+		t.Fatalf("hedged request: %d %s, want the hedge's 200", st, code)
+	}
+	slow := u.Pool().Snapshot().All[0]
+	testutil.WaitFor(t, time.Second, "the failed first attempt to be reported", func() bool { return slow.InFlight() == 0 })
+	if n := slow.Failures(); n != 1 {
+		t.Fatalf("the slow endpoint has %d failures, want its reset counted once", n)
+	}
+}
