@@ -183,37 +183,9 @@ func (c *conn) serve() {
 	s := c.s
 	headerLimit := int64(s.MaxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
 	for first := true; ; first = false {
-		// Between requests: the idle timeout, except before the first
-		// request of a connection, which gets the read-header timeout as
-		// with net/http. The deadline is set before the connection is
-		// marked idle, so that Shutdown's closing deadline always comes
-		// after it and wins.
 		c.lr.N = headerLimit
-		if c.br.Buffered() == 0 {
-			wait := s.IdleTimeout
-			if first && s.ReadHeaderTimeout > 0 {
-				wait = s.ReadHeaderTimeout
-			}
-			if wait > 0 {
-				c.nc.SetReadDeadline(time.Now().Add(wait))
-			}
-			if !c.state.CompareAndSwap(connActive, connIdle) && c.state.Load() != connIdle {
-				return
-			}
-			if s.shutdown.Load() {
-				return
-			}
-			if _, err := c.br.Peek(1); err != nil {
-				if c.lr.N <= 0 {
-					c.badRequest(err)
-				}
-				return
-			}
-			if !c.state.CompareAndSwap(connIdle, connActive) {
-				return // closed as idle by Shutdown
-			}
-		} else {
-			c.state.Store(connActive)
+		if !c.awaitRequest(first) {
+			return
 		}
 		if s.ReadHeaderTimeout > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
@@ -245,6 +217,41 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// awaitRequest waits between requests for the next one's first byte. It
+// reports false when the connection is to be closed: it went quiet past
+// its timeout, the client closed it, the header limit ran out, or
+// Shutdown closed it as idle. The wait is the idle timeout, except before
+// the first request of a connection, which gets the read-header timeout as
+// with net/http. The deadline is set before the connection is marked idle,
+// so that Shutdown's closing deadline always comes after it and wins.
+func (c *conn) awaitRequest(first bool) bool {
+	s := c.s
+	if c.br.Buffered() > 0 {
+		c.state.Store(connActive) // pipelined: the next request is here
+		return true
+	}
+	wait := s.IdleTimeout
+	if first && s.ReadHeaderTimeout > 0 {
+		wait = s.ReadHeaderTimeout
+	}
+	if wait > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(wait))
+	}
+	if !c.state.CompareAndSwap(connActive, connIdle) && c.state.Load() != connIdle {
+		return false
+	}
+	if s.shutdown.Load() {
+		return false
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		if c.lr.N <= 0 {
+			c.badRequest(err)
+		}
+		return false
+	}
+	return c.state.CompareAndSwap(connIdle, connActive) // false: closed as idle by Shutdown
 }
 
 // timedBody renews the connection's read deadline before each read of a

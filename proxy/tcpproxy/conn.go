@@ -50,56 +50,20 @@ type conn struct {
 // run serves the connection: PROXY header, ClientHello, pick and connect,
 // then forward until both sides are done.
 func (c *conn) run() {
-	s, cfg := c.s, &c.s.cfg
+	cfg := &c.s.cfg
 	if cfg.IdleTimeout <= 0 {
 		// Without an idle timeout, keep-alive is what finds a dead
 		// client (a listener from Listen leaves it off).
 		c.client.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true})
 	}
-	src, dst := addrPort(c.client.RemoteAddr()), addrPort(c.client.LocalAddr())
-	var buf []byte // bytes read from the client and not yet forwarded
-	var headerLen int
-	if cfg.AcceptProxyProtocol && trusted(cfg.TrustedProxies, src.Addr()) {
-		var h proxyHeader
-		var err error
-		buf, err = readPrefix(c.client, make([]byte, 0, 512), proxyV2MaxLen, cfg.ProxyProtocolTimeout, func(b []byte) error {
-			var n int
-			var perr error
-			h, n, perr = parseProxyHeader(b)
-			headerLen = n
-			return perr
-		})
-		if err != nil {
-			c.reject(RejectProxyProtocol, err)
-			return
-		}
-		if !h.local {
-			src, dst = h.src, h.dst
-		}
-		buf = buf[headerLen:]
+	p, ok := c.readPrelude()
+	if !ok {
+		return
 	}
-	upName := cfg.Upstream
-	if s.sni {
-		var name string
-		var err error
-		b := make([]byte, 0, max(2048, len(buf)))
-		buf, err = readPrefix(c.client, append(b, buf...), maxHelloBytes, cfg.SNITimeout, func(b []byte) error {
-			var perr error
-			name, perr = parseClientHello(b)
-			return perr
-		})
-		if err != nil {
-			c.reject(RejectSNI, err)
-			return
-		}
-		if upName = s.route(name); upName == "" {
-			c.reject(RejectSNI, fmt.Errorf("no sni route for server name %q and no default upstream", name))
-			return
-		}
-	}
-	up := c.l.upstreams(upName)
+	src, dst, buf, headerLen := p.src, p.dst, p.buf, p.headerLen
+	up := c.l.upstreams(p.upstream)
 	if up == nil {
-		c.reject(RejectNoUpstream, fmt.Errorf("upstream %q does not exist", upName))
+		c.reject(RejectNoUpstream, fmt.Errorf("upstream %q does not exist", p.upstream))
 		return
 	}
 	res, latency, ok := c.connect(up, src)
@@ -136,6 +100,59 @@ func (c *conn) run() {
 	fromUp := c.pipe(c.client, up2, &c.copied[1])
 	wg.Wait()
 	c.finish(prefix+uint64(toUp), uint64(fromUp))
+}
+
+// prelude is what a connection says before its bytes are forwarded.
+type prelude struct {
+	src, dst  netip.AddrPort // the client and the address it reached
+	buf       []byte         // bytes read from the client and not yet forwarded
+	headerLen int            // the length of the PROXY header read, if any
+	upstream  string         // the upstream to forward to
+}
+
+// readPrelude reads a PROXY header from a trusted source and, on an SNI
+// listener, the ClientHello's server name, and picks the upstream. It
+// rejects the connection and reports false when either is bad.
+func (c *conn) readPrelude() (p prelude, ok bool) {
+	s, cfg := c.s, &c.s.cfg
+	p.src, p.dst = addrPort(c.client.RemoteAddr()), addrPort(c.client.LocalAddr())
+	if cfg.AcceptProxyProtocol && trusted(cfg.TrustedProxies, p.src.Addr()) {
+		var h proxyHeader
+		var err error
+		p.buf, err = readPrefix(c.client, make([]byte, 0, 512), proxyV2MaxLen, cfg.ProxyProtocolTimeout, func(b []byte) error {
+			var perr error
+			h, p.headerLen, perr = parseProxyHeader(b)
+			return perr
+		})
+		if err != nil {
+			c.reject(RejectProxyProtocol, err)
+			return p, false
+		}
+		if !h.local {
+			p.src, p.dst = h.src, h.dst
+		}
+		p.buf = p.buf[p.headerLen:]
+	}
+	p.upstream = cfg.Upstream
+	if s.sni {
+		var name string
+		var err error
+		b := make([]byte, 0, max(2048, len(p.buf)))
+		p.buf, err = readPrefix(c.client, append(b, p.buf...), maxHelloBytes, cfg.SNITimeout, func(b []byte) error {
+			var perr error
+			name, perr = parseClientHello(b)
+			return perr
+		})
+		if err != nil {
+			c.reject(RejectSNI, err)
+			return p, false
+		}
+		if p.upstream = s.route(name); p.upstream == "" {
+			c.reject(RejectSNI, fmt.Errorf("no sni route for server name %q and no default upstream", name))
+			return p, false
+		}
+	}
+	return p, true
 }
 
 // connect picks endpoints and dials them until one answers, up to
@@ -189,21 +206,9 @@ func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Du
 		nc, err := d.DialContext(c.l.cutCtx, "tcp", ep.Address())
 		latency := time.Since(t0)
 		if err == nil {
-			uc := nc.(*net.TCPConn)
-			c.mu.Lock()
-			cut := c.closed
-			if !cut {
-				c.upstream = uc
-			}
-			c.mu.Unlock()
-			if cut { // cut at the shutdown deadline while dialing
-				uc.Close()
-				c.l.eps.release(es)
-				res.Done(endpoint.Outcome{Latency: latency, Canceled: true})
+			if !c.adopt(nc.(*net.TCPConn), es, res, latency) {
 				return balance.Result{}, 0, false
 			}
-			c.es = es
-			es.m.connectDelay.Observe(latency.Seconds())
 			return res, latency, true
 		}
 		canceled := c.l.cutCtx.Err() != nil
@@ -224,6 +229,27 @@ func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Du
 		}
 		info.Tried = append(info.Tried, ep)
 	}
+}
+
+// adopt makes uc, just dialed to es's endpoint, the connection's upstream
+// side. It reports false (and lets go of uc and the pick) when the
+// connection was cut at the shutdown deadline while it dialed.
+func (c *conn) adopt(uc *net.TCPConn, es *epState, res balance.Result, latency time.Duration) bool {
+	c.mu.Lock()
+	cut := c.closed
+	if !cut {
+		c.upstream = uc
+	}
+	c.mu.Unlock()
+	if cut {
+		uc.Close()
+		c.l.eps.release(es)
+		res.Done(endpoint.Outcome{Latency: latency, Canceled: true})
+		return false
+	}
+	c.es = es
+	es.m.connectDelay.Observe(latency.Seconds())
+	return true
 }
 
 // pipe copies src to dst until src's EOF, then passes the EOF on with
