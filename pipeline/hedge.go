@@ -46,12 +46,13 @@ func (r *Route) hedge(c *Call, a *attempt, after time.Duration) (*http.Response,
 	ctx := c.Req.Context()
 	results := make(chan hedged, 2)
 	var cancels []context.CancelFunc
+	deadline := a.deadline // not a itself: the attempt stays on its caller's stack
 	launch := func(pick balance.Result, t0 time.Time) {
 		actx, cancel := context.WithCancel(ctx)
 		idx := len(cancels)
 		cancels = append(cancels, cancel)
 		go func() {
-			resp, err := r.t.RoundTrip(actx, a.deadline, pick.Endpoint, c, nil)
+			resp, err := r.t.RoundTrip(actx, deadline, pick.Endpoint, c, nil)
 			results <- hedged{resp, err, pick, t0, idx}
 		}()
 	}

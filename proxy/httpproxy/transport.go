@@ -130,11 +130,21 @@ func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpo
 		resp, err := t.h1.Do(ctx, deadline, ep.Address(), h1.Request{
 			Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: r.Header, Body: body, Length: length, Upgrade: c.Upgrade,
 		})
-		var be *h1.BodyError
-		if err != nil && errors.As(err, &be) {
-			err = fmt.Errorf("%w: %w", pipeline.ErrRequestBody, err)
+		if err != nil {
+			err = markBodyError(err)
 		}
 		return resp, err
 	}
 	return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
+}
+
+// markBodyError marks the engine's failure to read the client's body as
+// the pipeline's ErrRequestBody. (A function of its own: the error's target
+// variable would otherwise be allocated on every exchange.)
+func markBodyError(err error) error {
+	var be *h1.BodyError
+	if errors.As(err, &be) {
+		return fmt.Errorf("%w: %w", pipeline.ErrRequestBody, err)
+	}
+	return err
 }
