@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -279,7 +278,5 @@ func (c *Call) replayable(idempotent bool) bool {
 	return c.Body == nil && c.Upgrade == "" && idempotent
 }
 
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
+// isTimeout reports whether an attempt ran out of time.
+func isTimeout(err error) bool { return retry.Classify(err) == retry.Timeout }

@@ -160,9 +160,6 @@ func (r *Route) Name() string { return r.name }
 // Upstream is the upstream the route sends to.
 func (r *Route) Upstream() *upstream.Upstream { return r.up }
 
-// Timeout is the route's whole-request timeout (0: none).
-func (r *Route) Timeout() time.Duration { return r.cfg.Timeout }
-
 // Close releases what the route holds alone (a global limit's Redis
 // client, once no route uses it any more). Calls in progress may finish.
 // Close is idempotent.
@@ -265,6 +262,3 @@ func (c *Call) Endpoint() *endpoint.Endpoint { return c.last }
 // Degraded reports whether a fallback step answered in place of the
 // upstream (the response carries fallback.HeaderDegraded).
 func (c *Call) Degraded() bool { return c.degraded }
-
-// Deadline is the call's whole-request deadline, zero for none.
-func (c *Call) Deadline() time.Time { return c.deadline }
