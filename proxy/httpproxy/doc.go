@@ -1,0 +1,22 @@
+// Package httpproxy is switchboard's HTTP front end: the listeners, the
+// router, and a thin handler that runs each request through its route's
+// pipeline.Route and relays the answer.
+//
+// A request goes: a listener's server (proxy/h1 for cleartext HTTP/1.x,
+// net/http for TLS and HTTP/2) -> Handler -> the listener's Table (first
+// matching route by host, path prefix, methods and headers) -> the
+// request prepared for the upstream (hop-by-hop headers removed,
+// X-Forwarded-For/-Proto/-Host, X-Request-Id kept or made) ->
+// pipeline.Route.Do over the route's upstream, sending through a
+// Transport -> the response streamed back (flushed when its length is
+// unknown; a protocol switch tunnelled) or a pipeline.Error answered as
+// JSON with its code and the X-Switchboard-Error header -> Route.Finish.
+//
+// Server holds the listeners and swaps their tables. Prepare builds a
+// configuration's tables, loads its certificates and binds its new
+// sockets without touching what runs; Commit swaps them in (a kept
+// listener keeps its socket and connections; one whose server settings
+// changed gets a new server on the same socket while the old one drains);
+// Discard drops them. Transport sends to one upstream's endpoints over the
+// HTTP/1 engine's keep-alive client, or over cleartext HTTP/2 (h2c).
+package httpproxy
