@@ -78,6 +78,10 @@ type Agent struct {
 	reg  Registration
 	opts AgentOptions
 	log  *slog.Logger
+	// clock is what the loop waits on: clock.Real; the tests set a
+	// clock.Fake before Start (startAgentOn). Per-call timeouts stay on
+	// real time.
+	clock clock.Clock
 
 	mu       sync.Mutex
 	started  bool
@@ -117,7 +121,7 @@ func NewAgent(r Registrar, reg Registration, opts AgentOptions) (*Agent, error) 
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Agent{r: r, reg: reg, opts: opts, done: make(chan struct{}),
+	a := &Agent{r: r, reg: reg, opts: opts, done: make(chan struct{}), clock: clock.Real,
 		log: log.With("service", reg.Instance.Service, "id", reg.Instance.ID)}
 	if hb, ok := r.(Heartbeater); ok && reg.Check.TTL > 0 {
 		a.hb = hb
@@ -281,7 +285,7 @@ func (a *Agent) run(ctx context.Context, first chan<- error) {
 		fresh bool
 	)
 	for {
-		if err := clock.Sleep(ctx, wait); err != nil {
+		if err := clock.SleepOn(ctx, a.clock, wait); err != nil {
 			return
 		}
 		if !beat {

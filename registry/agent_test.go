@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // fakeRegistrar records calls and answers them from scripted errors, and
@@ -23,7 +25,12 @@ import (
 // passing at once, and forget drops everything (a registry restarted
 // without its data). It is the in-memory registrar for the Agent's unit
 // tests; the Agent against a real etcd is tested in registry/etcd.
+//
+// It stamps each call with the time of its clock: for the tests of the
+// agent's timing, the clock.Fake the agent waits on, so that the gap
+// between two calls is exactly the agent's wait between them.
 type fakeRegistrar struct {
+	clock clock.Clock
 	mu    sync.Mutex
 	calls []call
 	// registerErrs and heartbeatErrs are consumed one per call; when
@@ -40,12 +47,15 @@ type call struct {
 	at     time.Time
 }
 
-func newFake() *fakeRegistrar {
-	return &fakeRegistrar{changed: make(chan struct{}), passing: map[string]bool{}}
+func newFake() *fakeRegistrar { return newFakeOn(clock.Real) }
+
+// newFakeOn returns a fakeRegistrar that stamps its calls with clk's time.
+func newFakeOn(clk clock.Clock) *fakeRegistrar {
+	return &fakeRegistrar{clock: clk, changed: make(chan struct{}), passing: map[string]bool{}}
 }
 
 func (f *fakeRegistrar) record(op, id string) {
-	f.calls = append(f.calls, call{op, id, time.Now()})
+	f.calls = append(f.calls, call{op, id, f.clock.Now()})
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
@@ -108,26 +118,6 @@ func (f *fakeRegistrar) isPassing(id string) bool {
 	return f.passing[id]
 }
 
-// waitPassing waits until id is registered and passing.
-func (f *fakeRegistrar) waitPassing(t *testing.T, id string, limit time.Duration) {
-	t.Helper()
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	for {
-		f.mu.Lock()
-		ch := f.changed
-		f.mu.Unlock()
-		if f.isPassing(id) {
-			return
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			t.Fatalf("%s not registered and passing within %v; calls: %q", id, limit, f.ops())
-		}
-	}
-}
-
 // ops is the sequence of operations so far, e.g. "register heartbeat".
 func (f *fakeRegistrar) ops() string {
 	f.mu.Lock()
@@ -165,6 +155,44 @@ func (f *fakeRegistrar) waitOps(t *testing.T, prefix string, limit time.Duration
 	}
 }
 
+// advanceTo drives the agent's clock until the agent waits having made
+// exactly the calls want (e.g. "register heartbeat"): each time the agent
+// arms its wait with fewer calls made, advanceTo advances clk to the end of
+// that wait, and nothing else moves clk, so each call comes exactly the
+// agent's wait after the one before. It fails the test if the calls made
+// when the agent waits do not lead to want, after as many advances as want
+// has calls (each advance ends a wait, and a call follows), or if the agent
+// does not wait within 5s.
+func (f *fakeRegistrar) advanceTo(t *testing.T, clk *clock.Fake, want string) {
+	t.Helper()
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for advances := 0; ; advances++ {
+		select {
+		case <-clk.Waiting(1):
+		case <-deadline.C:
+			t.Fatalf("the agent did not wait within 5s; calls %q, want it to wait after %q", f.ops(), want)
+		}
+		// The agent records a call before it arms the wait after it:
+		// every call before this wait is in.
+		got := f.ops()
+		if got == want {
+			return
+		}
+		if !strings.HasPrefix(want, got+" ") {
+			t.Fatalf("calls %q when the agent waited; want them to lead to %q", got, want)
+		}
+		if advances == len(strings.Fields(want)) {
+			t.Fatalf("calls %q after %d advances of the clock; want %q", got, advances, want)
+		}
+		p := clk.Pending()
+		if len(p) != 1 {
+			t.Fatalf("timers armed %v after calls %q; want the agent's one wait", p, got)
+		}
+		clk.Advance(p[0])
+	}
+}
+
 // registrarOnly hides the Heartbeat method.
 type registrarOnly struct{ Registrar }
 
@@ -184,13 +212,33 @@ func startAgent(t *testing.T, r Registrar, reg Registration) (*Agent, error) {
 
 func startAgentWith(t *testing.T, r Registrar, reg Registration, opts AgentOptions) (*Agent, error) {
 	t.Helper()
+	return startAgentOn(t, clock.Real, r, reg, opts)
+}
+
+// agentT0 is where the fake clocks of the agent's tests start.
+var agentT0 = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
+
+// startAgentOn starts an agent whose loop waits on clk. Start returns
+// after the first attempt, which never waits; should it wait (on a fake
+// clock nobody advances yet), Start's context ends after 5s, so that the
+// test fails instead of hanging.
+func startAgentOn(t *testing.T, clk clock.Clock, r Registrar, reg Registration, opts AgentOptions) (*Agent, error) {
+	t.Helper()
 	opts.Logger = quiet
 	a, err := NewAgent(r, reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	a.clock = clk
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // after Close: cleanups run last first
 	t.Cleanup(func() { a.Close(context.Background()) })
-	return a, a.Start(context.Background())
+	limit := time.AfterFunc(5*time.Second, cancel)
+	err = a.Start(ctx)
+	if !limit.Stop() {
+		t.Fatalf("Start did not return within 5s (= %v); its first attempt must not wait, and the clock stands still", err)
+	}
+	return a, err
 }
 
 // gaps checks that each call from..to came within [least, most) of the
@@ -201,6 +249,14 @@ func gaps(t *testing.T, calls []call, from, to int, least, most time.Duration) {
 		if gap := calls[i].at.Sub(calls[i-1].at); gap < least || gap >= most {
 			t.Errorf("call %d (%s) came %v after the one before; want within [%v, %v)", i, calls[i].op, gap, least, most)
 		}
+	}
+}
+
+// gapIs checks that call i came exactly want after the one before it.
+func gapIs(t *testing.T, calls []call, i int, want time.Duration) {
+	t.Helper()
+	if gap := calls[i].at.Sub(calls[i-1].at); gap != want {
+		t.Errorf("call %d (%s) came %v after the one before; want exactly %v", i, calls[i].op, gap, want)
 	}
 }
 
@@ -218,117 +274,151 @@ func TestAgentInstanceIsPassingWhenStartReturns(t *testing.T) {
 }
 
 func TestAgentHeartbeatsRightAfterRegisteringThenAtAThirdOfTheTTL(t *testing.T) {
-	f := newFake()
+	clk := clock.NewFake(agentT0)
+	f := newFakeOn(clk)
 	const ttl = 600 * time.Millisecond
-	if _, err := startAgent(t, f, testReg(ttl)); err != nil {
+	if _, err := startAgentOn(t, clk, f, testReg(ttl), AgentOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitOps(t, "register heartbeat heartbeat heartbeat", 5*time.Second)
+	f.advanceTo(t, clk, "register heartbeat heartbeat heartbeat")
 	calls := f.snapshot()
-	gaps(t, calls, 1, 1, 0, ttl/6)
-	gaps(t, calls, 2, 3, ttl/3-20*time.Millisecond, ttl)
+	gapIs(t, calls, 1, 0)
+	gapIs(t, calls, 2, ttl/3)
+	gapIs(t, calls, 3, ttl/3)
 }
 
 // When a heartbeat says the registry lost the instance (a registry
 // restarted without its data), the agent registers again and heartbeats
 // at once, without waiting for the next interval.
 func TestAgentRegistersAgainAndHeartbeatsAtOnceWhenTheRegistryForgetsIt(t *testing.T) {
-	f := newFake()
+	clk := clock.NewFake(agentT0)
+	f := newFakeOn(clk)
 	const ttl = 900 * time.Millisecond
-	if _, err := startAgent(t, f, testReg(ttl)); err != nil {
+	if _, err := startAgentOn(t, clk, f, testReg(ttl), AgentOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.forget()
-	f.waitOps(t, "register heartbeat heartbeat register heartbeat", 5*time.Second)
-	f.waitPassing(t, "orders-1", time.Second)
+	f.advanceTo(t, clk, "register heartbeat heartbeat register heartbeat")
+	if !f.isPassing("orders-1") {
+		t.Fatal("orders-1 is not passing after the agent registered it again and heartbeat")
+	}
 	calls := f.snapshot()
-	gaps(t, calls, 3, 4, 0, ttl/6)
+	gapIs(t, calls, 2, ttl/3) // the heartbeat that finds it gone
+	gapIs(t, calls, 3, 0)
+	gapIs(t, calls, 4, 0)
 }
 
 func TestAgentRetriesAFailedFirstRegistrationInTheBackground(t *testing.T) {
-	f := newFake()
+	clk := clock.NewFake(agentT0)
+	f := newFakeOn(clk)
 	down := errors.New("connection refused")
 	f.registerErrs = []error{down, down}
-	_, err := startAgent(t, f, testReg(300*time.Millisecond))
+	_, err := startAgentOn(t, clk, f, testReg(300*time.Millisecond), AgentOptions{})
 	if !errors.Is(err, down) || !strings.Contains(err.Error(), "retrying in the background") {
 		t.Fatalf("Start with the registry down = %v; want the registration error, retried in the background", err)
 	}
-	f.waitOps(t, "register register register heartbeat", 5*time.Second)
+	f.advanceTo(t, clk, "register register register heartbeat")
 	calls := f.snapshot()
 	// Backoff: the first retry after [100ms, 200ms), the second after
 	// [200ms, 400ms); the heartbeat right after the registration.
 	gaps(t, calls, 1, 1, agentRetryBase/2, agentRetryBase)
 	gaps(t, calls, 2, 2, agentRetryBase, 2*agentRetryBase)
-	gaps(t, calls, 3, 3, 0, 100*time.Millisecond)
+	gapIs(t, calls, 3, 0)
 }
 
 func TestAgentStartReportsAFailedFirstHeartbeatAndRetries(t *testing.T) {
-	f := newFake()
+	clk := clock.NewFake(agentT0)
+	f := newFakeOn(clk)
 	flaky := errors.New("timeout")
 	f.heartbeatErrs = []error{flaky}
-	_, err := startAgent(t, f, testReg(3*time.Second))
+	_, err := startAgentOn(t, clk, f, testReg(3*time.Second), AgentOptions{})
 	if !errors.Is(err, flaky) || !strings.Contains(err.Error(), "heartbeat") || !strings.Contains(err.Error(), "retrying in the background") {
 		t.Fatalf("Start whose first heartbeat fails = %v; want the heartbeat error, retried in the background", err)
 	}
-	f.waitOps(t, "register heartbeat heartbeat", 5*time.Second)
-	f.waitPassing(t, "orders-1", time.Second)
-	gaps(t, f.snapshot(), 2, 2, agentRetryBase/2, agentRetryBase)
+	f.advanceTo(t, clk, "register heartbeat heartbeat")
+	if !f.isPassing("orders-1") {
+		t.Fatal("orders-1 is not passing after the retried heartbeat")
+	}
+	calls := f.snapshot()
+	gapIs(t, calls, 1, 0)
+	gaps(t, calls, 2, 2, agentRetryBase/2, agentRetryBase)
 }
 
 // A registry that refuses the first heartbeat after every registration is
 // retried with backoff, not in a tight loop.
 func TestAgentBacksOffWhenTheFirstHeartbeatIsRefused(t *testing.T) {
-	f := newFake()
+	clk := clock.NewFake(agentT0)
+	f := newFakeOn(clk)
 	gone := fmt.Errorf("check not found: %w", ErrNotRegistered)
 	f.heartbeatErrs = []error{gone, gone}
-	_, err := startAgent(t, f, testReg(3*time.Second))
+	_, err := startAgentOn(t, clk, f, testReg(3*time.Second), AgentOptions{})
 	if !errors.Is(err, ErrNotRegistered) {
 		t.Fatalf("Start whose first heartbeat is refused = %v; want ErrNotRegistered", err)
 	}
-	f.waitOps(t, "register heartbeat register heartbeat register heartbeat", 5*time.Second)
+	f.advanceTo(t, clk, "register heartbeat register heartbeat register heartbeat")
 	calls := f.snapshot()
+	gapIs(t, calls, 1, 0)
 	gaps(t, calls, 2, 2, agentRetryBase/2, agentRetryBase)
+	gapIs(t, calls, 3, 0)
 	gaps(t, calls, 4, 4, agentRetryBase, 2*agentRetryBase)
+	gapIs(t, calls, 5, 0)
 }
 
 func TestAgentRetriesHeartbeatErrorsWithoutReRegistering(t *testing.T) {
-	f := newFake()
+	clk := clock.NewFake(agentT0)
+	f := newFakeOn(clk)
 	flaky := errors.New("timeout")
 	f.heartbeatErrs = []error{nil, flaky, flaky, flaky}
-	if _, err := startAgent(t, f, testReg(3*time.Second)); err != nil {
+	if _, err := startAgentOn(t, clk, f, testReg(3*time.Second), AgentOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The interval is 1s; a failed heartbeat is retried sooner, after
 	// the backoff (100-200ms, 200-400ms, 400-800ms), and the registration
 	// is left alone.
-	f.waitOps(t, "register heartbeat heartbeat heartbeat heartbeat heartbeat", 5*time.Second)
-	gaps(t, f.snapshot(), 3, 5, 0, time.Second)
+	f.advanceTo(t, clk, "register heartbeat heartbeat heartbeat heartbeat heartbeat")
+	calls := f.snapshot()
+	gapIs(t, calls, 2, time.Second)
+	gaps(t, calls, 3, 3, agentRetryBase/2, agentRetryBase)
+	gaps(t, calls, 4, 4, agentRetryBase, 2*agentRetryBase)
+	gaps(t, calls, 5, 5, 2*agentRetryBase, 4*agentRetryBase)
 }
 
 // Without heartbeats nothing tells the agent that the registry lost the
 // instance: it registers again every ReregisterInterval.
 func TestAgentWithoutHeartbeatsRegistersAgainEveryInterval(t *testing.T) {
-	f := newFake()
+	clk := clock.NewFake(agentT0)
+	f := newFakeOn(clk)
 	const every = 100 * time.Millisecond
-	if _, err := startAgentWith(t, registrarOnly{f}, testReg(0), AgentOptions{ReregisterInterval: every}); err != nil {
+	if _, err := startAgentOn(t, clk, registrarOnly{f}, testReg(0), AgentOptions{ReregisterInterval: every}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitOps(t, "register register register", 5*time.Second)
-	gaps(t, f.snapshot(), 1, 2, every, 10*every)
+	f.advanceTo(t, clk, "register register register")
+	calls := f.snapshot()
+	gapIs(t, calls, 1, every)
+	gapIs(t, calls, 2, every)
 	f.forget()
-	f.waitPassing(t, "orders-1", 5*time.Second)
+	f.advanceTo(t, clk, "register register register register")
+	if !f.isPassing("orders-1") {
+		t.Fatal("orders-1 is not passing after the registration that followed the registry's loss of it")
+	}
+	gapIs(t, f.snapshot(), 3, every)
 }
 
 // The same for a Heartbeater when the check is not a TTL check (an HTTP
 // check in Consul): the agent must not heartbeat it.
 func TestAgentWithAnHTTPCheckRegistersAgainInsteadOfHeartbeating(t *testing.T) {
-	f := newFake()
+	clk := clock.NewFake(agentT0)
+	f := newFakeOn(clk)
 	reg := testReg(0)
 	reg.Check.HTTP = "http://10.0.0.1:8080/health"
-	if _, err := startAgentWith(t, f, reg, AgentOptions{ReregisterInterval: 50 * time.Millisecond}); err != nil {
+	const every = 50 * time.Millisecond
+	if _, err := startAgentOn(t, clk, f, reg, AgentOptions{ReregisterInterval: every}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitOps(t, "register register register", 5*time.Second)
+	f.advanceTo(t, clk, "register register register")
+	calls := f.snapshot()
+	gapIs(t, calls, 1, every)
+	gapIs(t, calls, 2, every)
 }
 
 func TestNewAgentDefaultsTheReregisterInterval(t *testing.T) {

@@ -10,7 +10,8 @@
 // the Clock is a test seam, not a knob.
 //
 // The package also holds the process's one epoch (Nanos, NowNanos), for
-// state kept as int64 nanoseconds, and the context-aware Sleep.
+// state kept as int64 nanoseconds, and the context-aware Sleep (on Real)
+// and SleepOn (on a given Clock).
 package clock
 
 import "time"

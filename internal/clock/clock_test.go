@@ -247,3 +247,78 @@ func TestSleep(t *testing.T) {
 		t.Errorf("Sleep(-1s) = %v, want nil at once", err)
 	}
 }
+
+func TestSleepOnWaitsForTheClock(t *testing.T) {
+	f := NewFake(t0)
+	done := make(chan error, 1)
+	go func() { done <- SleepOn(context.Background(), f, time.Second) }()
+	select {
+	case <-f.Waiting(1):
+	case <-time.After(5 * time.Second):
+		t.Fatal("SleepOn(1s) armed no timer on the Fake within 5s")
+	}
+	if got := f.Pending(); !slices.Equal(got, []time.Duration{time.Second}) {
+		t.Fatalf("Pending %v while SleepOn(1s) waits, want [1s]", got)
+	}
+	f.Advance(time.Second - time.Nanosecond)
+	if got := f.Pending(); !slices.Equal(got, []time.Duration{time.Nanosecond}) {
+		t.Fatalf("Pending %v 1ns before the end of the sleep, want [1ns]: it must still wait", got)
+	}
+	f.Advance(time.Nanosecond)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("SleepOn(1s) after Advance(1s) = %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SleepOn(1s) did not return within 5s of the Fake reaching its end")
+	}
+}
+
+func TestSleepOnEndsWithItsContext(t *testing.T) {
+	f := NewFake(t0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- SleepOn(ctx, f, time.Hour) }()
+	select {
+	case <-f.Waiting(1):
+	case <-time.After(5 * time.Second):
+		t.Fatal("SleepOn(1h) armed no timer on the Fake within 5s")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("SleepOn canceled = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SleepOn did not return within 5s of its context's cancel")
+	}
+	if got := f.Pending(); len(got) != 0 {
+		t.Fatalf("Pending %v after a canceled SleepOn returned, want none: it must stop its timer", got)
+	}
+	if since(f) != 0 {
+		t.Fatalf("the Fake moved to t0+%v; nothing advanced it", since(f))
+	}
+}
+
+func TestSleepOnWithoutAWaitArmsNoTimer(t *testing.T) {
+	f := NewFake(t0)
+	if err := SleepOn(context.Background(), f, 0); err != nil {
+		t.Errorf("SleepOn(0) = %v, want nil at once", err)
+	}
+	if err := SleepOn(context.Background(), f, -time.Second); err != nil {
+		t.Errorf("SleepOn(-1s) = %v, want nil at once", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := SleepOn(ctx, f, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("SleepOn(0) on a canceled context = %v, want context.Canceled", err)
+	}
+	if err := SleepOn(ctx, f, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("SleepOn(1h) on a canceled context = %v, want context.Canceled", err)
+	}
+	if got := f.Pending(); len(got) != 0 {
+		t.Errorf("Pending %v, want none: no wait arms no timer, and a canceled one stops its own", got)
+	}
+}
