@@ -896,3 +896,29 @@ func TestUnknownKeysNameTheirPlace(t *testing.T) {
 		t.Errorf("problems %q, want %q", lines, want)
 	}
 }
+
+// TestABadListElementIsReportedOnce is issue 16's bug 10: a list element
+// that fails to decode (a list where a status belongs) was reported, and
+// then its zero value again by the library's check ("failure_statuses: 0
+// is not an HTTP status"), which the documentation promises not to do.
+func TestABadListElementIsReportedOnce(t *testing.T) {
+	src := `listeners:
+  - name: web
+    listen: 127.0.0.1:8080
+    routes: [{upstream: u}]
+upstreams:
+  u:
+    targets: [{address: 127.0.0.1:9001}]
+    breaker: {failure_statuses: ["500", [502]]}
+    health:
+      passive:
+        failure_statuses: [500, x]
+`
+	want := []string{
+		`lb.yaml:8:41: expected a string, got a list`,
+		`lb.yaml:11:33: expected an integer, got "x"`,
+	}
+	if got := problemLines(t, "lb.yaml", src); !slices.Equal(got, want) {
+		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
