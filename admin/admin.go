@@ -7,8 +7,10 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/rebind"
 )
 
 // Upstream is what the admin API shows of one upstream.
@@ -46,12 +49,14 @@ type Source struct {
 
 // Server is the admin HTTP server.
 type Server struct {
-	src   Source
-	reg   *prometheus.Registry
-	token atomic.Pointer[string]
-	ready atomic.Bool
-	log   *slog.Logger
-	mux   *http.ServeMux
+	src        Source
+	reg        *prometheus.Registry
+	token      atomic.Pointer[string]
+	listenHost atomic.Pointer[string]
+	ready      atomic.Bool
+	log        *slog.Logger
+	mux        *http.ServeMux
+	handler    http.Handler
 }
 
 // New returns an admin server over src, exposing the metrics in reg.
@@ -59,6 +64,8 @@ func New(src Source, reg *prometheus.Registry, log *slog.Logger) *Server {
 	s := &Server{src: src, reg: reg, log: log, mux: http.NewServeMux()}
 	empty := ""
 	s.token.Store(&empty)
+	s.listenHost.Store(&empty)
+	s.handler = http.HandlerFunc(s.serve)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -83,17 +90,43 @@ func New(src Source, reg *prometheus.Registry, log *slog.Logger) *Server {
 // SetToken sets the bearer token that writes require ("" refuses writes).
 func (s *Server) SetToken(t string) { s.token.Store(&t) }
 
+// SetListen tells the server the address it listens on; without a token
+// it answers only requests addressed to that host, an IP address or
+// localhost (see Handler).
+func (s *Server) SetListen(addr string) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	s.listenHost.Store(&host)
+}
+
 // SetReady marks the process ready (serving) or not (starting, draining).
 func (s *Server) SetReady(ok bool) { s.ready.Store(ok) }
 
-// Handler returns the admin API's handler.
-func (s *Server) Handler() http.Handler { return s.mux }
+// Handler returns the admin API's handler. Without a token (the admin API
+// is then on loopback) it answers only requests whose Host is an IP
+// address, localhost or the listen host (SetListen): a web page that
+// rebinds its own DNS name to 127.0.0.1 must not read the upstreams,
+// the metrics or the profiles through its visitor's browser.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if *s.token.Load() == "" && !rebind.HostAllowed(r.Host, *s.listenHost.Load()) {
+		writeJSON(w, http.StatusForbidden, map[string]string{
+			"error": "Host " + strconv.Quote(r.Host) + " is refused: without admin.token the admin API answers only requests addressed to an IP address, localhost or its listen host (DNS rebinding protection)",
+			"code":  "forbidden_host",
+		})
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // NewHTTPServer wraps the handler in an http.Server with the timeouts a
 // loopback admin port still needs.
 func (s *Server) NewHTTPServer() *http.Server {
 	return &http.Server{
-		Handler:           s.mux,
+		Handler:           s.handler,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       60 * time.Second,

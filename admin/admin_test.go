@@ -147,3 +147,36 @@ func TestReadiness(t *testing.T) {
 		t.Fatalf("unknown path: %d %s", code, body)
 	}
 }
+
+// TestARebindingPageCannotReadTheAdminAPI is issue 16's bug 7: the admin
+// API answered any Host, so a page whose DNS name an attacker rebinds to
+// 127.0.0.1 could read the upstreams, metrics and profiles through its
+// visitor's browser. Without a token only an IP, localhost or the listen
+// host are answered; with a token (an exposed admin API) any Host is.
+func TestARebindingPageCannotReadTheAdminAPI(t *testing.T) {
+	a, ts, _ := newAdmin(t, nil)
+	a.SetListen("admin.internal:9901")
+	get := func(host string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", ts.URL+"/api/v1/upstreams", nil)
+		req.Host = host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for host, want := range map[string]int{
+		"evil.example": 403, "evil.example:9901": 403, "127.0.0.1:9901": 200, "[::1]:9901": 200,
+		"localhost:9901": 200, "admin.internal:9901": 200,
+	} {
+		if got := get(host); got != want {
+			t.Errorf("Host %s: %d, want %d", host, got, want)
+		}
+	}
+	a.SetToken("t0ken")
+	if got := get("evil.example"); got != 200 {
+		t.Errorf("with a token (an exposed admin API) Host evil.example: %d, want 200", got)
+	}
+}

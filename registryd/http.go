@@ -9,15 +9,15 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/switchboard-dev/switchboard/internal/rebind"
 )
 
 // Blocking query limits (Consul docs, features/blocking: "wait ... is
@@ -73,7 +73,7 @@ func (s *Server) newHandler() http.Handler {
 		path := r.URL.Path
 		if s.cfg.ACLToken == "" && !s.hostAllowed(r.Host) {
 			names := "an IP address or localhost"
-			if s.listenHost != "" && !isIPOrLocalhost(s.listenHost) {
+			if s.listenHost != "" && !rebind.IsIPOrLocalhost(s.listenHost) {
 				names = fmt.Sprintf("an IP address, localhost or %s", s.listenHost)
 			}
 			textError(w, http.StatusForbidden, fmt.Sprintf("Host %q is refused: without an acl_token the registry answers only requests addressed to %s, as protection against DNS rebinding; address it by one of those, or set acl_token", r.Host, names))
@@ -102,7 +102,7 @@ func (s *Server) newHandler() http.Handler {
 				allowed = append(allowed, rt.method)
 				continue
 			}
-			if rt.write && fromBrowser(r) {
+			if rt.write && rebind.FromBrowser(r) {
 				// No client library sends these headers, and a web page must
 				// not change the registry through its visitor's browser: a
 				// GET write is what any page can make a browser send to
@@ -134,40 +134,9 @@ func (s *Server) newHandler() http.Handler {
 	})
 }
 
-// fromBrowser reports whether r carries the headers browsers add to
-// cross-origin or page-initiated requests (Fetch Metadata, Origin, Referer),
-// which HTTP client libraries do not send.
-func fromBrowser(r *http.Request) bool {
-	site := r.Header.Get("Sec-Fetch-Site")
-	return (site != "" && site != "none") || r.Header.Get("Origin") != "" || r.Header.Get("Referer") != ""
-}
-
 // hostAllowed reports whether a request addressed to host (the Host
-// header) may be answered without an ACL token. A DNS rebinding attack
-// makes a browser send a page's requests to 127.0.0.1 under the attacker's
-// own name, which the page then counts as its origin; answering only
-// requests addressed to an IP literal, localhost or the configured listen
-// host leaves such a page nothing but 403s. An empty Host (HTTP/1.0) is
-// allowed: browsers always send one.
-func (s *Server) hostAllowed(host string) bool {
-	if host == "" {
-		return true
-	}
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	return isIPOrLocalhost(host) || (s.listenHost != "" && strings.EqualFold(host, s.listenHost))
-}
-
-// isIPOrLocalhost reports whether host (without port) is an IP literal,
-// bracketed or not, or "localhost".
-func isIPOrLocalhost(host string) bool {
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if _, err := netip.ParseAddr(host); err == nil {
-		return true
-	}
-	return strings.EqualFold(host, "localhost")
-}
+// header) may be answered without an ACL token (see package rebind).
+func (s *Server) hostAllowed(host string) bool { return rebind.HostAllowed(host, s.listenHost) }
 
 func isExactRoute(routes []route, path string) bool {
 	for _, rt := range routes {

@@ -132,6 +132,7 @@ func New(path string, opt Options) (*App, error) {
 	}
 	a.admin = admin.New(admin.Source{Upstreams: ups, Reload: a.Reload, Discovery: status, TCPListeners: a.tcpStats}, a.reg, a.log)
 	a.admin.SetToken(cfg.Admin.Token)
+	a.admin.SetListen(cfg.Admin.Listen)
 
 	if err := a.apply(cfg); err != nil {
 		a.stopAll()
