@@ -13,10 +13,12 @@ import (
 // breaker, the attempts over the upstream and, when they fail, the
 // fallback chain. It returns the response to relay (the upstream's, or a
 // fallback step's when c.Degraded()), or an *Error. The caller relays the
-// response, closes its body and then calls Finish, which it must also call
-// after an error.
+// response, closes its body and then calls c.Finish, which it must also
+// call after an error (deferred, so that a panic in between gives back
+// the concurrency slots too). A Call serves one request: Do starts it
+// afresh.
 func (r *Route) Do(c *Call, now time.Time) (*http.Response, error) {
-	c.route, c.start = r, now
+	*c = Call{Req: c.Req, Body: c.Body, Upgrade: c.Upgrade, route: r, start: now}
 	if r.cfg.Timeout > 0 {
 		c.deadline = now.Add(r.cfg.Timeout)
 	}
@@ -52,9 +54,11 @@ var (
 // went away first), and bodyErr the error that cut the upstream's
 // response body short, if any. It reports the endpoint's outcome (passive
 // health, latency, load), the route breaker's, stores a good response for
-// the stale fallback step and gives back the concurrency slots.
-func (r *Route) Finish(c *Call, status int, bodyErr error) {
-	if c.finished {
+// the stale fallback step and gives back the concurrency slots. Calls
+// after the first, and a Finish without Do, do nothing.
+func (c *Call) Finish(status int, bodyErr error) {
+	r := c.route
+	if r == nil || c.finished {
 		return
 	}
 	c.finished = true

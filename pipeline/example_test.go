@@ -39,12 +39,12 @@ func Example() {
 		resp, err := route.Do(c, time.Now())
 		if err != nil {
 			fmt.Println("error:", err)
-			route.Finish(c, err.(*pipeline.Error).Status, nil)
+			c.Finish(err.(*pipeline.Error).Status, nil)
 			continue
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		route.Finish(c, resp.StatusCode, err)
+		c.Finish(resp.StatusCode, err)
 		fmt.Println(resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	// Output:

@@ -95,10 +95,11 @@ func (r *Route) buildLimiter(rl RateLimit, prev *Route) (*limiter, error) {
 	if prev != nil {
 		for _, p := range prev.limiters {
 			if p.name == rl.Name && reflect.DeepEqual(p.cfg, rl) {
-				l := *p
-				if l.users != nil {
-					l.users.Add(1)
+				if p.users != nil && p.users.Add(1) == 1 {
+					p.users.Add(-1) // prev was closed: its Redis client is gone
+					break
 				}
+				l := *p
 				return &l, nil
 			}
 		}
@@ -191,11 +192,11 @@ func (r *Route) enter(c *Call) error {
 		}
 		rel, err := l.Acquire(ctx)
 		if err != nil {
-			scope, what := "route", "route "+r.name
+			what := "route " + r.name
 			if i == 1 {
-				scope, what = "upstream", "upstream "+r.up.Name()
+				what = "upstream " + r.up.Name()
 			}
-			r.m.concurrencyRejected(r.name, scope)
+			r.rejected[i].inc()
 			r.log.Debug("concurrency limit rejected a request", "at", what, "error", err)
 			return &Error{Status: http.StatusServiceUnavailable, Code: CodeConcurrencyLimited, RetryAfter: time.Second,
 				Msg: what + " is at its concurrency limit", Err: err}

@@ -97,10 +97,14 @@ func (m *Metrics) redisError(route, limiter string) {
 	}
 }
 
-func (m *Metrics) concurrencyRejected(route, scope string) {
+// concurrencySeries resolves a route's rejection series, for its own
+// limit and its upstream's, once.
+func (m *Metrics) concurrencySeries(route string) (out [2]counter) {
 	if m != nil {
-		m.concurrency.WithLabelValues(route, scope).Inc()
+		out[0] = counter{m.concurrency.WithLabelValues(route, "route")}
+		out[1] = counter{m.concurrency.WithLabelValues(route, "upstream")}
 	}
+	return out
 }
 
 func (m *Metrics) retried(upstream, reason string) {

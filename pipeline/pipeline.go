@@ -107,6 +107,7 @@ type Route struct {
 	closeOnce sync.Once
 	limiters  []*limiter
 	limit     *ratelimit.Concurrency // nil: no concurrency limit
+	rejected  [2]counter             // by the route's limit, by the upstream's
 	brk       *breaker.Breaker       // nil: no breaker
 	fb        *fallback.Chain        // nil: no fallback
 	retry     *retry.Policy          // nil: only the safe retries
@@ -124,6 +125,7 @@ func New(name string, cfg Config, up *upstream.Upstream, t Transport, opts ...Op
 	}
 	prev := r.prev
 	r.prev = nil // not kept: a chain of replaced routes would never be freed
+	r.rejected = r.m.concurrencySeries(name)
 	if err := r.buildLimits(prev); err != nil {
 		r.Close()
 		return nil, err
@@ -222,7 +224,7 @@ func (r *Route) buildFallback(prev *Route) error {
 type Call struct {
 	// Req is the request as it goes upstream: method, URL, Host and the
 	// header as the front end prepared it. Its context is the caller's:
-	// when it ends, so does the call.
+	// when it ends, so does the call. Its own Body is not read: set Body.
 	Req *http.Request
 	// Body is the request body, nil for none. Its length is
 	// Req.ContentLength (-1: unknown).

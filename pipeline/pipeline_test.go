@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -72,11 +73,11 @@ func do(t *testing.T, r *pipeline.Route) (int, string) {
 		if !errors.As(err, &pe) {
 			t.Fatalf("Do returned %T %v, want a *pipeline.Error", err, err)
 		}
-		r.Finish(c, pe.Status, nil)
+		c.Finish(pe.Status, nil)
 		return pe.Status, pe.Code
 	}
 	resp.Body.Close()
-	r.Finish(c, resp.StatusCode, nil)
+	c.Finish(resp.StatusCode, nil)
 	return resp.StatusCode, ""
 }
 
@@ -143,7 +144,7 @@ func TestLimitsAnswerWithTheirCodes(t *testing.T) {
 		_, err := r2.Do(held, time.Now())
 		var pe *pipeline.Error
 		errors.As(err, &pe)
-		r2.Finish(held, pe.Status, nil)
+		held.Finish(pe.Status, nil)
 		done <- pe.Status
 	}()
 	<-entered
@@ -185,5 +186,69 @@ func TestHedgeReportsTheFirstAttemptWhenItFailsAndTheHedgeWins(t *testing.T) {
 	testutil.WaitFor(t, time.Second, "the failed first attempt to be reported", func() bool { return slow.InFlight() == 0 })
 	if n := slow.Failures(); n != 1 {
 		t.Fatalf("the slow endpoint has %d failures, want its reset counted once", n)
+	}
+}
+
+// TestWithoutAPolicyAConnectTimeoutIsRetriedAsAConnectFailure: net's dial
+// timeout error also says it is context.DeadlineExceeded; it must still
+// count as a failed connect (retried on another endpoint, answered 502
+// upstream_connect_failed), not as the upstream's slow answer.
+func TestWithoutAPolicyAConnectTimeoutIsRetriedAsAConnectFailure(t *testing.T) {
+	_, dialTimeout := (&net.Dialer{Timeout: time.Nanosecond}).Dial("tcp", "127.0.0.1:1")
+	if dialTimeout == nil {
+		t.Fatal("want a dial timeout")
+	}
+	timeout := func(context.Context) (*http.Response, error) { return nil, dialTimeout }
+	u := newUpstream(t, upstream.Config{}, "blackholed:1", "live:1")
+	r := newRoute(t, pipeline.Config{}, u, fakeTransport{"blackholed:1": timeout, "live:1": answer(200)})
+	for i := 0; i < 4; i++ {
+		if st, code := do(t, r); st != 200 {
+			t.Fatalf("request %d: %d %s, want 200 after a retry on the live endpoint", i, st, code)
+		}
+	}
+	alone := newUpstream(t, upstream.Config{}, "blackholed:1")
+	r = newRoute(t, pipeline.Config{}, alone, fakeTransport{"blackholed:1": timeout})
+	if st, code := do(t, r); st != 502 || code != pipeline.CodeConnectFailed {
+		t.Fatalf("the only endpoint timing out on connect: %d %s, want 502 %s", st, code, pipeline.CodeConnectFailed)
+	}
+}
+
+type failingBody struct{}
+
+func (failingBody) Read([]byte) (int, error) { return 0, errors.New("client went silent") }
+
+// TestHTTPTransportBlamesTheCallerForItsBody: a body the caller cannot
+// deliver is the caller's fault (400 bad_request), not the endpoint's.
+func TestHTTPTransportBlamesTheCallerForItsBody(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	defer srv.Close()
+	u := newUpstream(t, upstream.Config{}, srv.Listener.Addr().String())
+	r := newRoute(t, pipeline.Config{}, u, pipeline.HTTPTransport{})
+	req, _ := http.NewRequest("PUT", "http://app/x", nil)
+	req.ContentLength = -1
+	c := &pipeline.Call{Req: req, Body: failingBody{}}
+	_, err := r.Do(c, time.Now())
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) || pe.Code != pipeline.CodeBadRequest {
+		t.Fatalf("Do = %v, want a %s error", err, pipeline.CodeBadRequest)
+	}
+	c.Finish(pe.Status, nil)
+	if ep := u.Pool().Snapshot().All[0]; ep.Failures() != 0 {
+		t.Fatalf("the endpoint was charged %d failures for the caller's body", ep.Failures())
+	}
+}
+
+type rtFunc func(*http.Request) (*http.Response, error)
+
+func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestHTTPTransportRefusesAStatusBelow100(t *testing.T) {
+	u := newUpstream(t, upstream.Config{}, "a:1")
+	tr := pipeline.HTTPTransport{RoundTripper: rtFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 42, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(""))}, nil
+	})}
+	r := newRoute(t, pipeline.Config{}, u, tr)
+	if st, code := do(t, r); st != 502 || code != pipeline.CodeUpstreamError {
+		t.Fatalf("an endpoint answering status 42: %d %s, want 502 %s", st, code, pipeline.CodeUpstreamError)
 	}
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -10,9 +11,11 @@ import (
 )
 
 // HTTPTransport is a Transport over a net/http RoundTripper: each attempt
-// is a copy of the call's request sent to http://ENDPOINT-ADDRESS with the
-// same path, query, Host and header. It suits Go programs; the proxy has a
-// faster transport of its own.
+// is a new request to http://ENDPOINT-ADDRESS with the call's method,
+// path, query, Host and header (shared, not copied: a RoundTripper does
+// not change it). The caller's Close is not passed on: the connection to
+// the endpoint is kept for the next call. It suits Go programs; the HTTP
+// proxy sends its h2c upstreams' requests through it.
 type HTTPTransport struct {
 	// RoundTripper sends the requests; nil means http.DefaultTransport.
 	RoundTripper http.RoundTripper
@@ -28,22 +31,44 @@ func (t HTTPTransport) RoundTrip(ctx context.Context, deadline time.Time, ep *en
 	if !deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 	}
-	req := c.Req.Clone(ctx)
-	req.URL.Scheme, req.URL.Host = "http", ep.Address()
-	req.RequestURI = ""
-	req.Body, req.GetBody = nil, nil
+	r := c.Req
+	var rb io.Reader
 	if body != nil {
-		req.Body = io.NopCloser(body)
-	} else {
+		rb = bodyReader{body}
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+ep.Address()+r.URL.RequestURI(), rb)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	req.Host, req.Header, req.Trailer = r.Host, r.Header, r.Trailer
+	req.ContentLength = r.ContentLength
+	if body == nil {
 		req.ContentLength = 0
 	}
 	resp, err := rt.RoundTrip(req)
+	if err == nil && resp.StatusCode < 100 {
+		resp.Body.Close()
+		err = fmt.Errorf("read response: malformed status code %d", resp.StatusCode)
+	}
 	if err != nil {
 		cancel()
 		return nil, err
 	}
 	resp.Body = &cancelOnClose{resp.Body, cancel}
 	return resp, nil
+}
+
+// bodyReader marks a failure to read the caller's body (ErrRequestBody),
+// so that it does not count against the endpoint.
+type bodyReader struct{ r io.Reader }
+
+func (b bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("%w: %w", ErrRequestBody, err)
+	}
+	return n, err
 }
 
 // cancelOnClose ends an attempt's context once its body is done with.

@@ -15,20 +15,21 @@ import (
 // or EOF is reported as Reset, and the caller must not retry one that came
 // after the first response byte.
 func Classify(err error) Condition {
-	switch {
-	case err == nil, errors.Is(err, context.Canceled):
+	if err == nil || errors.Is(err, context.Canceled) {
 		return 0
-	case errors.Is(err, context.DeadlineExceeded):
-		return Timeout
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		// Even a dial timeout is a connect failure: the upstream never saw
-		// the request, which is what ConnectFailure promises.
+		// the request, which is what ConnectFailure promises. (Checked
+		// before DeadlineExceeded: net's dial timeout error says it is one.)
 		return ConnectFailure
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return ConnectFailure
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Timeout
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {

@@ -116,6 +116,12 @@ func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
 func TestClassify(t *testing.T) {
+	// A real dial timeout: net's error for it also reports itself as
+	// context.DeadlineExceeded, and must still be a connect failure.
+	_, dialTimeout := (&net.Dialer{Timeout: time.Nanosecond}).Dial("tcp", "127.0.0.1:1")
+	if dialTimeout == nil || !errors.Is(dialTimeout, context.DeadlineExceeded) {
+		t.Fatalf("a dial with a 1ns timeout returned %v; want a timeout that is context.DeadlineExceeded", dialTimeout)
+	}
 	cases := []struct {
 		name string
 		err  error
@@ -124,6 +130,8 @@ func TestClassify(t *testing.T) {
 		{"nil", nil, 0},
 		{"dial refused", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, ConnectFailure},
 		{"dial timeout", &net.OpError{Op: "dial", Err: timeoutErr{}}, ConnectFailure},
+		{"real dial timeout", dialTimeout, ConnectFailure},
+		{"real dial timeout, wrapped", fmt.Errorf("connect: %w", dialTimeout), ConnectFailure},
 		{"read reset", &net.OpError{Op: "read", Err: syscall.ECONNRESET}, Reset},
 		{"eof", fmt.Errorf("reading response: %w", io.EOF), Reset},
 		{"read timeout", &net.OpError{Op: "read", Err: timeoutErr{}}, Timeout},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/textproto"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -222,12 +223,15 @@ func (u *Upstream) Untried(tried []*endpoint.Endpoint) bool {
 // Discard drops it. Exactly one of them must be called.
 type Change struct {
 	u    *Upstream
+	base *generation // the configuration it was prepared from
 	next *generation
 	done bool
 }
 
 // Prepare builds what cfg needs without changing anything that runs: the
-// upstream keeps serving on its current configuration until Commit. The
+// upstream keeps serving on its current configuration until Commit. One
+// Change at a time: prepare, then commit or discard, before the next
+// Prepare (Commit panics on a Change whose base another replaced). The
 // pool, and with it every endpoint's live state, is always kept; so is
 // each part (balancer, health checks, concurrency limit, view) whose
 // settings cfg does not change. On error nothing was changed, and cfg.View
@@ -238,7 +242,7 @@ func (u *Upstream) Prepare(cfg Config) (*Change, error) {
 	if err := u.build(g, prev); err != nil {
 		return nil, err
 	}
-	return &Change{u: u, next: g}, nil
+	return &Change{u: u, base: prev, next: g}, nil
 }
 
 func (u *Upstream) build(g, prev *generation) error {
@@ -265,7 +269,7 @@ func (u *Upstream) build(g, prev *generation) error {
 		}
 		g.hashKey = &k
 	}
-	g.loadHeader = cfg.Balance.DynamicWeight.Header
+	g.loadHeader = textproto.CanonicalMIMEHeaderKey(cfg.Balance.DynamicWeight.Header)
 	if g.loadHeader == "" {
 		g.loadHeader = DefaultLoadHeader
 	}
@@ -310,7 +314,12 @@ func (c *Change) Commit() {
 		c.next.discard(nil)
 		return
 	}
-	u.activate(c.next, u.cur.Load())
+	if cur := u.cur.Load(); cur != c.base {
+		// Built from a configuration that another Change has replaced: it
+		// would restart what that one stopped.
+		panic("upstream: Commit of a Change prepared before another was committed")
+	}
+	u.activate(c.next, c.base)
 }
 
 // Discard drops a prepared configuration that will not be committed: what

@@ -203,3 +203,41 @@ func TestUntriedCountsEveryEndpointInPanicMode(t *testing.T) {
 		t.Fatal("with both tried nothing is left")
 	}
 }
+
+func TestTheLoadHeaderIsCanonical(t *testing.T) {
+	u, err := upstream.New("app", upstream.Config{Targets: targets("a:1"),
+		Balance: balance.Config{Policy: balance.DynamicWeightName, DynamicWeight: balance.DynamicWeightConfig{Header: "x-backend-load"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if h := u.LoadHeader(); h != "X-Backend-Load" {
+		t.Fatalf("LoadHeader() = %q, want the canonical X-Backend-Load (response headers are looked up by it)", h)
+	}
+}
+
+func TestCommitOfAStaleChangePanics(t *testing.T) {
+	u, err := upstream.New("app", upstream.Config{Targets: targets("a:1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	first, err := u.Prepare(upstream.Config{Targets: targets("a:1", "b:1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := u.Prepare(upstream.Config{Targets: targets("c:1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Commit()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Commit of a Change prepared before another was committed did not panic")
+		}
+		if n := len(u.Pool().Snapshot().All); n != 2 {
+			t.Fatalf("the stale Change changed the pool to %d endpoints", n)
+		}
+	}()
+	stale.Commit()
+}

@@ -21,7 +21,7 @@ type ClientConfig struct {
 	// ConnectTimeout bounds dialing an endpoint.
 	ConnectTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the response header once
-	// the request is sent.
+	// the request is sent (0: only the request's own deadline does).
 	ResponseHeaderTimeout time.Duration
 	// IdleTimeout closes connections idle for longer (0: never).
 	IdleTimeout time.Duration
@@ -335,15 +335,26 @@ func (c *Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, ou
 	return resp, stop, nil
 }
 
+// headerDeadline is when the response header must have come, counted from
+// now: the response-header timeout (none when it is 0), capped by the
+// request's own deadline (none when zero).
+func (c *Client) headerDeadline(deadline time.Time) time.Time {
+	if c.cfg.ResponseHeaderTimeout <= 0 {
+		return deadline
+	}
+	d := time.Now().Add(c.cfg.ResponseHeaderTimeout)
+	if !deadline.IsZero() && deadline.Before(d) {
+		return deadline
+	}
+	return d
+}
+
 // exchange1 does the I/O of one exchange. Deadlines: the response-header
 // timeout starts once the request is sent and is capped by the request's
 // own deadline, which then bounds the body. A request without a body is
 // sent and answered under one deadline, set once.
 func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, error) {
-	hdrDeadline := time.Now().Add(c.cfg.ResponseHeaderTimeout)
-	if !deadline.IsZero() && deadline.Before(hdrDeadline) {
-		hdrDeadline = deadline
-	}
+	hdrDeadline := c.headerDeadline(deadline)
 	if out.Body == nil {
 		pc.conn.SetDeadline(hdrDeadline)
 	} else {
@@ -354,10 +365,7 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 		return nil, fmt.Errorf("write request: %w", err)
 	}
 	if out.Body != nil {
-		hdrDeadline = time.Now().Add(c.cfg.ResponseHeaderTimeout)
-		if !deadline.IsZero() && deadline.Before(hdrDeadline) {
-			hdrDeadline = deadline
-		}
+		hdrDeadline = c.headerDeadline(deadline)
 		pc.conn.SetReadDeadline(hdrDeadline)
 	}
 	// A cancellation that came before a deadline was set must win over it.

@@ -80,7 +80,7 @@ type reqState struct {
 }
 
 // serve runs r through route rt's pipeline and relays the answer.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, start time.Time) result {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, start time.Time) (res result) {
 	var body io.Reader
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		body = r.Body
@@ -103,20 +103,22 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	delete(r.Header, "Connection")
 	delete(r.Header, "Upgrade")
 
-	p := rt.pipe
-	resp, err := p.Do(c, start)
+	// A panic while relaying (a writer refusing a status, say) must still
+	// give the call's concurrency slots and its endpoint back: the status
+	// it leaves is the broken exchange's.
+	res.status = http.StatusBadGateway
+	defer func() {
+		res.ep = c.Endpoint()
+		c.Finish(res.status, res.bodyErr)
+	}()
+	resp, err := rt.pipe.Do(c, start)
 	if lim, ok := c.RateLimit(); ok {
 		lim.SetHeaders(w.Header())
 	}
-	var res result
 	if err != nil {
-		res = h.failed(w, rt, c, err)
-	} else {
-		res = h.respond(w, t, c, resp, st.vals[2:3:3])
+		return h.failed(w, rt, c, err)
 	}
-	res.ep = c.Endpoint()
-	p.Finish(c, res.status, res.bodyErr)
-	return res
+	return h.respond(w, t, c, resp, st.vals[2:3:3])
 }
 
 // failed answers a request the pipeline could not get an answer for.

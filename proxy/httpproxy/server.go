@@ -31,6 +31,7 @@ type Server struct {
 	drain     time.Duration  // shutdown_timeout
 	draining  sync.WaitGroup // listeners removed by a change, still finishing
 	retired   []retiredTable // tables replaced while serving, or recently
+	since     time.Time      // of the last Tables: older idle tables are dropped
 	closed    bool
 }
 
@@ -66,18 +67,27 @@ func (s *Server) Tables(since time.Time, fn func(*Table)) {
 	for _, l := range s.listeners {
 		fn(l.handler.tbl.Load())
 	}
-	s.retired = slices.DeleteFunc(s.retired, func(r retiredTable) bool {
-		return r.at.Before(since) && r.t.active.Load() == 0
-	})
+	s.since = since
+	s.dropRetired()
 	for _, r := range s.retired {
 		fn(r.t)
 	}
 }
 
 // retire records a table that was replaced or whose listener was removed;
-// s.mu is held.
+// s.mu is held. Those no caller of Tables needs any more go, so that the
+// list stays short however often auto routes rebuild between sweeps.
 func (s *Server) retire(t *Table) {
+	s.dropRetired()
 	s.retired = append(s.retired, retiredTable{t: t, at: time.Now()})
+}
+
+// dropRetired forgets the tables replaced before the last Tables call that
+// serve no request; s.mu is held.
+func (s *Server) dropRetired() {
+	s.retired = slices.DeleteFunc(s.retired, func(r retiredTable) bool {
+		return r.at.Before(s.since) && r.t.active.Load() == 0
+	})
 }
 
 // Change is a prepared set of listeners: Commit applies it, Discard
@@ -86,6 +96,7 @@ type Change struct {
 	s     *Server
 	plans []plan
 	drain time.Duration
+	done  bool
 }
 
 // plan is one listener of a change.
@@ -139,6 +150,10 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 
 // Discard closes the sockets the change bound.
 func (c *Change) Discard() {
+	if c.done {
+		panic("httpproxy: Change used twice")
+	}
+	c.done = true
 	for _, p := range c.plans {
 		if p.loop != nil {
 			p.loop.stop()
@@ -151,6 +166,16 @@ func (c *Change) Discard() {
 func (c *Change) Commit() {
 	s := c.s
 	s.mu.Lock()
+	if c.done {
+		s.mu.Unlock()
+		panic("httpproxy: Change used twice")
+	}
+	if s.closed { // shut down since Prepare: nothing starts
+		s.mu.Unlock()
+		c.Discard()
+		return
+	}
+	c.done = true
 	defer s.mu.Unlock()
 	s.drain = c.drain
 	next := make(map[string]*listener, len(c.plans))

@@ -28,11 +28,12 @@ type TransportConfig struct {
 	// ConnectTimeout bounds dialing an endpoint.
 	ConnectTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the response header after
-	// the request was sent.
+	// the request was sent (0: none but the request's own timeout).
 	ResponseHeaderTimeout time.Duration
-	// IdleTimeout closes connections idle for longer.
+	// IdleTimeout closes connections idle for longer (0: never).
 	IdleTimeout time.Duration
-	// MaxIdlePerEndpoint caps the idle connections kept per endpoint.
+	// MaxIdlePerEndpoint caps the idle connections kept per endpoint (0:
+	// none; a connection serves one exchange).
 	MaxIdlePerEndpoint int
 }
 
@@ -63,6 +64,7 @@ func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
 			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 			IdleConnTimeout:       cfg.IdleTimeout,
 			MaxIdleConnsPerHost:   cfg.MaxIdlePerEndpoint,
+			DisableKeepAlives:     cfg.MaxIdlePerEndpoint == 0, // net/http reads 0 as its default of 2
 			DisableCompression:    true,
 		}
 		t.h2rt = pipeline.HTTPTransport{RoundTripper: t.h2}
@@ -84,9 +86,13 @@ func (t *Transport) follow(s *endpoint.Set) {
 	if slices.Equal(s.All, t.last) {
 		return // a state change, not a membership change
 	}
+	now := make(map[*endpoint.Endpoint]bool, len(s.All))
+	for _, ep := range s.All {
+		now[ep] = true
+	}
 	var gone []string
 	for _, ep := range t.last {
-		if !slices.Contains(s.All, ep) {
+		if !now[ep] {
 			gone = append(gone, ep.Address())
 		}
 	}
