@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/health"
 	"github.com/switchboard-dev/switchboard/upstream"
 )
 
@@ -189,6 +190,7 @@ func TestCanonicalConfigGetsItsDefaults(t *testing.T) {
 					{Address: "127.0.0.1:9001", Weight: 3},
 					{Address: "127.0.0.1:9002", Weight: 1},
 				},
+				Health: upstream.Health{Passive: &health.PassiveConfig{ConsecutiveFailures: 3, FailureStatuses: []int{}, BaseEjection: 10 * time.Second}},
 			},
 			Protocol:           "http1",
 			Timeouts:           UpstreamTimeouts{Connect: s(2 * time.Second), ResponseHeader: s(30 * time.Second)},
@@ -920,5 +922,30 @@ upstreams:
 	}
 	if got := problemLines(t, "lb.yaml", src); !slices.Equal(got, want) {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestPassiveEjectionIsOnByDefault is issue 16's bug 9: an upstream without
+// health settings kept a dead target healthy forever. Passive ejection is
+// now on by default, conservatively, and off only when asked.
+func TestPassiveEjectionIsOnByDefault(t *testing.T) {
+	base := "listeners:\n  - {name: web, listen: 127.0.0.1:8080, routes: [{upstream: u}]}\nupstreams:\n  u:\n    targets: [{address: 127.0.0.1:9001}]\n"
+	cfg, err := parse("lb.yaml", []byte(base), testHost())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Upstreams["u"].Health.Passive; !reflect.DeepEqual(p, DefaultPassive()) {
+		t.Fatalf("an upstream without a health block has passive %+v, want the default %+v", p, DefaultPassive())
+	}
+	cfg, err = parse("lb.yaml", []byte(base+"    health: {passive: {enabled: false}}\n"), testHost())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.Upstreams["u"].Health.Passive; p == nil || !p.Off() {
+		t.Fatalf("passive: {enabled: false} gives %+v, want it off", p)
+	}
+	lines := problemLines(t, "lb.yaml", base+"    health: {passive: {enabled: false, consecutive_failures: 2}}\n")
+	if want := []string{"lb.yaml:6:33: passive.enabled: is false: passive ejection is off, so its other keys would do nothing; leave them out"}; !slices.Equal(lines, want) {
+		t.Fatalf("problems %q, want %q", lines, want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/health"
 )
 
 // The defaults that Parse fills in, as documented on the fields in
@@ -102,6 +103,9 @@ func applyDefaults(cfg *Config) {
 		}
 		setDefault(&u.Balance.Policy, DefaultBalancePolicy)
 		setDefault(&u.Protocol, DefaultUpstreamProtocol)
+		if u.Health.Passive == nil {
+			u.Health.Passive = DefaultPassive()
+		}
 		if u.MaxIdlePerEndpoint == nil {
 			u.MaxIdlePerEndpoint = ptr(DefaultMaxIdlePerEndpoint)
 		}
@@ -112,6 +116,17 @@ func applyDefaults(cfg *Config) {
 			setDefault(&u.Targets[i].Weight, DefaultWeight)
 		}
 	}
+}
+
+// DefaultPassive is the passive ejection of an upstream whose health
+// block leaves it out: a dead endpoint must not take a connect attempt of
+// every request forever (nginx marks a server down after one failure for
+// 10s by default). More patient than nginx: three failed connects or
+// broken exchanges in a row (no HTTP status counts) eject an endpoint for
+// 10s, the k-th time for k times as long up to 5m, and at most half of the
+// pool is out at once. `health: {passive: {enabled: false}}` turns it off.
+func DefaultPassive() *health.PassiveConfig {
+	return &health.PassiveConfig{ConsecutiveFailures: 3, FailureStatuses: []int{}, BaseEjection: 10 * time.Second}
 }
 
 func setDefault[T comparable](field *T, def T) {

@@ -51,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,11 @@ import (
 // reference. The zero value of every field means its default; Validate
 // reports every value that cannot work as a *field.Error naming the key.
 type PassiveConfig struct {
+	// Enabled false turns passive ejection off, and the other keys must
+	// then be left out. Default true. (switchboard's configuration gives
+	// every upstream passive ejection unless its health block turns it off
+	// this way; see docs/health.md.)
+	Enabled *bool `yaml:"enabled"`
 	// ConsecutiveFailures is how many failures in a row eject an endpoint.
 	// Default 5.
 	ConsecutiveFailures int `yaml:"consecutive_failures"`
@@ -124,6 +130,12 @@ func (c PassiveConfig) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, field.Errorf(key, format, args...))
 	}
+	if c.Off() {
+		if !reflect.DeepEqual(c, PassiveConfig{Enabled: c.Enabled}) {
+			bad("enabled", "is false: passive ejection is off, so its other keys would do nothing; leave them out")
+		}
+		return errors.Join(errs...)
+	}
 	for _, n := range []struct {
 		key string
 		v   int
@@ -164,6 +176,9 @@ func (c PassiveConfig) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Off reports whether c turns passive ejection off (Enabled false).
+func (c PassiveConfig) Off() bool { return c.Enabled != nil && !*c.Enabled }
 
 func (c PassiveConfig) withDefaults() PassiveConfig {
 	def := func(v *int, d int) {

@@ -56,6 +56,9 @@ type verdicts struct {
 // newSignals builds (but does not start) the health machinery of u. It
 // returns nil when there is nothing to judge endpoints by.
 func newSignals(u *Upstream, cfg Health, brk *breaker.Config, discovered bool) (*signals, error) {
+	if cfg.Passive != nil && cfg.Passive.Off() {
+		cfg.Passive = nil
+	}
 	if cfg.Active == nil && cfg.Passive == nil && brk == nil && !discovered {
 		return nil, nil
 	}

@@ -160,7 +160,10 @@ func withAutoRoutes(cfg *config.Config, services map[string][]string) *config.Co
 		maxIdle := config.DefaultMaxIdlePerEndpoint
 		passing := true
 		out.Upstreams[AutoUpstreamName(svc)] = &config.Upstream{
-			Config:             upstream.Config{Balance: balance.Config{Policy: config.DefaultBalancePolicy}},
+			Config: upstream.Config{
+				Balance: balance.Config{Policy: config.DefaultBalancePolicy},
+				Health:  upstream.Health{Passive: config.DefaultPassive()},
+			},
 			Protocol:           config.DefaultUpstreamProtocol,
 			Discovery:          &config.UpstreamDiscovery{Registry: config.EmbeddedRegistry, Service: svc, PassingOnly: &passing},
 			Timeouts:           config.UpstreamTimeouts{Connect: config.DefaultConnectTimeout, ResponseHeader: config.DefaultResponseHeaderTimeout},

@@ -192,7 +192,10 @@ upstreams:
 func TestConnectFailureRetriedOnAnotherEndpoint(t *testing.T) {
 	a := newBackend(t, "a", nil)
 	dead := deadAddr(t)
-	p := startProxy(t, upstreamYAML("", dead, a.addr()))
+	// Passive ejection off: this is the retry rule alone (with it, the
+	// dead endpoint is out after three failures; see
+	// TestADeadTargetIsEjectedWithoutHealthSettings).
+	p := startProxy(t, upstreamYAML("    health: {passive: {enabled: false}}\n", dead, a.addr()))
 	for i := 0; i < 10; i++ {
 		resp, body := get(t, http.DefaultClient, p.url("web")+"/")
 		if resp.StatusCode != 200 || body != "a" {
@@ -227,7 +230,7 @@ func TestBrokenExchangeRetriedWithoutPolicyOnlyWhenReplayable(t *testing.T) {
 			}
 		}
 	})
-	p := startProxy(t, upstreamYAML("", broken, a.addr()))
+	p := startProxy(t, upstreamYAML("    health: {passive: {enabled: false}}\n", broken, a.addr()))
 	for i := range 6 {
 		resp, body := get(t, http.DefaultClient, p.url("web")+"/")
 		if resp.StatusCode != 200 || body != "a" {
@@ -590,5 +593,26 @@ func TestMalformedUpstreamStatusIs502AndLeaksNothing(t *testing.T) {
 		if resp.StatusCode != 502 {
 			t.Fatalf("request %d: %d %s; want 502 every time (a leaked slot would give 503)", i, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestADeadTargetIsEjectedWithoutHealthSettings is issue 16's bug 9: with
+// no health block a dead target stayed healthy forever and every request
+// paid a connect attempt to it. Default passive ejection takes it out
+// after three failed connects.
+func TestADeadTargetIsEjectedWithoutHealthSettings(t *testing.T) {
+	a := newBackend(t, "a", nil)
+	dead := deadAddr(t)
+	p := startProxy(t, upstreamYAML("", dead, a.addr()))
+	for i := 0; i < 20; i++ {
+		if resp, body := get(t, http.DefaultClient, p.url("web")+"/"); resp.StatusCode != 200 || body != "a" {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	if got := p.metric("switchboard_upstream_errors_total", map[string]string{"upstream": "app", "endpoint": dead, "kind": "connect"}); got != 3 {
+		t.Fatalf("connect attempts on the dead target: %v, want 3 (then it is ejected)", got)
+	}
+	if st := p.upstream("app").Pool().Snapshot().All[0].Status(); st.State != endpoint.Ejected {
+		t.Fatalf("the dead target is %s (%q), want ejected", st.State, st.Reason)
 	}
 }
