@@ -59,6 +59,9 @@ type App struct {
 	// Reloaded, if set, is called after every reload attempt with its
 	// result (tests wait on it instead of sleeping).
 	Reloaded func(error)
+
+	// newWatcher makes the config file's watcher (a test seam).
+	newWatcher func() (*fsnotify.Watcher, error)
 }
 
 // Options tune New.
@@ -77,7 +80,7 @@ func New(path string, opt Options) (*App, error) {
 	if opt.Stderr == nil {
 		opt.Stderr = os.Stderr
 	}
-	a := &App{path: path, level: new(slog.LevelVar), cfg: cfg, fileSum: sum}
+	a := &App{path: path, level: new(slog.LevelVar), cfg: cfg, fileSum: sum, newWatcher: fsnotify.NewWatcher}
 	a.level.Set(parseLevel(cfg.Log.Level))
 	ho := &slog.HandlerOptions{Level: a.level}
 	if cfg.Log.Format == "json" {
@@ -364,16 +367,19 @@ func (a *App) fileChanged() bool {
 // into one reload.
 func (a *App) watch() (<-chan struct{}, func()) {
 	out := make(chan struct{}, 1)
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		a.log.Warn("cannot watch the config file; reload with SIGHUP", "error", err)
-		return out, func() {}
-	}
 	dir := filepath.Dir(a.path)
-	if err := w.Add(dir); err != nil {
-		a.log.Warn("cannot watch the config file; reload with SIGHUP", "dir", dir, "error", err)
-		w.Close()
-		return out, func() {}
+	w, err := a.newWatcher()
+	if err == nil {
+		if err = w.Add(dir); err != nil {
+			w.Close()
+		}
+	}
+	if err != nil {
+		// Out of inotify instances (fs.inotify.max_user_instances, often
+		// 128 per user, shared by every process of the user), say: a file
+		// change must still reload, so look at the file instead.
+		a.log.Error("cannot watch the config file; checking it every second instead", "dir", dir, "error", err, "every", pollEvery)
+		return a.poll(out)
 	}
 	base := filepath.Base(a.path)
 	done := make(chan struct{})
@@ -398,7 +404,10 @@ func (a *App) watch() (<-chan struct{}, func()) {
 				if !ok {
 					return
 				}
-				a.log.Warn("config watch error", "error", err)
+				// An overflowed event queue may have lost the change:
+				// look at the file.
+				a.log.Error("config watch error; checking the file", "error", err)
+				timer.Reset(settle)
 			case <-timer.C:
 				select {
 				case out <- struct{}{}:
@@ -408,6 +417,33 @@ func (a *App) watch() (<-chan struct{}, func()) {
 		}
 	}()
 	return out, func() { close(done); w.Close() }
+}
+
+// pollEvery is how often a config file that cannot be watched is looked at.
+const pollEvery = time.Second
+
+// poll reports changes of the config file's content by reading it every
+// pollEvery, for when it cannot be watched.
+func (a *App) poll(out chan struct{}) (<-chan struct{}, func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(pollEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if a.fileChanged() {
+					select {
+					case out <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	return out, func() { close(done) }
 }
 
 func parseLevel(s string) slog.Level {

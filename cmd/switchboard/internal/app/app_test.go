@@ -209,6 +209,49 @@ func TestChangeBeforeRunIsApplied(t *testing.T) {
 	expectFresh(t, listen, "the route the change added")
 }
 
+// A config file that cannot be watched (the user is out of inotify
+// instances) is checked every second instead: a change still reloads.
+func TestUnwatchableConfigFileIsPolled(t *testing.T) {
+	a1, fresh := named(t, "a1"), named(t, "fresh")
+	listen := freeAddr(t)
+	path := filepath.Join(t.TempDir(), "switchboard.yaml")
+	writeFile(t, path, config(listen, []string{hostport(a1)}, 1, false, ""))
+	a, err := app.New(path, app.Options{Stderr: logOnFailure(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.NoWatcher(a)
+	reloaded := make(chan error, 10)
+	a.Reloaded = func(err error) { reloaded <- err }
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-runDone
+	}()
+	// Ready once Run looks at the file: a change before that would be
+	// caught up by Run itself, polling or not.
+	testutil.WaitFor(t, 5*time.Second, "Run to be ready", func() bool {
+		resp, err := http.Get("http://" + a.AdminAddr() + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	writeFile(t, path, config(listen, []string{hostport(a1)}, 1, true, hostport(fresh)))
+	select {
+	case err := <-reloaded:
+		if err != nil {
+			t.Fatalf("reload: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a change of an unwatchable config file was not picked up")
+	}
+	expectFresh(t, listen, "the route the change added")
+}
+
 // expectFresh checks that listen's /new route answers 200 "fresh".
 func expectFresh(t *testing.T, listen, what string) {
 	t.Helper()
