@@ -1,6 +1,7 @@
 package registryd
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -67,6 +68,14 @@ type Server struct {
 	services     map[string]*serviceState
 	checks       map[string]*checkState
 	dirty        bool // state changed since the last snapshot
+	// stateBytes is the sum of the instances' costs (serviceState.cost);
+	// registrations keep it within budget (Config.MaxStateBytes), unless
+	// a larger snapshot was loaded.
+	stateBytes int64
+	budget     int64
+	// budgetWarned is set once a refusal for the budget was logged, and
+	// cleared by a deregistration.
+	budgetWarned bool
 
 	persistCh chan struct{}
 	writeMu   sync.Mutex // one snapshot write at a time
@@ -122,6 +131,7 @@ func newServer(cfg Config, clk clock.Clock) *Server {
 		services:     map[string]*serviceState{},
 		checks:       map[string]*checkState{},
 		persistCh:    make(chan struct{}, 1),
+		budget:       cmp.Or(cfg.MaxStateBytes, DefaultMaxStateBytes),
 
 		snapshotRetryMin: snapshotRetryMin,
 		snapshotRetryMax: snapshotRetryMax,
