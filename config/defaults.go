@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/registryd"
 )
 
 // The defaults that Parse fills in, as documented on the fields in
@@ -33,7 +34,10 @@ const (
 
 	DefaultRegistryListen       = "127.0.0.1:8500"
 	DefaultRegistryMaxBodyBytes = 1 * MiB
-	DefaultEmptyGrace           = Duration(30 * time.Second)
+	// DefaultRegistryMaxStateBytes is registryd's default (see
+	// registryd.DefaultMaxStateBytes for why this size).
+	DefaultRegistryMaxStateBytes = Size(registryd.DefaultMaxStateBytes)
+	DefaultEmptyGrace            = Duration(30 * time.Second)
 
 	DefaultTCPIdleTimeout  = Duration(10 * time.Minute)
 	DefaultConnectAttempts = 3
@@ -93,6 +97,7 @@ func applyDefaults(cfg *Config) {
 		}
 		setDefault(&r.Listen, DefaultRegistryListen)
 		setDefault(&r.MaxBodyBytes, DefaultRegistryMaxBodyBytes)
+		setDefault(&r.MaxStateBytes, DefaultRegistryMaxStateBytes)
 	}
 	setDefault(&cfg.Discovery.EmptyGrace, DefaultEmptyGrace)
 
