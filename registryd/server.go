@@ -77,6 +77,9 @@ type Server struct {
 	// cleared by a deregistration.
 	budgetWarned bool
 
+	// persist is set when DataDir is, unless its snapshot could not be
+	// loaded nor moved aside (then writing one would replace it).
+	persist   bool
 	persistCh chan struct{}
 	writeMu   sync.Mutex // one snapshot write at a time
 	// snapshotRetryMin and snapshotRetryMax bound the persister's backoff
@@ -94,8 +97,11 @@ type Server struct {
 	ln      net.Listener
 }
 
-// New validates cfg, loads the snapshot from cfg.DataDir (a corrupt one is
-// an error), and starts the checks of what it loaded. It does not listen.
+// New validates cfg, loads the snapshot from cfg.DataDir, and starts the
+// checks of what it loaded. It does not listen. A snapshot that cannot be
+// loaded (unreadable, corrupt, of another version, too big) is not an
+// error: it is logged, moved aside to registry.json.unreadable-<time>, and
+// the registry starts empty. A DataDir that cannot be created is.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("registryd: %w", err)
@@ -106,12 +112,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := newServer(cfg, clock.Real)
 	if cfg.DataDir != "" {
+		s.persist = true
 		if err := s.loadSnapshot(); err != nil {
 			s.cancel()
 			return nil, fmt.Errorf("registryd: %w", err)
 		}
-		s.wg.Add(1)
-		go s.persister()
+		if s.persist {
+			s.wg.Add(1)
+			go s.persister()
+		}
 	}
 	return s, nil
 }
@@ -270,7 +279,7 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.wg.Wait()
-	if s.cfg.DataDir != "" {
+	if s.persist {
 		if err := s.writeSnapshot(); err != nil {
 			errs = append(errs, err)
 		}

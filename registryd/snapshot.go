@@ -239,7 +239,7 @@ func readLimit(bound int64) int64 { return bound + snapshotOverhead }
 // persistLocked notes that the state changed; the persister writes it soon.
 func (s *Server) persistLocked() {
 	s.dirty = true
-	if s.cfg.DataDir == "" {
+	if !s.persist {
 		return
 	}
 	select {
@@ -371,6 +371,10 @@ func (s *Server) writeSnapshot() error {
 }
 
 // loadSnapshot creates DataDir if needed and loads its snapshot, if any.
+// A snapshot that cannot be loaded — unreadable, corrupt, invalid, of
+// another version, too big — never keeps the registry from starting: it
+// is logged as an error, moved aside (setAside) and the registry starts
+// empty. Only a DataDir that cannot be created is an error.
 func (s *Server) loadSnapshot() error {
 	if err := os.MkdirAll(s.cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
@@ -381,10 +385,12 @@ func (s *Server) loadSnapshot() error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("load snapshot: %w", err)
+		s.setAside(path, fmt.Errorf("load snapshot: %w", err))
+		return nil
 	}
 	if err := s.restore(b); err != nil {
-		return fmt.Errorf("load snapshot %s: corrupt: %w (move it away to start empty)", path, err)
+		s.setAside(path, fmt.Errorf("load snapshot %s: corrupt: %w", path, err))
+		return nil
 	}
 	s.log.Info("registryd: snapshot loaded", "path", path, "services", len(s.services), "index", s.index, "state_bytes", s.stateBytes, "max_state_bytes", s.budget)
 	if s.stateBytes > s.budget {
@@ -392,6 +398,48 @@ func (s *Server) loadSnapshot() error {
 			"path", path, "state_bytes", s.stateBytes, "max_state_bytes", s.budget)
 	}
 	return nil
+}
+
+// setAside moves the snapshot at path, which could not be loaded for why,
+// to path.unreadable-<UTC time> (-2, -3, ... if that is taken: an earlier
+// one is never replaced), so that it is kept for whoever wants to recover
+// it and the registry can start empty. If it cannot be moved, the
+// registry starts empty without persistence, rather than overwrite it.
+func (s *Server) setAside(path string, why error) {
+	aside, err := moveAside(path, path+".unreadable-"+s.clock.Now().UTC().Format("20060102T150405Z"))
+	if err != nil {
+		s.persist = false
+		s.log.Error("registryd: snapshot cannot be loaded, nor moved aside: starting with an empty registry that is NOT persisted (its snapshot would replace the file); move the file away and restart",
+			"path", path, "err", why.Error(), "move_err", err.Error())
+		return
+	}
+	s.log.Error("registryd: snapshot cannot be loaded: moved aside, starting with an empty registry; services must register again",
+		"path", path, "moved_to", aside, "err", why.Error())
+}
+
+// renameFile is os.Rename; a variable so that a test can make it fail
+// (root, who runs the tests, is not stopped by permissions).
+var renameFile = os.Rename
+
+// moveAside renames path to name, or to name-2, name-3, ... when name is
+// taken.
+func moveAside(path, name string) (string, error) {
+	for i := 1; i <= 1000; i++ {
+		to := name
+		if i > 1 {
+			to = fmt.Sprintf("%s-%d", name, i)
+		}
+		if _, err := os.Lstat(to); err == nil {
+			continue
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		if err := renameFile(path, to); err != nil {
+			return "", err
+		}
+		return to, nil
+	}
+	return "", fmt.Errorf("%s and 999 numbered variants exist", name)
 }
 
 // readSnapshot reads the snapshot at path, up to readLimit of the larger
@@ -408,8 +456,11 @@ func (s *Server) readSnapshot(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%v)", path, st.Mode().Type())
+	switch {
+	case st.IsDir():
+		return nil, fmt.Errorf("%s is a directory, not a snapshot file", path)
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("%s is not a regular file", path)
 	}
 	limit := readLimit(s.budget)
 	if st.Size() > limit {
