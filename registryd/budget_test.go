@@ -1,12 +1,15 @@
 package registryd
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -328,5 +331,55 @@ func TestSnapshotOfAnEarlierVersionLoads(t *testing.T) {
 	}
 	if got, want := stateBytes(s), sumCosts(s); got != want || got == 0 {
 		t.Fatalf("state after loading %d bytes, instances cost %d", got, want)
+	}
+}
+
+// Issue 16, bug 1: a snapshot is encoded (and written) outside the state
+// lock, so a large registry's snapshot does not hold up reads and writes:
+// with the snapshot writer stopped in the middle of encoding, a GET of
+// /v1/health/service and a registration both complete.
+func TestSnapshotEncodingDoesNotBlockReadsOrWrites(t *testing.T) {
+	dir := t.TempDir()
+	s := startServer(t, Config{DataDir: dir})
+	encoding, release := make(chan struct{}), make(chan struct{})
+	var once, releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before startServer's Close, which writes a snapshot too
+	// Set before the first change, which the persister sees after it.
+	s.snapshotEncodeHook = func() {
+		once.Do(func() {
+			close(encoding)
+			<-release
+		})
+	}
+	c := goClient(t, s, "")
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "web-1", Name: "web", Port: 80}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-encoding:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no snapshot write began within 10s of a registration")
+	}
+
+	// The snapshot writer is now parked inside the encoder.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	entries, _, err := c.Health().Service("web", "", false, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || len(entries) != 1 || entries[0].Service.ID != "web-1" {
+		t.Fatalf("GET /v1/health/service/web while a snapshot was being encoded: %v, %d entries; it must not wait for the snapshot", err, len(entries))
+	}
+	if err := c.Agent().ServiceRegisterOpts(&api.AgentServiceRegistration{ID: "web-2", Name: "web", Port: 81},
+		api.ServiceRegisterOpts{}.WithContext(ctx)); err != nil {
+		t.Fatalf("registering while a snapshot was being encoded: %v; it must not wait for the snapshot", err)
+	}
+	free()
+
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, snapshotName))
+	if err != nil || !strings.Contains(string(b), `"web-1"`) || !strings.Contains(string(b), `"web-2"`) {
+		t.Fatalf("the snapshot after Close: %v; want web-1 and web-2 in:\n%s", err, b)
 	}
 }

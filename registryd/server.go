@@ -88,6 +88,9 @@ type Server struct {
 	snapshotRetryMin time.Duration
 	snapshotRetryMax time.Duration
 	snapshotHook     func(error)
+	// snapshotEncodeHook, when set before the first change, is called by
+	// every snapshot write as it begins to encode the state.
+	snapshotEncodeHook func()
 
 	blocking atomic.Int64 // blocking queries in flight
 	runners  atomic.Int64 // HTTP and TCP check goroutines running

@@ -349,6 +349,10 @@ func (st *snapshotState) encode() []byte {
 // writeSnapshot writes the state if it changed since the last write:
 // to a temporary file, fsynced, renamed over the snapshot, and the
 // directory fsynced, so a crash leaves either the old or the new snapshot.
+// Only the copy of the state is made under the state lock; the encoding
+// (the whole registry: up to the budget's size) and the write happen
+// after it is released, so reads and writes of the registry do not wait
+// for them. writeMu keeps snapshots in order.
 func (s *Server) writeSnapshot() error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
@@ -357,9 +361,13 @@ func (s *Server) writeSnapshot() error {
 		s.mu.Unlock()
 		return nil
 	}
-	b := s.copyStateLocked().encode()
+	st := s.copyStateLocked()
 	s.dirty = false
 	s.mu.Unlock()
+	if s.snapshotEncodeHook != nil {
+		s.snapshotEncodeHook()
+	}
+	b := st.encode()
 	err := atomicfile.Write(filepath.Join(s.cfg.DataDir, snapshotName), "."+snapshotName+".tmp-*", b)
 	if err != nil {
 		s.mu.Lock()
