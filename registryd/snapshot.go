@@ -495,7 +495,7 @@ func (s *Server) readSnapshot(path string) ([]byte, error) {
 // recordedBound reads max_state_bytes from the header of the snapshot f,
 // reading no more than the first few fields.
 func recordedBound(f *os.File) (int64, bool) {
-	dec := json.NewDecoder(io.LimitReader(io.NewSectionReader(f, 0, 4096), 4096))
+	dec := json.NewDecoder(io.NewSectionReader(f, 0, 4096))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return 0, false
 	}
