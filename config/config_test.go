@@ -350,6 +350,14 @@ func TestInlineProblems(t *testing.T) {
 			[]string{`1:20: registry.listen "0.0.0.0:8500" is not loopback: set registry.acl_token (or acl_token_file) so that writes need it, or insecure: true to accept anyone's writes`}},
 		{"registry node name", "registry: {node_name: '..'}\n",
 			[]string{`1:23: registry.node_name: ".." is not a usable name`}},
+		{"registry state budget too small", "registry: {max_state_bytes: 64}\n",
+			[]string{`1:29: registry.max_state_bytes 64 is outside 64KiB to 1GiB (the default is 64MiB)`}},
+		{"registry state budget too large", "registry: {max_state_bytes: 2GiB}\n",
+			[]string{`1:29: registry.max_state_bytes 2GiB is outside 64KiB to 1GiB (the default is 64MiB)`}},
+		{"registry state budget zero", "registry: {max_state_bytes: 0}\n",
+			[]string{`1:29: registry.max_state_bytes 0 is outside 64KiB to 1GiB (the default is 64MiB)`}},
+		{"registry state budget negative", "registry: {max_state_bytes: -1MiB}\n",
+			[]string{`1:29: size must not be negative, got "-1MiB"`}},
 		{"registry clashes with admin", "admin: {listen: '127.0.0.1:9000'}\nregistry: {listen: '127.0.0.1:9000'}\n",
 			[]string{`2:20: registry.listen ("127.0.0.1:9000" at line 2) clashes with admin.listen ("127.0.0.1:9000" at line 1)`}},
 		{"auto_routes without registry", "listeners:\n  - {name: web, listen: ':80', auto_routes: true}\n",
@@ -947,5 +955,28 @@ func TestPassiveEjectionIsOnByDefault(t *testing.T) {
 	lines := problemLines(t, "lb.yaml", base+"    health: {passive: {enabled: false, consecutive_failures: 2}}\n")
 	if want := []string{"lb.yaml:6:33: passive.enabled: is false: passive ejection is off, so its other keys would do nothing; leave them out"}; !slices.Equal(lines, want) {
 		t.Fatalf("problems %q, want %q", lines, want)
+	}
+}
+
+func TestRegistryStateBudgetDefaultsAndParses(t *testing.T) {
+	for src, want := range map[string]Size{
+		"registry: {}\n":                          DefaultRegistryMaxStateBytes,
+		"registry: {max_state_bytes: 256KiB}\n":   256 * KiB,
+		"registry: {max_state_bytes: 1GiB}\n":     GiB,
+		"registry: {max_state_bytes: 65536}\n":    64 * KiB,
+		"registry: {max_state_bytes: 100MB}\n":    100 * MB,
+		"registry: {enabled: false}\n":            DefaultRegistryMaxStateBytes,
+		"registry: {data_dir: /var/lib/sb/reg}\n": DefaultRegistryMaxStateBytes,
+	} {
+		cfg, err := Parse("t.yaml", []byte(src))
+		if err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		if got := cfg.Registry.MaxStateBytes; got != want {
+			t.Errorf("%q: max_state_bytes %v, want %v", src, got, want)
+		}
+	}
+	if DefaultRegistryMaxStateBytes != 64*MiB {
+		t.Errorf("the default budget is %v; docs/configuration.md and docs/registry.md say 64MiB", DefaultRegistryMaxStateBytes)
 	}
 }

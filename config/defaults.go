@@ -6,6 +6,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/health"
+	"github.com/switchboard-dev/switchboard/registryd"
 )
 
 // The defaults that Parse fills in, as documented on the fields in
@@ -34,7 +35,10 @@ const (
 
 	DefaultRegistryListen       = "127.0.0.1:8500"
 	DefaultRegistryMaxBodyBytes = 1 * MiB
-	DefaultEmptyGrace           = Duration(30 * time.Second)
+	// DefaultRegistryMaxStateBytes is registryd's default (see
+	// registryd.DefaultMaxStateBytes for why this size).
+	DefaultRegistryMaxStateBytes = Size(registryd.DefaultMaxStateBytes)
+	DefaultEmptyGrace            = Duration(30 * time.Second)
 
 	DefaultTCPIdleTimeout  = Duration(10 * time.Minute)
 	DefaultConnectAttempts = 3
@@ -94,6 +98,7 @@ func applyDefaults(cfg *Config) {
 		}
 		setDefault(&r.Listen, DefaultRegistryListen)
 		setDefault(&r.MaxBodyBytes, DefaultRegistryMaxBodyBytes)
+		setDefault(&r.MaxStateBytes, DefaultRegistryMaxStateBytes)
 	}
 	setDefault(&cfg.Discovery.EmptyGrace, DefaultEmptyGrace)
 

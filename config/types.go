@@ -160,6 +160,11 @@ type Registry struct {
 	DataDir string `yaml:"data_dir"`
 	// MaxBodyBytes caps a request body. Default 1MiB.
 	MaxBodyBytes Size `yaml:"max_body_bytes"`
+	// MaxStateBytes is the budget of the registry's state, counted as the
+	// snapshot stores it (each check is charged 4KiB for its output); a
+	// registration past it gets 507. Whatever it accepted loads again at
+	// a restart. Default 64MiB; 64KiB to 1GiB.
+	MaxStateBytes Size `yaml:"max_state_bytes"`
 	// NodeName is the node name in its answers. Default: the host name.
 	NodeName string `yaml:"node_name"`
 }

@@ -62,6 +62,10 @@ func (v *validator) checkRegistry() {
 	if r.MaxBodyBytes < 0 {
 		v.errorf(&r.MaxBodyBytes, "registry.max_body_bytes must not be negative")
 	}
+	if n := r.MaxStateBytes; v.present(&r.MaxStateBytes) && !v.bad(&r.MaxStateBytes) && (n < registryd.MinMaxStateBytes || n > registryd.MaxMaxStateBytes) {
+		v.errorf(&r.MaxStateBytes, "registry.max_state_bytes %v is outside %v to %v (the default is %v)",
+			n, Size(registryd.MinMaxStateBytes), Size(registryd.MaxMaxStateBytes), DefaultRegistryMaxStateBytes)
+	}
 	if err := (registryd.Config{NodeName: r.NodeName}).Validate(); r.NodeName != "" && err != nil {
 		v.errorf(&r.NodeName, "registry.%v", err)
 	}

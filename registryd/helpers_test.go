@@ -1,12 +1,14 @@
 package registryd
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,4 +161,34 @@ func currentIndex(s *Server) uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.index
+}
+
+// logBuffer collects a Server's log lines for a test to inspect.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// logger logs every level to b, as text.
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// stateBytes is the registry's state as charged against its budget.
+func stateBytes(s *Server) int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.stateBytes
 }

@@ -231,7 +231,7 @@ func writeError(w http.ResponseWriter, err error) {
 		textError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, errNotTTL):
 		textError(w, http.StatusBadRequest, err.Error())
-	case errors.Is(err, errFull):
+	case errors.Is(err, errFull), errors.Is(err, errOverBudget):
 		textError(w, http.StatusInsufficientStorage, err.Error())
 	case errors.Is(err, errClosed):
 		textError(w, http.StatusServiceUnavailable, "registry is shutting down")

@@ -23,6 +23,8 @@ const DefaultCheckInterval = 10 * time.Second
 // Weights.Passing, Instance.Zone becomes Meta["zone"], and r.Check, if set,
 // becomes the check "service:<id>", which starts critical as in Consul. An
 // HTTP or TCP check without Interval runs every DefaultCheckInterval.
+// A registration that would take the registry's state past
+// Config.MaxStateBytes is refused and changes nothing, as over HTTP.
 // It implements registry.Registrar.
 func (s *Server) Register(ctx context.Context, r registry.Registration) error {
 	if err := ctx.Err(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -248,21 +249,130 @@ func instEqual(a, b registry.Instance) bool {
 		a.Weight == b.Weight && a.Zone == b.Zone && a.Health == b.Health
 }
 
-func TestCorruptSnapshotIsAnErrorAtStart(t *testing.T) {
-	for name, content := range map[string]string{
-		"not JSON":          `{"version":1,`,
-		"wrong version":     `{"version":9,"index":1,"catalog_index":1}`,
-		"zero index":        `{"version":1,"index":0,"catalog_index":0}`,
-		"bad service":       `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a","Port":70000},"create_index":5,"modify_index":5}]}`,
-		"bad status":        `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a","Checks":[{"TTL":"1s","CheckID":"c","Name":"c"}]},"create_index":5,"modify_index":5,"checks":[{"check_id":"c","status":"great","create_index":5,"modify_index":5}]}]}`,
-		"index from future": `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a"},"create_index":5,"modify_index":9}]}`,
+// Issue 16, bug 1: a snapshot that cannot be loaded — corrupt, invalid,
+// of another version, too big, not a file — never keeps the registry (and
+// so switchboard) from starting. It is logged as an error naming the file
+// and why, moved aside under a name of its own, and the registry starts
+// empty and takes registrations, which the next snapshot keeps.
+func TestUnloadableSnapshotIsSetAsideAndTheRegistryStartsEmpty(t *testing.T) {
+	// Over readLimit(MinMaxStateBytes), with a header that records a bound.
+	pad := strings.Repeat(" ", int(readLimit(MinMaxStateBytes)))
+	for _, tc := range []struct{ name, content, why string }{
+		{"not JSON", `{"version":1,`, "corrupt: unexpected end of JSON input"},
+		{"wrong version", `{"version":9,"index":1,"catalog_index":1}`, "version 9, this build reads version 1"},
+		{"zero index", `{"version":1,"index":0,"catalog_index":0}`, "corrupt: indexes"},
+		{"bad service", `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a","Port":70000},"create_index":5,"modify_index":5}]}`, "Port: 70000 is out of range"},
+		{"bad status", `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a","Checks":[{"TTL":"1s","CheckID":"c","Name":"c"}]},"create_index":5,"modify_index":5,"checks":[{"check_id":"c","status":"great","create_index":5,"modify_index":5}]}]}`, "is not passing, warning or critical"},
+		{"index from future", `{"version":1,"index":5,"catalog_index":5,"name_indexes":{"a":5},"services":[{"registration":{"Name":"a"},"create_index":5,"modify_index":9}]}`, "out of order"},
+		{"too big for its recorded bound", `{"version":1,"max_state_bytes":65536,"index":1,"catalog_index":1,"name_indexes":{},"services":[]` + pad + `}`, "more than the 65687 a snapshot of a state within max_state_bytes 65536 may have"},
+		{"bound over the ceiling", `{"version":1,"max_state_bytes":1099511627776,"index":1,"catalog_index":1,"name_indexes":{},"services":[]` + pad + `}`, "records a max_state_bytes of 1099511627776, more than any registry may have"},
+		{"empty file", ``, "corrupt: unexpected end of JSON input"},
+		{"a directory", "", "is a directory, not a snapshot file"},
 	} {
-		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, snapshotName), []byte(content), 0o600)
-		_, err := New(Config{DataDir: dir, Logger: quietLogger})
-		if err == nil || !strings.Contains(err.Error(), "corrupt") || !strings.Contains(err.Error(), filepath.Join(dir, snapshotName)) {
-			t.Errorf("%s: New = %v; want an error calling %s corrupt", name, err, snapshotName)
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, snapshotName)
+			if tc.name == "a directory" {
+				if err := os.Mkdir(path, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(path, []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var logs logBuffer
+			s := startServer(t, Config{DataDir: dir, MaxStateBytes: MinMaxStateBytes, Logger: logs.logger()})
+
+			aside, _ := filepath.Glob(path + ".unreadable-*")
+			if len(aside) != 1 {
+				t.Fatalf("set aside as %v; want one %s.unreadable-<time>", aside, snapshotName)
+			}
+			if tc.name == "a directory" {
+				if st, err := os.Stat(aside[0]); err != nil || !st.IsDir() {
+					t.Fatalf("the directory was not moved aside: %v", err)
+				}
+			} else if b, err := os.ReadFile(aside[0]); err != nil || string(b) != tc.content {
+				t.Fatalf("%s does not hold the snapshot as it was: %v", aside[0], err)
+			}
+			if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("%s is still there after being set aside: %v", path, err)
+			}
+			line := ""
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, "level=ERROR") && strings.Contains(l, "snapshot") {
+					line = l
+				}
+			}
+			for _, want := range []string{path, aside[0], tc.why, "empty"} {
+				if !strings.Contains(line, want) {
+					t.Errorf("the error logged does not say %q:\n%s", want, logs.String())
+				}
+			}
+
+			// It works, and its next snapshot is a good one.
+			c := goClient(t, s, "")
+			if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "after-1", Name: "after", Port: 80}); err != nil {
+				t.Fatalf("register after starting empty: %v", err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s2 := startServer(t, Config{DataDir: dir, MaxStateBytes: MinMaxStateBytes})
+			if svcs, err := goClient(t, s2, "").Agent().Services(); err != nil || svcs["after-1"] == nil {
+				t.Fatalf("after a restart: %v, %v; want after-1", svcs, err)
+			}
+		})
+	}
+}
+
+// A snapshot that can be neither loaded nor moved aside is not replaced:
+// the registry starts empty and keeps no snapshot until it is moved.
+func TestUnloadableSnapshotThatCannotBeMovedIsNotOverwritten(t *testing.T) {
+	renameFile = func(string, string) error { return errors.New("rename: read-only file system") }
+	t.Cleanup(func() { renameFile = os.Rename })
+	dir := t.TempDir()
+	path := filepath.Join(dir, snapshotName)
+	if err := os.WriteFile(path, []byte("broken"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	s := startServer(t, Config{DataDir: dir, Logger: logs.logger()})
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "NOT persisted") || !strings.Contains(l, "read-only file system") {
+		t.Errorf("the error logged does not say the registry is not persisted and why:\n%s", l)
+	}
+	if err := goClient(t, s, "").Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "a-1", Name: "a"}); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "broken" {
+		t.Fatalf("the snapshot that could not be moved was replaced: %q, %v", b, err)
+	}
+}
+
+// A snapshot set aside never replaces one set aside before, also within
+// the same second.
+func TestSetAsideSnapshotsAreAllKept(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, snapshotName)
+	for i := range 3 {
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("broken %d", i)), 0o600); err != nil {
+			t.Fatal(err)
 		}
+		s, err := New(Config{DataDir: dir, Logger: quietLogger})
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		s.Close()
+	}
+	aside, _ := filepath.Glob(path + ".unreadable-*")
+	got := map[string]bool{}
+	for _, f := range aside {
+		b, _ := os.ReadFile(f)
+		got[string(b)] = true
+	}
+	if len(aside) != 3 || !got["broken 0"] || !got["broken 1"] || !got["broken 2"] {
+		t.Fatalf("set aside: %v holding %v; want the three broken snapshots", aside, got)
 	}
 }
 

@@ -1,6 +1,7 @@
 package registryd
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -67,7 +68,18 @@ type Server struct {
 	services     map[string]*serviceState
 	checks       map[string]*checkState
 	dirty        bool // state changed since the last snapshot
+	// stateBytes is the sum of the instances' costs (serviceState.cost);
+	// registrations keep it within budget (Config.MaxStateBytes), unless
+	// a larger snapshot was loaded.
+	stateBytes int64
+	budget     int64
+	// budgetWarned is set once a refusal for the budget was logged, and
+	// cleared by a deregistration.
+	budgetWarned bool
 
+	// persist is set when DataDir is, unless its snapshot could not be
+	// loaded nor moved aside (then writing one would replace it).
+	persist   bool
 	persistCh chan struct{}
 	writeMu   sync.Mutex // one snapshot write at a time
 	// snapshotRetryMin and snapshotRetryMax bound the persister's backoff
@@ -76,6 +88,9 @@ type Server struct {
 	snapshotRetryMin time.Duration
 	snapshotRetryMax time.Duration
 	snapshotHook     func(error)
+	// snapshotEncodeHook, when set before the first change, is called by
+	// every snapshot write as it begins to encode the state.
+	snapshotEncodeHook func()
 
 	blocking atomic.Int64 // blocking queries in flight
 	runners  atomic.Int64 // HTTP and TCP check goroutines running
@@ -85,8 +100,11 @@ type Server struct {
 	ln      net.Listener
 }
 
-// New validates cfg, loads the snapshot from cfg.DataDir (a corrupt one is
-// an error), and starts the checks of what it loaded. It does not listen.
+// New validates cfg, loads the snapshot from cfg.DataDir, and starts the
+// checks of what it loaded. It does not listen. A snapshot that cannot be
+// loaded (unreadable, corrupt, of another version, too big) is not an
+// error: it is logged, moved aside to registry.json.unreadable-<time>, and
+// the registry starts empty. A DataDir that cannot be created is.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("registryd: %w", err)
@@ -97,12 +115,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := newServer(cfg, clock.Real)
 	if cfg.DataDir != "" {
+		s.persist = true
 		if err := s.loadSnapshot(); err != nil {
 			s.cancel()
 			return nil, fmt.Errorf("registryd: %w", err)
 		}
-		s.wg.Add(1)
-		go s.persister()
+		if s.persist {
+			s.wg.Add(1)
+			go s.persister()
+		}
 	}
 	return s, nil
 }
@@ -122,6 +143,7 @@ func newServer(cfg Config, clk clock.Clock) *Server {
 		services:     map[string]*serviceState{},
 		checks:       map[string]*checkState{},
 		persistCh:    make(chan struct{}, 1),
+		budget:       cmp.Or(cfg.MaxStateBytes, DefaultMaxStateBytes),
 
 		snapshotRetryMin: snapshotRetryMin,
 		snapshotRetryMax: snapshotRetryMax,
@@ -260,7 +282,7 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.wg.Wait()
-	if s.cfg.DataDir != "" {
+	if s.persist {
 		if err := s.writeSnapshot(); err != nil {
 			errs = append(errs, err)
 		}

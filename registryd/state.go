@@ -22,6 +22,41 @@ const maxServices = 10000
 // errFull is returned when maxServices instances are registered.
 var errFull = fmt.Errorf("registry full: %d service instances are registered (the limit); deregister some first", maxServices)
 
+// errOverBudget is wrapped by a budgetError: a registration that would
+// take the registry's state over Config.MaxStateBytes.
+var errOverBudget = errors.New("registry state budget exceeded")
+
+// budgetError is a registration refused for the state budget, with the
+// numbers an operator needs to act on it.
+type budgetError struct {
+	id     string
+	grow   int64 // what the registration adds to the state
+	state  int64 // the state before it
+	budget int64
+}
+
+func (e *budgetError) Error() string {
+	after := e.state + e.grow
+	return fmt.Sprintf("Insufficient storage: registering %q would add %d bytes to the registry's state, making it %d bytes: %d bytes over its budget of %d bytes (%s, registry.max_state_bytes); deregister services, send smaller registrations, or raise max_state_bytes",
+		e.id, e.grow, after, after-e.budget, e.budget, humanBytes(e.budget))
+}
+
+func (e *budgetError) Unwrap() error { return errOverBudget }
+
+// humanBytes writes n in the largest binary unit that divides it ("64
+// MiB"), or in bytes.
+func humanBytes(n int64) string {
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return fmt.Sprintf("%d %s", n/u.size, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
 // errUnknownService and errUnknownCheck are wrapped by lookups of IDs the
 // registry does not know.
 var (
@@ -55,7 +90,12 @@ type checkState struct {
 // serviceState is one registered service instance. def.Checks lists the
 // definitions of checks, in the order of checks.
 type serviceState struct {
-	def         serviceDef
+	def serviceDef
+	// reg is def encoded as the snapshot stores it, made once when def is
+	// stored and never modified (snapshots share it); cost is what the
+	// instance is charged of the state budget (entryCost).
+	reg         []byte
+	cost        int64
 	createIndex uint64
 	modifyIndex uint64
 	checks      []*checkState
@@ -139,6 +179,12 @@ func (s *Server) nameIndexLocked(name string) (uint64, <-chan struct{}) {
 // replaceChecks (Consul's ?replace-existing-checks). A re-registration that
 // changes nothing changes no index and wakes no watcher.
 func (s *Server) register(def serviceDef, replaceChecks bool) error {
+	// Encoded outside the lock; re-encoded under it only when old checks
+	// are merged in.
+	reg, err := json.Marshal(def)
+	if err != nil {
+		return fmt.Errorf("encode service %q: %w", def.ID, err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -169,9 +215,33 @@ func (s *Server) register(def serviceDef, replaceChecks bool) error {
 	if old != nil && reflect.DeepEqual(old.def, newDef) {
 		return nil
 	}
+	if len(want) != len(def.Checks) {
+		if reg, err = json.Marshal(newDef); err != nil {
+			return fmt.Errorf("encode service %q: %w", def.ID, err)
+		}
+	}
+	cost := entryCost(newDef, reg)
+	var oldCost int64
+	if old != nil {
+		oldCost = old.cost
+	}
+	// A registration that does not grow the state is taken even over the
+	// budget (after loading a larger snapshot): refusing it would free
+	// nothing.
+	if grow := cost - oldCost; grow > 0 && s.stateBytes+grow > s.budget {
+		err := &budgetError{id: def.ID, grow: grow, state: s.stateBytes, budget: s.budget}
+		if !s.budgetWarned {
+			// Once until a deregistration makes room: a registrant that
+			// retries must not flood the log.
+			s.budgetWarned = true
+			s.log.Warn("registryd: registrations refused: the registry's state is at its budget (max_state_bytes)", "service", def.Name, "id", def.ID, "err", err.Error())
+		}
+		return err
+	}
 
 	idx := s.nextIndexLocked()
-	ss := &serviceState{def: newDef, createIndex: idx, modifyIndex: idx}
+	ss := &serviceState{def: newDef, reg: reg, cost: cost, createIndex: idx, modifyIndex: idx}
+	s.stateBytes += cost - oldCost
 	var oldChecks map[string]*checkState
 	if old != nil {
 		ss.createIndex = old.createIndex
@@ -261,6 +331,8 @@ func (s *Server) deregisterLocked(id, why string) error {
 		delete(s.checks, c.def.CheckID)
 	}
 	delete(s.services, id)
+	s.stateBytes -= ss.cost
+	s.budgetWarned = false
 	delete(s.names[ss.def.Name].instances, id)
 	s.touchCatalogLocked(idx)
 	s.touchNameLocked(ss.def.Name, idx)

@@ -176,7 +176,8 @@ func (a *App) tcpStats() any {
 func startEmbedded(rc *config.Registry, log *slog.Logger) (*registryd.Server, error) {
 	srv, err := registryd.New(registryd.Config{
 		Listen: rc.Listen, ACLToken: rc.ACLToken, ACLTokenFile: rc.ACLTokenFile, ACLReads: rc.ACLReads,
-		Insecure: rc.Insecure, DataDir: rc.DataDir, MaxBodyBytes: int64(rc.MaxBodyBytes), NodeName: rc.NodeName,
+		Insecure: rc.Insecure, DataDir: rc.DataDir, MaxBodyBytes: int64(rc.MaxBodyBytes),
+		MaxStateBytes: int64(rc.MaxStateBytes), NodeName: rc.NodeName,
 		Logger: log.With("component", "registry"),
 	})
 	if err != nil {
