@@ -7,11 +7,14 @@
 //
 // Server parses requests with the standard library's parser
 // (http.ReadRequest: the same code, and so the same request-smuggling
-// defences, as net/http's server: Content-Length with Transfer-Encoding,
-// conflicting lengths, bad chunking, header syntax) and adds the checks
-// net/http's server makes after parsing (Host, protocol version, Expect,
-// header field validity); a differential test holds its verdicts to
-// net/http's. What it leaves out is the per-request background read and
+// defences, as net/http's server: conflicting lengths, bad chunking,
+// header syntax) and adds the checks net/http's server makes after
+// parsing (Host, protocol version, Expect, header field validity); a
+// differential test holds its verdicts to net/http's. It is stricter than
+// net/http where that is lenient, as nginx is: a request with both
+// Content-Length and Transfer-Encoding, or with Transfer-Encoding on
+// HTTP/1.0, is answered 400 and the connection closed. (http.ReadRequest
+// drops those fields; the server reads them from the raw head.) What it leaves out is the per-request background read and
 // context and the per-response header copy. The price: a client that goes
 // away while its request waits on an upstream is noticed when the response
 // is written, or at the route's timeout, not at once (as with HAProxy's
