@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
@@ -373,10 +375,13 @@ func prepareHeader(r *http.Request, vals *[3]string) {
 }
 
 // upgradeOf returns the protocol an HTTP/1.1 request asks to switch to, or
-// "".
+// "". An HTTP/1.0 request's Upgrade is ignored (RFC 9110 7.8), and so is
+// one that offers h2c: a tunnel to an upstream that switched to HTTP/2
+// would carry every later request on it past the proxy's routing and
+// limits (h2c smuggling). Such a request goes upstream as a plain one.
 func upgradeOf(r *http.Request) string {
 	up := r.Header["Upgrade"]
-	if len(up) != 1 || up[0] == "" {
+	if len(up) != 1 || up[0] == "" || !r.ProtoAtLeast(1, 1) || httpguts.HeaderValuesContainsToken(up, "h2c") {
 		return ""
 	}
 	for _, v := range r.Header["Connection"] {

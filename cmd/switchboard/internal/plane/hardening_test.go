@@ -130,3 +130,71 @@ func TestAmbiguousRequestFramingIsRefusedAndNothingBehindItIsForwarded(t *testin
 		t.Fatalf("a clear request: %d requests upstream, response:\n%s", len(rec.seen()), resp)
 	}
 }
+
+// headerOf returns the value of the first field called name in a raw
+// head, and whether there is one.
+func headerOf(head, name string) (string, bool) {
+	for _, line := range strings.Split(head, "\n")[1:] {
+		if k, v, ok := strings.Cut(strings.TrimRight(line, "\r"), ":"); ok && strings.EqualFold(k, name) {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
+
+// TestUpgradeIsIgnoredOnHTTP10AndH2CIsNeverTunnelled: an HTTP/1.0
+// request's Upgrade is not a protocol switch (RFC 9110 7.8), and an
+// upgrade to h2c is never tunnelled (it would carry HTTP/2 past the
+// proxy's routing); both go upstream as plain requests, without Upgrade.
+// An HTTP/1.1 WebSocket upgrade still switches.
+func TestUpgradeIsIgnoredOnHTTP10AndH2CIsNeverTunnelled(t *testing.T) {
+	// The upstream switches to whatever it is asked to.
+	up, rec := recordingUpstream(t, func(head string) string {
+		if proto, ok := headerOf(head, "Upgrade"); ok {
+			return "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + proto + "\r\n\r\n"
+		}
+		return okAnswer(head)
+	})
+	p := startProxy(t, upstreamYAML("", up))
+	addr := p.srv.Addr("web")
+	send := func(t *testing.T, raw string) *http.Response {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, raw)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for name, raw := range map[string]string{
+		"HTTP/1.0 websocket": "GET /ws HTTP/1.0\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+		"h2c":                "GET /h2c HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+		"h2c among others":   "GET /h2c HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: websocket, H2C\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := len(rec.seen())
+			if resp := send(t, raw); resp.StatusCode != 200 {
+				t.Fatalf("status %d, want 200: the request must not switch protocols", resp.StatusCode)
+			}
+			seen := rec.seen()
+			if len(seen) != n+1 {
+				t.Fatalf("the upstream got %d requests, want 1", len(seen)-n)
+			}
+			head := seen[n]
+			for _, f := range []string{"Upgrade", "Connection", "HTTP2-Settings"} {
+				if v, ok := headerOf(head, f); ok {
+					t.Errorf("the upstream was sent %s: %s", f, v)
+				}
+			}
+		})
+	}
+	if resp := send(t, "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"); resp.StatusCode != 101 {
+		t.Fatalf("an HTTP/1.1 WebSocket upgrade: status %d, want 101", resp.StatusCode)
+	}
+}
