@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -88,6 +90,8 @@ type connPool struct {
 type pconn struct {
 	pool   *connPool
 	conn   net.Conn
+	hr     headReader // under br
+	rec    []byte     // a response head too long for br's buffer, as read
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
@@ -265,12 +269,16 @@ func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pc
 	}
 	p.dials.Add(1)
 	p.open.Add(1)
-	br := brPool.Get().(*bufio.Reader)
-	br.Reset(conn)
-	bw := bwPool.Get().(*bufio.Writer)
-	bw.Reset(conn)
-	return &pconn{pool: p, conn: conn, br: br, bw: bw, abort: func() { conn.SetDeadline(aLongTimeAgo) }}, nil
+	pc := &pconn{pool: p, conn: conn, abort: func() { conn.SetDeadline(aLongTimeAgo) }}
+	pc.hr = headReader{r: conn, n: noLimit}
+	pc.br = brPool.Get().(*bufio.Reader)
+	pc.br.Reset(&pc.hr)
+	pc.bw = bwPool.Get().(*bufio.Writer)
+	pc.bw.Reset(conn)
+	return pc, nil
 }
+
+const noLimit = 1<<63 - 1
 
 // aLongTimeAgo is a deadline in the past: setting it unblocks any I/O.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -372,11 +380,11 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 	if ctx.Err() != nil {
 		pc.abort()
 	}
-	resp, err := http.ReadResponse(pc.br, out.Req)
+	resp, err := pc.readResponse(out.Req)
 	// 1xx informational responses other than 101 are skipped: the final
 	// response follows on the same connection.
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-		resp, err = http.ReadResponse(pc.br, out.Req)
+		resp, err = pc.readResponse(out.Req)
 	}
 	if err == nil && resp.StatusCode < 100 {
 		resp.Body.Close()
@@ -405,6 +413,76 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 		}
 	}
 	return resp, nil
+}
+
+// readResponse reads one response head with http.ReadResponse. That drops
+// the Connection field of a response that says close (HTTP/1.1), but the
+// fields it names are hop-by-hop all the same: readResponse puts it back,
+// as the endpoint sent it, so that the caller can remove them. To that end
+// the raw head is looked at before it is parsed (rawHead); it is copied
+// only when its Connection field names more than close and keep-alive.
+func (pc *pconn) readResponse(req *http.Request) (*http.Response, error) {
+	var raw []byte
+	head := rawHead(pc.br, &pc.hr, &pc.rec)
+	if head != nil && namesFields(head) {
+		raw = bytes.Clone(head)
+	}
+	resp, err := http.ReadResponse(pc.br, req)
+	if head == nil {
+		// A head longer than br's buffer: it was recorded as it was read.
+		pc.hr.rec = nil
+		if err == nil {
+			raw = pc.rec[:len(pc.rec)-pc.br.Buffered()]
+		}
+	}
+	if err == nil && raw != nil && resp.Close && resp.Header["Connection"] == nil {
+		if v := connectionField(raw); v != nil {
+			resp.Header["Connection"] = v
+		}
+	}
+	pc.rec = nil // rare; not worth keeping per connection
+	return resp, err
+}
+
+// namesFields reports whether a response head has a Connection field that
+// may name other fields: a token other than close and keep-alive, or a
+// continuation line (obs-fold) after it.
+func namesFields(head []byte) bool {
+	names, inConn := false, false
+	eachField(head, func(line []byte) {
+		name := fieldName(line)
+		switch {
+		case names:
+		case name == nil:
+			names = inConn // a continuation of Connection, or a line the parser refuses
+		case asciiEqualFold(name, "Connection"):
+			inConn = true
+			for v := line[len(name)+1:]; len(v) > 0; {
+				tok, rest, _ := bytes.Cut(v, []byte{','})
+				tok, v = bytes.Trim(tok, " \t"), rest
+				if len(tok) > 0 && !asciiEqualFold(tok, "close") && !asciiEqualFold(tok, "keep-alive") {
+					names = true
+				}
+			}
+		default:
+			inConn = false
+		}
+	})
+	return names
+}
+
+// connectionField returns the Connection field of a response head as
+// net/textproto reads it (the parser http.ReadResponse uses), nil if none.
+func connectionField(head []byte) []string {
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	if _, err := tp.ReadLine(); err != nil {
+		return nil
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return nil
+	}
+	return h["Connection"]
 }
 
 // Request is a request as it goes upstream. Its header has had the

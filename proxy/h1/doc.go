@@ -29,7 +29,9 @@
 // Client writes the request and reads the response on the caller's
 // goroutine (net/http.Transport runs two goroutines per connection and
 // hands each exchange across channels). Responses are parsed with
-// http.ReadResponse. Idle connections are kept per endpoint, most recently
+// http.ReadResponse; a response's Header keeps its Connection field as the
+// endpoint sent it, also when it says close (which http.ReadResponse
+// drops), so that the caller can remove the fields it names. Idle connections are kept per endpoint, most recently
 // used first, bounded by MaxIdlePerEndpoint and IdleTimeout. A reused
 // connection is first checked with one non-blocking peek: one the endpoint
 // closed is dropped, and so is one holding bytes nobody asked for (an

@@ -198,3 +198,94 @@ func TestUpgradeIsIgnoredOnHTTP10AndH2CIsNeverTunnelled(t *testing.T) {
 		t.Fatalf("an HTTP/1.1 WebSocket upgrade: status %d, want 101", resp.StatusCode)
 	}
 }
+
+// TestHopByHopResponseFieldsNeverReachTheClient: the fields the upstream
+// names in Connection are removed also when Connection says close (which
+// http.ReadResponse drops before the proxy sees it), however Connection is
+// spelled or folded and however long the head; Proxy-Authenticate and
+// Proxy-Authorization are the proxy's, not the client's.
+func TestHopByHopResponseFieldsNeverReachTheClient(t *testing.T) {
+	rest := "X-Secret: s\r\nProxy-Authenticate: Basic realm=\"upstream\"\r\nProxy-Authorization: Basic eDp5\r\n" +
+		"Keep-Alive: timeout=5\r\nProxy-Connection: keep-alive\r\nTe: trailers\r\nX-Public: yes\r\nContent-Length: 2\r\n\r\nok"
+	answers := map[string]string{
+		"/close":  "HTTP/1.1 200 OK\r\nConnection: close, X-Secret\r\n" + rest,
+		"/lower":  "HTTP/1.1 200 OK\r\nconnection: CLOSE,x-secret\r\n" + rest,
+		"/twice":  "HTTP/1.1 200 OK\r\nConnection: X-Secret\r\nConnection: close\r\n" + rest,
+		"/folded": "HTTP/1.1 200 OK\r\nConnection: close,\r\n X-Secret\r\n" + rest,
+		"/long":   "HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", 6000) + "\r\nConnection: close, X-Secret\r\n" + rest,
+		"/open":   "HTTP/1.1 200 OK\r\nConnection: X-Secret\r\n" + rest,
+		"/http10": "HTTP/1.0 200 OK\r\nConnection: X-Secret\r\n" + rest,
+	}
+	up, _ := recordingUpstream(t, func(head string) string {
+		path := strings.Fields(head)[1]
+		return answers[path]
+	})
+	p := startProxy(t, upstreamYAML("", up))
+	addr := p.srv.Addr("web")
+	for path := range answers {
+		t.Run(path, func(t *testing.T) {
+			resp := rawExchange(t, addr, "GET "+path+" HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+			head, _, _ := strings.Cut(resp, "\r\n\r\n")
+			head += "\r\n"
+			if !strings.HasPrefix(head, "HTTP/1.1 200 ") {
+				t.Fatalf("response:\n%s", resp)
+			}
+			for _, f := range []string{"X-Secret", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "Te"} {
+				if v, ok := headerOf(head, f); ok {
+					t.Errorf("%s reached the client: %s", f, v)
+				}
+			}
+			// The proxy's own Connection: close answers the client's.
+			if v, _ := headerOf(head, "Connection"); v != "close" {
+				t.Errorf("Connection: %s", v)
+			}
+			if v, _ := headerOf(head, "X-Public"); v != "yes" {
+				t.Errorf("an end-to-end field was lost: X-Public %q", v)
+			}
+		})
+	}
+}
+
+// TestSwitchingProtocolsCarriesNoHopByHopFieldButTheSwitch: the 101 the
+// client gets has the upstream's end-to-end fields and Connection: Upgrade
+// with the upstream's Upgrade, but none of the upstream's other hop-by-hop
+// fields; the tunnel then carries bytes both ways.
+func TestSwitchingProtocolsCarriesNoHopByHopFieldButTheSwitch(t *testing.T) {
+	up := serveRaw(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := readHead(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade, X-Secret\r\nUpgrade: websocket\r\n"+
+			"X-Secret: s\r\nKeep-Alive: timeout=5\r\nProxy-Authenticate: Basic\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+		io.Copy(c, br) // echo
+	})
+	p := startProxy(t, upstreamYAML("", up))
+	c, err := net.Dial("tcp", p.srv.Addr("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	br := bufio.NewReader(c)
+	head, err := readHead(br)
+	if err != nil || !strings.HasPrefix(head, "HTTP/1.1 101 ") {
+		t.Fatalf("head %q, %v", head, err)
+	}
+	for _, f := range []string{"X-Secret", "Keep-Alive", "Proxy-Authenticate"} {
+		if v, ok := headerOf(head, f); ok {
+			t.Errorf("%s reached the client: %s", f, v)
+		}
+	}
+	conn, _ := headerOf(head, "Connection")
+	upg, _ := headerOf(head, "Upgrade")
+	acc, _ := headerOf(head, "Sec-WebSocket-Accept")
+	if conn != "Upgrade" || upg != "websocket" || acc != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+		t.Fatalf("the switch lost its fields:\n%s", head)
+	}
+	io.WriteString(c, "ping\n")
+	if line, err := br.ReadString('\n'); line != "ping\n" {
+		t.Fatalf("through the tunnel: %q, %v", line, err)
+	}
+}
