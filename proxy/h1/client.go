@@ -29,7 +29,23 @@ type ClientConfig struct {
 	IdleTimeout time.Duration
 	// MaxIdlePerEndpoint caps the idle connections kept per endpoint.
 	MaxIdlePerEndpoint int
+	// MaxResponseHeaderBytes caps the response head (status line and
+	// header, with any 1xx heads before it); 0 means
+	// DefaultMaxResponseHeaderBytes. A longer head fails the exchange with
+	// ErrResponseHeaderTooLarge and its connection is closed.
+	MaxResponseHeaderBytes int64
 }
+
+// DefaultMaxResponseHeaderBytes is the response head cap when
+// ClientConfig sets none: what the proxy takes from clients by default
+// too, above what real responses need (nginx's default buffer is 4 or 8
+// KiB, Envoy's cap 60 KiB), and small enough that an endpoint cannot make
+// the proxy hold much (net/http's default of 10 MiB can).
+const DefaultMaxResponseHeaderBytes = 64 << 10
+
+// ErrResponseHeaderTooLarge is the error of an exchange whose response
+// head ran past ClientConfig.MaxResponseHeaderBytes: the endpoint's fault.
+var ErrResponseHeaderTooLarge = errors.New("upstream response header too large")
 
 // Client speaks HTTP/1.1 to upstream endpoints over pooled keep-alive
 // connections. Unlike net/http.Transport it runs the whole exchange on the
@@ -37,7 +53,8 @@ type ClientConfig struct {
 // hand-offs), which is what makes the proxy's hot path cheap; see
 // docs/BENCHMARKS.md for the measurement that chose it.
 type Client struct {
-	cfg ClientConfig
+	cfg     ClientConfig
+	maxHead int64
 
 	mu    sync.Mutex
 	pools map[string]*connPool
@@ -48,7 +65,10 @@ type Client struct {
 
 // NewClient returns a client with no connections.
 func NewClient(cfg ClientConfig) *Client {
-	c := &Client{cfg: cfg, pools: map[string]*connPool{}}
+	c := &Client{cfg: cfg, maxHead: cfg.MaxResponseHeaderBytes, pools: map[string]*connPool{}}
+	if c.maxHead <= 0 {
+		c.maxHead = DefaultMaxResponseHeaderBytes
+	}
 	c.poolsRO.Store(&map[string]*connPool{})
 	return c
 }
@@ -380,11 +400,16 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 	if ctx.Err() != nil {
 		pc.abort()
 	}
+	// The cap counts every head read, 1xx ones included.
+	pc.hr.n = c.maxHead
 	resp, err := pc.readResponse(out.Req)
 	// 1xx informational responses other than 101 are skipped: the final
 	// response follows on the same connection.
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 		resp, err = pc.readResponse(out.Req)
+	}
+	if err != nil && pc.hr.n <= 0 {
+		err = fmt.Errorf("%w (over %d bytes)", ErrResponseHeaderTooLarge, c.maxHead)
 	}
 	if err == nil && resp.StatusCode < 100 {
 		resp.Body.Close()
@@ -400,6 +425,7 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 		}
 		return nil, fmt.Errorf("read response: %w", err)
 	}
+	pc.hr.n = noLimit // the body is not capped
 	// The body is read under the request's deadline (none if zero). When
 	// the whole body is already buffered no read reaches the connection, so
 	// the deadline is left alone: every exchange sets its own before any

@@ -31,7 +31,10 @@
 // hands each exchange across channels). Responses are parsed with
 // http.ReadResponse; a response's Header keeps its Connection field as the
 // endpoint sent it, also when it says close (which http.ReadResponse
-// drops), so that the caller can remove the fields it names. Idle connections are kept per endpoint, most recently
+// drops), so that the caller can remove the fields it names. The response
+// head is capped (ClientConfig.MaxResponseHeaderBytes, 64 KiB by default):
+// past it the exchange fails with ErrResponseHeaderTooLarge and the
+// connection is closed. Idle connections are kept per endpoint, most recently
 // used first, bounded by MaxIdlePerEndpoint and IdleTimeout. A reused
 // connection is first checked with one non-blocking peek: one the endpoint
 // closed is dropped, and so is one holding bytes nobody asked for (an

@@ -160,12 +160,13 @@ func withAutoRoutes(cfg *config.Config, services map[string][]string) *config.Co
 		maxIdle := config.DefaultMaxIdlePerEndpoint
 		passing := true
 		out.Upstreams[AutoUpstreamName(svc)] = &config.Upstream{
-			Config:             upstream.Config{Balance: balance.Config{Policy: config.DefaultBalancePolicy}},
-			Protocol:           config.DefaultUpstreamProtocol,
-			Discovery:          &config.UpstreamDiscovery{Registry: config.EmbeddedRegistry, Service: svc, PassingOnly: &passing},
-			Timeouts:           config.UpstreamTimeouts{Connect: config.DefaultConnectTimeout, ResponseHeader: config.DefaultResponseHeaderTimeout},
-			MaxIdlePerEndpoint: &maxIdle,
-			IdleTimeout:        config.DefaultUpstreamIdleTimeout,
+			Config:                 upstream.Config{Balance: balance.Config{Policy: config.DefaultBalancePolicy}},
+			Protocol:               config.DefaultUpstreamProtocol,
+			Discovery:              &config.UpstreamDiscovery{Registry: config.EmbeddedRegistry, Service: svc, PassingOnly: &passing},
+			Timeouts:               config.UpstreamTimeouts{Connect: config.DefaultConnectTimeout, ResponseHeader: config.DefaultResponseHeaderTimeout},
+			MaxIdlePerEndpoint:     &maxIdle,
+			IdleTimeout:            config.DefaultUpstreamIdleTimeout,
+			MaxResponseHeaderBytes: config.DefaultMaxResponseHeaderBytes,
 		}
 	}
 	return &out

@@ -5,6 +5,7 @@ package plane_test
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -287,5 +288,98 @@ func TestSwitchingProtocolsCarriesNoHopByHopFieldButTheSwitch(t *testing.T) {
 	io.WriteString(c, "ping\n")
 	if line, err := br.ReadString('\n'); line != "ping\n" {
 		t.Fatalf("through the tunnel: %q, %v", line, err)
+	}
+}
+
+// TestOversizedResponseHeaderIs502AndItsConnectionClosed: an endpoint's
+// response head over max_response_header_bytes fails the request with 502
+// upstream_error, the proxy stops reading it (a 64 MiB head, more than
+// the kernel's socket buffers on both ends hold, cannot be sent whole) and
+// closes the connection instead of pooling it; a head of exactly the cap
+// goes through.
+func TestOversizedResponseHeaderIs502AndItsConnectionClosed(t *testing.T) {
+	const limit = 1024
+	head := func(n int) string { // a response head of exactly n bytes
+		h := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\nX-Pad: \r\n\r\n"
+		return strings.Replace(h, "X-Pad: ", "X-Pad: "+strings.Repeat("p", n-len(h)), 1)
+	}
+	type fate struct {
+		write, next error // writing the answer; reading what came after it
+	}
+	fates := make(chan fate, 10)
+	// One request a connection: the proxy is to close each after its answer.
+	up := serveRaw(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := readHead(br)
+		if err != nil {
+			return
+		}
+		switch path := strings.Fields(req)[1]; path {
+		case "/exact":
+			io.WriteString(c, head(limit)+"ok")
+			return
+		case "/over":
+			_, err = io.WriteString(c, head(limit+1)+"ok")
+		case "/huge":
+			_, err = io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Pad: ")
+			pad := strings.Repeat("p", 64<<10)
+			for i := 0; i < 1024 && err == nil; i++ {
+				_, err = io.WriteString(c, pad)
+			}
+			if err == nil {
+				_, err = io.WriteString(c, "\r\nContent-Length: 2\r\n\r\nok")
+			}
+		}
+		// The proxy must close the connection, not pool it.
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, next := br.ReadByte()
+		fates <- fate{err, next}
+	})
+	p := startProxy(t, upstreamYAML("    max_response_header_bytes: 1KiB\n", up))
+	addr := p.srv.Addr("web")
+	check := func(path string) {
+		t.Helper()
+		resp := rawExchange(t, addr, "GET "+path+" HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+		if h, _, _ := strings.Cut(resp, "\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 502 ") || !strings.Contains(h, "X-Switchboard-Error: upstream_error") {
+			t.Fatalf("%s: want 502 upstream_error, got:\n%.300s", path, resp)
+		}
+		f := <-fates
+		var ne net.Error
+		if errors.As(f.next, &ne) && ne.Timeout() {
+			t.Fatalf("%s: the proxy kept the upstream connection open after the oversized head", path)
+		}
+		if path == "/huge" && f.write == nil {
+			t.Fatalf("the upstream sent its 64 MiB head whole: the proxy read it all")
+		}
+	}
+	if resp := rawExchange(t, addr, "GET /exact HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(resp, "HTTP/1.1 200 ") || !strings.HasSuffix(resp, "\r\n\r\nok") {
+		t.Fatalf("a head of exactly max_response_header_bytes: got\n%.300s", resp)
+	}
+	check("/over")
+
+	// The default cap (64KiB) against a 64 MiB head.
+	p = startProxy(t, upstreamYAML("", up))
+	addr = p.srv.Addr("web")
+	check("/huge")
+}
+
+// TestOversizedResponseHeaderOverH2CIs502: the cap holds for h2c
+// upstreams too (net/http's HTTP/2 client, told the cap).
+func TestOversizedResponseHeaderOverH2CIs502(t *testing.T) {
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	b := newBackendWith(t, "h2c", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/big" {
+			w.Header().Set("X-Pad", strings.Repeat("p", 2<<10))
+		}
+		io.WriteString(w, "ok")
+	}, func(s *http.Server) { s.Protocols = &protos })
+	p := startProxy(t, upstreamYAML("    protocol: h2c\n    max_response_header_bytes: 1KiB\n", b.addr()))
+	if resp, body := get(t, http.DefaultClient, p.url("web")+"/small"); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("a small head over h2c: %d %q", resp.StatusCode, body)
+	}
+	resp, body := get(t, http.DefaultClient, p.url("web")+"/big")
+	if resp.StatusCode != 502 || resp.Header.Get("X-Switchboard-Error") != "upstream_error" {
+		t.Fatalf("a 2 KiB head over h2c with a 1 KiB cap: %d %s", resp.StatusCode, body)
 	}
 }
