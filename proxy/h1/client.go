@@ -312,7 +312,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 //
 // A request on a reused connection that fails before any response byte
 // (the endpoint closed an idle connection as we picked it) is retried once
-// on a fresh connection when it can be sent again, as net/http does.
+// on a fresh connection when it can be sent again, as net/http does. One
+// that got any part of an answer is not: the endpoint has seen it.
 func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Request) (*http.Response, error) {
 	p := c.pool(addr)
 	now := time.Now()
@@ -333,7 +334,7 @@ func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Re
 		}
 	}
 	resp, stop, err := c.exchange(ctx, deadline, pc, &out)
-	if err != nil && pc.reused && out.replayable() && !isTimeout(err) && ctx.Err() == nil {
+	if err != nil && pc.reused && pc.hr.n == c.maxHead && out.replayable() && !isTimeout(err) && ctx.Err() == nil {
 		if pc, err = c.dial(ctx, p, deadline); err != nil {
 			return nil, err
 		}
@@ -382,6 +383,9 @@ func (c *Client) headerDeadline(deadline time.Time) time.Time {
 // own deadline, which then bounds the body. A request without a body is
 // sent and answered under one deadline, set once.
 func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, error) {
+	// The head cap counts every head read, 1xx ones included; set before
+	// the request goes, it also tells Do whether any answer came.
+	pc.hr.n = c.maxHead
 	hdrDeadline := c.headerDeadline(deadline)
 	if out.Body == nil {
 		pc.conn.SetDeadline(hdrDeadline)
@@ -400,8 +404,6 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 	if ctx.Err() != nil {
 		pc.abort()
 	}
-	// The cap counts every head read, 1xx ones included.
-	pc.hr.n = c.maxHead
 	resp, err := pc.readResponse(out.Req)
 	// 1xx informational responses other than 101 are skipped: the final
 	// response follows on the same connection.

@@ -43,6 +43,7 @@
 // its buffer after a response is never pooled. A request on a reused
 // connection that fails before any response byte is sent once more on a
 // fresh connection when it can be (no body, idempotent method or
-// Idempotency-Key), as net/http does. An upstream status below 100 is a
+// Idempotency-Key), as net/http does; one that got any part of an answer
+// is not. An upstream status below 100 is a
 // malformed response.
 package h1

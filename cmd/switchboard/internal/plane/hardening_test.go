@@ -383,3 +383,57 @@ func TestOversizedResponseHeaderOverH2CIs502(t *testing.T) {
 		t.Fatalf("a 2 KiB head over h2c with a 1 KiB cap: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestAnsweredExchangeOnAReusedConnectionIsNotSentAgain: the engine sends
+// a request again on a fresh connection only when a reused one failed
+// before any byte of an answer (the endpoint had closed it). An endpoint
+// that did answer — here with a head over the cap — is not asked twice.
+func TestAnsweredExchangeOnAReusedConnectionIsNotSentAgain(t *testing.T) {
+	big := "HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", 2<<10) + "\r\nContent-Length: 2\r\n\r\nok"
+	var mu sync.Mutex
+	n := 0
+	up, rec := recordingUpstream(t, func(string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if n++; n == 1 {
+			return okAnswer("") // kept alive, so the next request reuses it
+		}
+		return big
+	})
+	p := startProxy(t, upstreamYAML("    max_response_header_bytes: 1KiB\n", up))
+	if resp, body := get(t, http.DefaultClient, p.url("web")+"/first"); resp.StatusCode != 200 {
+		t.Fatalf("first: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get(t, http.DefaultClient, p.url("web")+"/second"); resp.StatusCode != 502 {
+		t.Fatalf("second: %d %s, want 502", resp.StatusCode, body)
+	}
+	if seen := rec.seen(); len(seen) != 2 {
+		t.Fatalf("the upstream got %d requests, want 2 (the answered one was sent again)", len(seen))
+	}
+}
+
+// TestUnansweredExchangeOnAReusedConnectionIsSentAgainAtOnce: the other
+// side of the rule above — a reused connection that ends before any byte
+// of an answer (the endpoint closed it as it was picked) costs the client
+// nothing: the engine sends the request again on a fresh connection, no
+// retry of the pipeline's needed.
+func TestUnansweredExchangeOnAReusedConnectionIsSentAgainAtOnce(t *testing.T) {
+	up := serveRaw(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for i := 0; ; i++ {
+			if _, err := readHead(br); err != nil || i == 1 {
+				return // the second request on a connection: closed unanswered
+			}
+			io.WriteString(c, okAnswer(""))
+		}
+	})
+	p := startProxy(t, upstreamYAML("", up))
+	for _, path := range []string{"/first", "/second"} {
+		if resp, body := get(t, http.DefaultClient, p.url("web")+path); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+	if n := p.metric("switchboard_upstream_retries_total", map[string]string{"upstream": "app"}); n != 0 {
+		t.Fatalf("the pipeline retried %v times; the engine should have sent it again itself", n)
+	}
+}
