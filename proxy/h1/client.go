@@ -410,8 +410,8 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 		resp, err = pc.readResponse(out.Req)
 	}
-	if err != nil && pc.hr.n <= 0 {
-		err = fmt.Errorf("%w (over %d bytes)", ErrResponseHeaderTooLarge, c.maxHead)
+	if errors.Is(err, ErrResponseHeaderTooLarge) {
+		err = fmt.Errorf("%w (over %d bytes)", err, c.maxHead)
 	}
 	if err == nil && resp.StatusCode < 100 {
 		resp.Body.Close()
@@ -459,8 +459,13 @@ func (pc *pconn) readResponse(req *http.Request) (*http.Response, error) {
 	if head == nil {
 		// A head longer than br's buffer: it was recorded as it was read.
 		pc.hr.rec = nil
-		if err == nil {
+		switch {
+		case err == nil:
 			raw = pc.rec[:len(pc.rec)-pc.br.Buffered()]
+		case pc.hr.n <= 0:
+			// The parser failed for want of the bytes past the cap. (A head
+			// that was whole in the buffer failed for a reason of its own.)
+			err = ErrResponseHeaderTooLarge
 		}
 	}
 	if err == nil && raw != nil && resp.Close && resp.Header["Connection"] == nil {
