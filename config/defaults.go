@@ -25,13 +25,14 @@ const (
 	DefaultRouteTimeout = Duration(60 * time.Second)
 	DefaultPathPrefix   = "/"
 
-	DefaultBalancePolicy         = balance.DefaultPolicy
-	DefaultUpstreamProtocol      = "http1"
-	DefaultMaxIdlePerEndpoint    = 64
-	DefaultUpstreamIdleTimeout   = Duration(60 * time.Second)
-	DefaultConnectTimeout        = Duration(2 * time.Second)
-	DefaultResponseHeaderTimeout = Duration(30 * time.Second)
-	DefaultWeight                = 1
+	DefaultBalancePolicy          = balance.DefaultPolicy
+	DefaultUpstreamProtocol       = "http1"
+	DefaultMaxIdlePerEndpoint     = 64
+	DefaultUpstreamIdleTimeout    = Duration(60 * time.Second)
+	DefaultMaxResponseHeaderBytes = 64 * KiB
+	DefaultConnectTimeout         = Duration(2 * time.Second)
+	DefaultResponseHeaderTimeout  = Duration(30 * time.Second)
+	DefaultWeight                 = 1
 
 	DefaultRegistryListen       = "127.0.0.1:8500"
 	DefaultRegistryMaxBodyBytes = 1 * MiB
@@ -115,6 +116,7 @@ func applyDefaults(cfg *Config) {
 			u.MaxIdlePerEndpoint = ptr(DefaultMaxIdlePerEndpoint)
 		}
 		setDefault(&u.IdleTimeout, DefaultUpstreamIdleTimeout)
+		setDefault(&u.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
 		setDefault(&u.Timeouts.Connect, DefaultConnectTimeout)
 		setDefault(&u.Timeouts.ResponseHeader, DefaultResponseHeaderTimeout)
 		for i := range u.Targets {

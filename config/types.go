@@ -303,6 +303,12 @@ type Upstream struct {
 	// IdleTimeout closes upstream connections idle for longer. Default 60s;
 	// keep it below the backends' own keep-alive timeout.
 	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxResponseHeaderBytes caps an endpoint's response header (status
+	// line and fields, with any 1xx responses before it). Default 64KiB.
+	// Over it the request fails with 502 upstream_error and the
+	// connection is closed. With protocol h2c it caps the decoded header
+	// list as HTTP/2 counts it (name and value plus 32 bytes a field).
+	MaxResponseHeaderBytes Size `yaml:"max_response_header_bytes"`
 }
 
 // UpstreamTimeouts bound how long an upstream may take.

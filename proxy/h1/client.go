@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/textproto"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -27,7 +29,23 @@ type ClientConfig struct {
 	IdleTimeout time.Duration
 	// MaxIdlePerEndpoint caps the idle connections kept per endpoint.
 	MaxIdlePerEndpoint int
+	// MaxResponseHeaderBytes caps the response head (status line and
+	// header, with any 1xx heads before it); 0 means
+	// DefaultMaxResponseHeaderBytes. A longer head fails the exchange with
+	// ErrResponseHeaderTooLarge and its connection is closed.
+	MaxResponseHeaderBytes int64
 }
+
+// DefaultMaxResponseHeaderBytes is the response head cap when
+// ClientConfig sets none: what the proxy takes from clients by default
+// too, above what real responses need (nginx's default buffer is 4 or 8
+// KiB, Envoy's cap 60 KiB), and small enough that an endpoint cannot make
+// the proxy hold much (net/http's default of 10 MiB can).
+const DefaultMaxResponseHeaderBytes = 64 << 10
+
+// ErrResponseHeaderTooLarge is the error of an exchange whose response
+// head ran past ClientConfig.MaxResponseHeaderBytes: the endpoint's fault.
+var ErrResponseHeaderTooLarge = errors.New("upstream response header too large")
 
 // Client speaks HTTP/1.1 to upstream endpoints over pooled keep-alive
 // connections. Unlike net/http.Transport it runs the whole exchange on the
@@ -35,7 +53,8 @@ type ClientConfig struct {
 // hand-offs), which is what makes the proxy's hot path cheap; see
 // docs/BENCHMARKS.md for the measurement that chose it.
 type Client struct {
-	cfg ClientConfig
+	cfg     ClientConfig
+	maxHead int64
 
 	mu    sync.Mutex
 	pools map[string]*connPool
@@ -46,7 +65,10 @@ type Client struct {
 
 // NewClient returns a client with no connections.
 func NewClient(cfg ClientConfig) *Client {
-	c := &Client{cfg: cfg, pools: map[string]*connPool{}}
+	c := &Client{cfg: cfg, maxHead: cfg.MaxResponseHeaderBytes, pools: map[string]*connPool{}}
+	if c.maxHead <= 0 {
+		c.maxHead = DefaultMaxResponseHeaderBytes
+	}
 	c.poolsRO.Store(&map[string]*connPool{})
 	return c
 }
@@ -88,6 +110,8 @@ type connPool struct {
 type pconn struct {
 	pool   *connPool
 	conn   net.Conn
+	hr     headReader // under br
+	rec    []byte     // a response head too long for br's buffer, as read
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	idleAt time.Time
@@ -265,12 +289,16 @@ func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pc
 	}
 	p.dials.Add(1)
 	p.open.Add(1)
-	br := brPool.Get().(*bufio.Reader)
-	br.Reset(conn)
-	bw := bwPool.Get().(*bufio.Writer)
-	bw.Reset(conn)
-	return &pconn{pool: p, conn: conn, br: br, bw: bw, abort: func() { conn.SetDeadline(aLongTimeAgo) }}, nil
+	pc := &pconn{pool: p, conn: conn, abort: func() { conn.SetDeadline(aLongTimeAgo) }}
+	pc.hr = headReader{r: conn, n: noLimit}
+	pc.br = brPool.Get().(*bufio.Reader)
+	pc.br.Reset(&pc.hr)
+	pc.bw = bwPool.Get().(*bufio.Writer)
+	pc.bw.Reset(conn)
+	return pc, nil
 }
+
+const noLimit = 1<<63 - 1
 
 // aLongTimeAgo is a deadline in the past: setting it unblocks any I/O.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -284,7 +312,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 //
 // A request on a reused connection that fails before any response byte
 // (the endpoint closed an idle connection as we picked it) is retried once
-// on a fresh connection when it can be sent again, as net/http does.
+// on a fresh connection when it can be sent again, as net/http does. One
+// that got any part of an answer is not: the endpoint has seen it.
 func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Request) (*http.Response, error) {
 	p := c.pool(addr)
 	now := time.Now()
@@ -305,7 +334,7 @@ func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Re
 		}
 	}
 	resp, stop, err := c.exchange(ctx, deadline, pc, &out)
-	if err != nil && pc.reused && out.replayable() && !isTimeout(err) && ctx.Err() == nil {
+	if err != nil && pc.reused && pc.hr.n == c.maxHead && out.replayable() && !isTimeout(err) && ctx.Err() == nil {
 		if pc, err = c.dial(ctx, p, deadline); err != nil {
 			return nil, err
 		}
@@ -354,6 +383,9 @@ func (c *Client) headerDeadline(deadline time.Time) time.Time {
 // own deadline, which then bounds the body. A request without a body is
 // sent and answered under one deadline, set once.
 func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, error) {
+	// The head cap counts every head read, 1xx ones included; set before
+	// the request goes, it also tells Do whether any answer came.
+	pc.hr.n = c.maxHead
 	hdrDeadline := c.headerDeadline(deadline)
 	if out.Body == nil {
 		pc.conn.SetDeadline(hdrDeadline)
@@ -372,11 +404,14 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 	if ctx.Err() != nil {
 		pc.abort()
 	}
-	resp, err := http.ReadResponse(pc.br, out.Req)
+	resp, err := pc.readResponse(out.Req)
 	// 1xx informational responses other than 101 are skipped: the final
 	// response follows on the same connection.
 	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
-		resp, err = http.ReadResponse(pc.br, out.Req)
+		resp, err = pc.readResponse(out.Req)
+	}
+	if errors.Is(err, ErrResponseHeaderTooLarge) {
+		err = fmt.Errorf("%w (over %d bytes)", err, c.maxHead)
 	}
 	if err == nil && resp.StatusCode < 100 {
 		resp.Body.Close()
@@ -392,6 +427,7 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 		}
 		return nil, fmt.Errorf("read response: %w", err)
 	}
+	pc.hr.n = noLimit // the body is not capped
 	// The body is read under the request's deadline (none if zero). When
 	// the whole body is already buffered no read reaches the connection, so
 	// the deadline is left alone: every exchange sets its own before any
@@ -405,6 +441,81 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 		}
 	}
 	return resp, nil
+}
+
+// readResponse reads one response head with http.ReadResponse. That drops
+// the Connection field of a response that says close (HTTP/1.1), but the
+// fields it names are hop-by-hop all the same: readResponse puts it back,
+// as the endpoint sent it, so that the caller can remove them. To that end
+// the raw head is looked at before it is parsed (rawHead); it is copied
+// only when its Connection field names more than close and keep-alive.
+func (pc *pconn) readResponse(req *http.Request) (*http.Response, error) {
+	var raw []byte
+	head := rawHead(pc.br, &pc.hr, &pc.rec)
+	if head != nil && namesFields(head) {
+		raw = bytes.Clone(head)
+	}
+	resp, err := http.ReadResponse(pc.br, req)
+	if head == nil {
+		// A head longer than br's buffer: it was recorded as it was read.
+		pc.hr.rec = nil
+		switch {
+		case err == nil:
+			raw = pc.rec[:len(pc.rec)-pc.br.Buffered()]
+		case pc.hr.n <= 0:
+			// The parser failed for want of the bytes past the cap. (A head
+			// that was whole in the buffer failed for a reason of its own.)
+			err = ErrResponseHeaderTooLarge
+		}
+	}
+	if err == nil && raw != nil && resp.Close && resp.Header["Connection"] == nil {
+		if v := connectionField(raw); v != nil {
+			resp.Header["Connection"] = v
+		}
+	}
+	pc.rec = nil // rare; not worth keeping per connection
+	return resp, err
+}
+
+// namesFields reports whether a response head has a Connection field that
+// may name other fields: a token other than close and keep-alive, or a
+// continuation line (obs-fold) after it.
+func namesFields(head []byte) bool {
+	names, inConn := false, false
+	eachField(head, func(line []byte) {
+		name := fieldName(line)
+		switch {
+		case names:
+		case name == nil:
+			names = inConn // a continuation of Connection, or a line the parser refuses
+		case asciiEqualFold(name, "Connection"):
+			inConn = true
+			for v := line[len(name)+1:]; len(v) > 0; {
+				tok, rest, _ := bytes.Cut(v, []byte{','})
+				tok, v = bytes.Trim(tok, " \t"), rest
+				if len(tok) > 0 && !asciiEqualFold(tok, "close") && !asciiEqualFold(tok, "keep-alive") {
+					names = true
+				}
+			}
+		default:
+			inConn = false
+		}
+	})
+	return names
+}
+
+// connectionField returns the Connection field of a response head as
+// net/textproto reads it (the parser http.ReadResponse uses), nil if none.
+func connectionField(head []byte) []string {
+	tp := textproto.NewReader(bufio.NewReader(bytes.NewReader(head)))
+	if _, err := tp.ReadLine(); err != nil {
+		return nil
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return nil
+	}
+	return h["Connection"]
 }
 
 // Request is a request as it goes upstream. Its header has had the

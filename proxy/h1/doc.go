@@ -7,11 +7,14 @@
 //
 // Server parses requests with the standard library's parser
 // (http.ReadRequest: the same code, and so the same request-smuggling
-// defences, as net/http's server: Content-Length with Transfer-Encoding,
-// conflicting lengths, bad chunking, header syntax) and adds the checks
-// net/http's server makes after parsing (Host, protocol version, Expect,
-// header field validity); a differential test holds its verdicts to
-// net/http's. What it leaves out is the per-request background read and
+// defences, as net/http's server: conflicting lengths, bad chunking,
+// header syntax) and adds the checks net/http's server makes after
+// parsing (Host, protocol version, Expect, header field validity); a
+// differential test holds its verdicts to net/http's. It is stricter than
+// net/http where that is lenient, as nginx is: a request with both
+// Content-Length and Transfer-Encoding, or with Transfer-Encoding on
+// HTTP/1.0, is answered 400 and the connection closed. (http.ReadRequest
+// drops those fields; the server reads them from the raw head.) What it leaves out is the per-request background read and
 // context and the per-response header copy. The price: a client that goes
 // away while its request waits on an upstream is noticed when the response
 // is written, or at the route's timeout, not at once (as with HAProxy's
@@ -26,7 +29,12 @@
 // Client writes the request and reads the response on the caller's
 // goroutine (net/http.Transport runs two goroutines per connection and
 // hands each exchange across channels). Responses are parsed with
-// http.ReadResponse. Idle connections are kept per endpoint, most recently
+// http.ReadResponse; a response's Header keeps its Connection field as the
+// endpoint sent it, also when it says close (which http.ReadResponse
+// drops), so that the caller can remove the fields it names. The response
+// head is capped (ClientConfig.MaxResponseHeaderBytes, 64 KiB by default):
+// past it the exchange fails with ErrResponseHeaderTooLarge and the
+// connection is closed. Idle connections are kept per endpoint, most recently
 // used first, bounded by MaxIdlePerEndpoint and IdleTimeout. A reused
 // connection is first checked with one non-blocking peek: one the endpoint
 // closed is dropped, and so is one holding bytes nobody asked for (an
@@ -35,6 +43,7 @@
 // its buffer after a response is never pooled. A request on a reused
 // connection that fails before any response byte is sent once more on a
 // fresh connection when it can be (no body, idempotent method or
-// Idempotency-Key), as net/http does. An upstream status below 100 is a
+// Idempotency-Key), as net/http does; one that got any part of an answer
+// is not. An upstream status below 100 is a
 // malformed response.
 package h1

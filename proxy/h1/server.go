@@ -22,7 +22,8 @@ import (
 // library's parser (http.ReadRequest: the same code, and so the same
 // request-smuggling defences, as net/http's server) and adds the checks
 // net/http's server makes on top of it (Host, header field syntax, version,
-// Expect). It differs from net/http.Server in what it leaves out on the hot
+// Expect), and refuses the framing net/http tolerates (Content-Length with
+// Transfer-Encoding, Transfer-Encoding on HTTP/1.0). It differs from net/http.Server in what it leaves out on the hot
 // path: no background read and no context per request, no header copy per
 // response, one response writer per connection. The price: a client that
 // goes away while its request waits for the upstream is noticed when the
@@ -137,7 +138,8 @@ type conn struct {
 	s      *Server
 	nc     net.Conn
 	remote string
-	lr     io.LimitedReader // caps what the header parser may read
+	lr     headReader // caps what the header parser may read
+	rec    []byte     // a request head too long for br's buffer, as read
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	state  atomic.Int32
@@ -174,7 +176,7 @@ func (c *conn) serve() {
 		}
 	}()
 	c.remote = c.nc.RemoteAddr().String()
-	c.lr.R = c.nc
+	c.lr.r = c.nc
 	c.br = srvBRPool.Get().(*bufio.Reader)
 	c.br.Reset(&c.lr)
 	c.bw = srvBWPool.Get().(*bufio.Writer)
@@ -183,19 +185,23 @@ func (c *conn) serve() {
 	s := c.s
 	headerLimit := int64(s.MaxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
 	for first := true; ; first = false {
-		c.lr.N = headerLimit
+		c.lr.n = headerLimit
 		if !c.awaitRequest(first) {
 			return
 		}
 		if s.ReadHeaderTimeout > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
 		}
-		req, err := http.ReadRequest(c.br)
+		req, fr, err := c.readRequest()
 		if err != nil {
 			c.badRequest(err)
 			return
 		}
-		c.lr.N = 1<<63 - 1
+		c.lr.n = 1<<63 - 1
+		if msg := fr.ambiguous(req); msg != "" {
+			c.reject(http.StatusBadRequest, msg)
+			return
+		}
 		if code, msg := c.check(req); code != 0 {
 			c.reject(code, msg)
 			return
@@ -246,12 +252,89 @@ func (c *conn) awaitRequest(first bool) bool {
 		return false
 	}
 	if _, err := c.br.Peek(1); err != nil {
-		if c.lr.N <= 0 {
+		if c.lr.n <= 0 {
 			c.badRequest(err)
 		}
 		return false
 	}
 	return c.state.CompareAndSwap(connIdle, connActive) // false: closed as idle by Shutdown
+}
+
+// readRequest parses the next request, and reports the framing fields
+// its head carried as sent.
+func (c *conn) readRequest() (*http.Request, framing, error) {
+	var fr framing
+	head := rawHead(c.br, &c.lr, &c.rec)
+	if head != nil {
+		fr = framingOf(head)
+		req, err := http.ReadRequest(c.br)
+		return req, fr, err
+	}
+	// A head longer than br's buffer: it was recorded as it was read.
+	req, err := http.ReadRequest(c.br)
+	c.lr.rec = nil
+	if err == nil {
+		fr = framingOf(c.rec[:len(c.rec)-c.br.Buffered()])
+	}
+	c.rec = nil // rare; not worth keeping per connection
+	return req, fr, err
+}
+
+// framing says which framing fields a request head carried, as sent:
+// http.ReadRequest drops Content-Length when Transfer-Encoding is chunked,
+// and ignores (and drops) Transfer-Encoding on HTTP/1.0.
+type framing struct {
+	contentLength, transferEncoding bool
+}
+
+func framingOf(head []byte) (fr framing) {
+	eachField(head, func(line []byte) {
+		switch name := fieldName(line); len(name) {
+		case len("Content-Length"):
+			fr.contentLength = fr.contentLength || asciiEqualFold(name, "Content-Length")
+		case len("Transfer-Encoding"):
+			fr.transferEncoding = fr.transferEncoding || asciiEqualFold(name, "Transfer-Encoding")
+		}
+	})
+	return fr
+}
+
+// ambiguous returns why req's framing cannot be trusted, or "". A request
+// with both Content-Length and Transfer-Encoding, or with
+// Transfer-Encoding on HTTP/1.0 (RFC 9112 6.1, 6.3), is read one way here
+// and may be read another way by a server before or after this one: the
+// request-smuggling pattern. net/http serves both; like nginx, the server
+// refuses them, and the connection closes, so nothing that follows on it
+// is read as a request.
+func (fr framing) ambiguous(req *http.Request) string {
+	switch {
+	case !fr.transferEncoding:
+		return ""
+	case fr.contentLength:
+		return "both Content-Length and Transfer-Encoding"
+	case !req.ProtoAtLeast(1, 1):
+		return "Transfer-Encoding in an HTTP/1.0 request"
+	}
+	return ""
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // timedBody renews the connection's read deadline before each read of a
@@ -306,7 +389,7 @@ func (c *conn) check(req *http.Request) (int, string) {
 // badRequest answers a request that could not be parsed, as net/http does,
 // and the connection closes.
 func (c *conn) badRequest(err error) {
-	if c.lr.N <= 0 {
+	if c.lr.n <= 0 {
 		c.reject(http.StatusRequestHeaderFieldsTooLarge, "request header too large")
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -75,12 +76,12 @@ var okHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 
 // TestH1ServerRejectsWhatNetHTTPRejects runs tricky and malicious requests
 // against both servers and requires the same verdict (status codes) from
-// each: the request-smuggling defences are net/http's.
+// each: the request-smuggling defences are net/http's. (What the server
+// refuses beyond them: TestH1ServerRejectsAmbiguousFraming.)
 func TestH1ServerRejectsWhatNetHTTPRejects(t *testing.T) {
 	ours, std := startH1(t, okHandler, 1<<10)
 	cases := map[string]string{
 		"plain":                       "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
-		"CL and TE":                   "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 		"two different CLs":           "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
 		"CL with sign":                "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc",
 		"TE not chunked":              "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
@@ -277,5 +278,81 @@ func TestH1ServerClosesWhenAnExpectedBodyWasNotAskedFor(t *testing.T) {
 	got, want := exchange(t, ours, raw), exchange(t, std, raw)
 	if !strings.Contains(got, "Connection: close\r\n") || strings.Contains(got, "100 Continue") {
 		t.Fatalf("Server:\n%s\nnet/http:\n%s", got, want)
+	}
+}
+
+// readToEOF writes raw to addr and returns all the server sends until it
+// closes the connection; it fails the test if the server leaves it open.
+func readToEOF(t *testing.T, addr, raw string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("the server left the connection open (%v) after sending:\n%s", err, b)
+	}
+	return string(b)
+}
+
+// TestH1ServerRejectsAmbiguousFraming: a request with both Content-Length
+// and Transfer-Encoding, or with Transfer-Encoding on HTTP/1.0, is
+// answered 400 and the connection closed (net/http serves both and keeps
+// the connection open), so the request pipelined behind it is never read.
+// The fields are found however they are spelled, and in a head too long
+// for the read buffer.
+func TestH1ServerRejectsAmbiguousFraming(t *testing.T) {
+	var mu sync.Mutex
+	var served []string
+	ours, _ := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		served = append(served, r.URL.Path)
+		mu.Unlock()
+		okHandler(w, r)
+	}), 1<<20)
+	pad := "X-Pad: " + strings.Repeat("p", 6000) + "\r\n"
+	second := "GET /second HTTP/1.1\r\nHost: a\r\n\r\n"
+	cases := map[string]string{
+		"CL and TE":                 "POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"TE then CL, lower case":    "POST /first HTTP/1.1\r\nHost: a\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n",
+		"CL and TE, bare LF":        "POST /first HTTP/1.1\nHost: a\nContent-Length: 5\nTransfer-Encoding: chunked\n\n0\r\n\r\n",
+		"CL and TE after 6KB":       "POST /first HTTP/1.1\r\nHost: a\r\n" + pad + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"HTTP/1.0 with TE":          "POST /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"HTTP/1.0 GET with TE":      "GET /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.0 with TE and CL":   "POST /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc",
+		"HTTP/1.0 with TE after 6K": "GET /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n" + pad + "Transfer-Encoding: chunked\r\n\r\n",
+	}
+	for name, raw := range cases {
+		t.Run(name, func(t *testing.T) {
+			mu.Lock()
+			served = nil
+			mu.Unlock()
+			resp := readToEOF(t, ours, raw+second)
+			if got := statuses(resp); len(got) != 1 || got[0] != "400" || !strings.Contains(resp, "Connection: close\r\n") {
+				t.Fatalf("want one 400 with Connection: close, then the close; got:\n%s", resp)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(served) != 0 {
+				t.Fatalf("the handler served %v", served)
+			}
+		})
+	}
+	// Chunked alone, and Content-Length alone, still carry a pipelined
+	// request behind them.
+	for _, raw := range []string{
+		"POST /first HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n" + pad + "\r\n3\r\nabc\r\n0\r\n\r\n",
+		"POST /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nContent-Length: 3\r\n" + pad + "\r\nabc",
+	} {
+		resp := readToEOF(t, ours, raw+"GET /second HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+		if n := strings.Count(resp, "HTTP/1.1 200 OK\r\n"); n != 2 {
+			t.Fatalf("a request with one framing field and one behind it: %d answers of 200, want 2:\n%s", n, resp)
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
@@ -146,7 +148,7 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, res
 			WriteError(w, http.StatusBadGateway, pipeline.CodeUpstreamError, "upstream switched protocols unasked")
 			return result{status: http.StatusBadGateway}
 		}
-		return h.tunnel(w, t, resp)
+		return h.tunnel(w, t, resp, c.Upgrade)
 	}
 	dst := w.Header()
 	copyResponseHeader(dst, resp.Header)
@@ -215,8 +217,12 @@ func copyBody(w http.ResponseWriter, body io.Reader, flush bool) (rerr, werr err
 
 // tunnel completes a protocol switch (WebSocket): it hands the client the
 // upstream's 101 answer, then copies bytes both ways until both sides are
-// done or the connection sits idle for the listener's idle timeout.
-func (h *Handler) tunnel(w http.ResponseWriter, t *Table, resp *http.Response) result {
+// done or the connection sits idle for the listener's idle timeout. The
+// answer carries the upstream's fields without the hop-by-hop ones, and
+// then the two that make the switch: Connection: Upgrade, and the
+// upstream's Upgrade (or, if it sent none, upgrade, the protocol asked
+// for).
+func (h *Handler) tunnel(w http.ResponseWriter, t *Table, resp *http.Response, upgrade string) result {
 	ub, ok := resp.Body.(*h1.Body)
 	if !ok {
 		resp.Body.Close()
@@ -235,9 +241,16 @@ func (h *Handler) tunnel(w http.ResponseWriter, t *Table, resp *http.Response) r
 	defer client.Close()
 	client.SetDeadline(time.Time{})
 
+	if up := resp.Header["Upgrade"]; len(up) > 0 {
+		upgrade = strings.Join(up, ", ")
+	}
+	hdr := make(http.Header, len(resp.Header))
+	copyResponseHeader(hdr, resp.Header)
 	cbuf.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
-	resp.Header.Write(cbuf)
-	cbuf.WriteString("\r\n")
+	hdr.Write(cbuf)
+	cbuf.WriteString("Connection: Upgrade\r\nUpgrade: ")
+	cbuf.WriteString(strings.NewReplacer("\r", " ", "\n", " ").Replace(upgrade))
+	cbuf.WriteString("\r\n\r\n")
 	if err := cbuf.Flush(); err != nil {
 		return result{status: http.StatusSwitchingProtocols}
 	}
@@ -373,10 +386,13 @@ func prepareHeader(r *http.Request, vals *[3]string) {
 }
 
 // upgradeOf returns the protocol an HTTP/1.1 request asks to switch to, or
-// "".
+// "". An HTTP/1.0 request's Upgrade is ignored (RFC 9110 7.8), and so is
+// one that offers h2c: a tunnel to an upstream that switched to HTTP/2
+// would carry every later request on it past the proxy's routing and
+// limits (h2c smuggling). Such a request goes upstream as a plain one.
 func upgradeOf(r *http.Request) string {
 	up := r.Header["Upgrade"]
-	if len(up) != 1 || up[0] == "" {
+	if len(up) != 1 || up[0] == "" || !r.ProtoAtLeast(1, 1) || httpguts.HeaderValuesContainsToken(up, "h2c") {
 		return ""
 	}
 	for _, v := range r.Header["Connection"] {
@@ -413,29 +429,22 @@ func newRequestID() string {
 }
 
 // copyResponseHeader copies the upstream's response header to the client's
-// without hop-by-hop fields. Values are shared, not copied: the upstream's
-// header is not used again.
+// without hop-by-hop fields (RFC 9110 7.6.1): Connection and every field
+// it names (h1.Client keeps Connection even when it says close), the
+// fields hop-by-hop by definition, and Proxy-Authenticate and
+// Proxy-Authorization, which are for the proxy, not the client. Values are
+// shared, not copied: the upstream's header is not used again.
 func copyResponseHeader(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vv := range src {
 		switch k {
-		case "Connection", "Proxy-Connection", "Keep-Alive", "Transfer-Encoding", "Upgrade", "Trailer", "Te":
+		case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+			"Te", "Trailer", "Transfer-Encoding", "Upgrade":
 			continue
 		}
-		if len(conn) > 0 && namedIn(conn, k) {
+		if len(conn) > 0 && httpguts.HeaderValuesContainsToken(conn, k) {
 			continue
 		}
 		dst[k] = vv
 	}
-}
-
-func namedIn(list []string, name string) bool {
-	for _, v := range list {
-		for _, tok := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(tok), name) {
-				return true
-			}
-		}
-	}
-	return false
 }

@@ -35,6 +35,12 @@ type TransportConfig struct {
 	// MaxIdlePerEndpoint caps the idle connections kept per endpoint (0:
 	// none; a connection serves one exchange).
 	MaxIdlePerEndpoint int
+	// MaxResponseHeaderBytes caps an endpoint's response header (0:
+	// h1.DefaultMaxResponseHeaderBytes). Over it the exchange fails, as
+	// the endpoint's fault, and its connection is closed. For h2c it is
+	// the decoded header list as HTTP/2 counts it (each field's name and
+	// value plus 32 bytes), which net/http also announces to the endpoint.
+	MaxResponseHeaderBytes int64
 }
 
 // Transport sends the proxy's requests to the endpoints of one upstream:
@@ -53,25 +59,31 @@ type Transport struct {
 // NewTransport returns a transport for the endpoints of pool.
 func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
 	t := &Transport{cfg: cfg}
+	maxHead := cfg.MaxResponseHeaderBytes
+	if maxHead <= 0 {
+		maxHead = h1.DefaultMaxResponseHeaderBytes
+	}
 	switch cfg.Protocol {
 	case ProtocolH2C:
 		var p http.Protocols
 		p.SetUnencryptedHTTP2(true)
 		d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
 		t.h2 = &http.Transport{
-			Protocols:             &p,
-			DialContext:           d.DialContext,
-			ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
-			IdleConnTimeout:       cfg.IdleTimeout,
-			MaxIdleConnsPerHost:   cfg.MaxIdlePerEndpoint,
-			DisableKeepAlives:     cfg.MaxIdlePerEndpoint == 0, // net/http reads 0 as its default of 2
-			DisableCompression:    true,
+			Protocols:              &p,
+			DialContext:            d.DialContext,
+			ResponseHeaderTimeout:  cfg.ResponseHeaderTimeout,
+			IdleConnTimeout:        cfg.IdleTimeout,
+			MaxIdleConnsPerHost:    cfg.MaxIdlePerEndpoint,
+			MaxResponseHeaderBytes: maxHead,
+			DisableKeepAlives:      cfg.MaxIdlePerEndpoint == 0, // net/http reads 0 as its default of 2
+			DisableCompression:     true,
 		}
 		t.h2rt = pipeline.HTTPTransport{RoundTripper: t.h2}
 	default:
 		t.h1 = h1.NewClient(h1.ClientConfig{
 			ConnectTimeout: cfg.ConnectTimeout, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 			IdleTimeout: cfg.IdleTimeout, MaxIdlePerEndpoint: cfg.MaxIdlePerEndpoint,
+			MaxResponseHeaderBytes: maxHead,
 		})
 		t.unsub = pool.Subscribe(t.follow)
 	}

@@ -164,11 +164,12 @@ func withAutoRoutes(cfg *config.Config, services map[string][]string) *config.Co
 				Balance: balance.Config{Policy: config.DefaultBalancePolicy},
 				Health:  upstream.Health{Passive: config.DefaultPassive()},
 			},
-			Protocol:           config.DefaultUpstreamProtocol,
-			Discovery:          &config.UpstreamDiscovery{Registry: config.EmbeddedRegistry, Service: svc, PassingOnly: &passing},
-			Timeouts:           config.UpstreamTimeouts{Connect: config.DefaultConnectTimeout, ResponseHeader: config.DefaultResponseHeaderTimeout},
-			MaxIdlePerEndpoint: &maxIdle,
-			IdleTimeout:        config.DefaultUpstreamIdleTimeout,
+			Protocol:               config.DefaultUpstreamProtocol,
+			Discovery:              &config.UpstreamDiscovery{Registry: config.EmbeddedRegistry, Service: svc, PassingOnly: &passing},
+			Timeouts:               config.UpstreamTimeouts{Connect: config.DefaultConnectTimeout, ResponseHeader: config.DefaultResponseHeaderTimeout},
+			MaxIdlePerEndpoint:     &maxIdle,
+			IdleTimeout:            config.DefaultUpstreamIdleTimeout,
+			MaxResponseHeaderBytes: config.DefaultMaxResponseHeaderBytes,
 		}
 	}
 	return &out

@@ -178,6 +178,7 @@ func transportConfig(uc *config.Upstream) httpproxy.TransportConfig {
 	return httpproxy.TransportConfig{
 		Protocol: uc.Protocol, ConnectTimeout: uc.Timeouts.Connect.Std(), ResponseHeaderTimeout: uc.Timeouts.ResponseHeader.Std(),
 		IdleTimeout: uc.IdleTimeout.Std(), MaxIdlePerEndpoint: maxIdle,
+		MaxResponseHeaderBytes: int64(uc.MaxResponseHeaderBytes),
 	}
 }
 
