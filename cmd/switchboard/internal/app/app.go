@@ -388,11 +388,20 @@ func (a *App) watch() (<-chan struct{}, func()) {
 		const settle = 100 * time.Millisecond
 		timer := time.NewTimer(time.Hour)
 		timer.Stop()
+		// Events can go missing (some container and network filesystems
+		// deliver none for a replaced file): the file is also compared
+		// now and then.
+		check := time.NewTicker(checkEvery)
+		defer check.Stop()
 		for {
 			select {
 			case <-done:
 				timer.Stop()
 				return
+			case <-check.C:
+				if a.fileChanged() {
+					timer.Reset(0)
+				}
 			case ev, ok := <-w.Events:
 				if !ok {
 					return
@@ -420,8 +429,12 @@ func (a *App) watch() (<-chan struct{}, func()) {
 	return out, func() { close(done); w.Close() }
 }
 
-// pollEvery is how often a config file that cannot be watched is looked at.
-const pollEvery = time.Second
+// pollEvery is how often a config file that cannot be watched is looked
+// at; checkEvery how often a watched one is, in case an event went missing.
+const (
+	pollEvery  = time.Second
+	checkEvery = 5 * time.Second
+)
 
 // poll reports changes of the config file's content by reading it every
 // pollEvery, for when it cannot be watched.
