@@ -282,9 +282,11 @@ func (c *conn) readRequest() (*http.Request, framing, error) {
 
 // framing says which framing fields a request head carried, as sent:
 // http.ReadRequest drops Content-Length when Transfer-Encoding is chunked,
-// and ignores (and drops) Transfer-Encoding on HTTP/1.0.
+// ignores (and drops) Transfer-Encoding on HTTP/1.0, and drops Host (an
+// absolute-form target then stands in for a Host field that was never
+// sent).
 type framing struct {
-	contentLength, transferEncoding bool
+	contentLength, transferEncoding, host bool
 }
 
 func framingOf(head []byte) (fr framing) {
@@ -294,6 +296,8 @@ func framingOf(head []byte) (fr framing) {
 			fr.contentLength = fr.contentLength || asciiEqualFold(name, "Content-Length")
 		case len("Transfer-Encoding"):
 			fr.transferEncoding = fr.transferEncoding || asciiEqualFold(name, "Transfer-Encoding")
+		case len("Host"):
+			fr.host = fr.host || asciiEqualFold(name, "Host")
 		}
 	})
 	return fr
@@ -308,6 +312,11 @@ func framingOf(head []byte) (fr framing) {
 // is read as a request.
 func (fr framing) ambiguous(req *http.Request) string {
 	switch {
+	case !fr.host && req.ProtoMajor == 1 && req.ProtoMinor >= 1:
+		// RFC 9112 3.2: a server answers 400 to an HTTP/1.1 request
+		// without a Host field, even one with an absolute-form target,
+		// as net/http does.
+		return "missing required Host header"
 	case !fr.transferEncoding:
 		return ""
 	case fr.contentLength:
