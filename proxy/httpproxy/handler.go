@@ -33,6 +33,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.active.Add(1)
 	defer t.active.Add(-1)
 	start := time.Now()
+	if !normalizeRequest(r) {
+		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
+		t.noRoute.count(http.StatusBadRequest)
+		h.access(t, r, nil, nil, http.StatusBadRequest, start)
+		return
+	}
 	rt := t.match(r)
 	if rt == nil {
 		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
