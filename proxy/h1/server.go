@@ -30,17 +30,51 @@ import (
 // HAProxy's default. TLS listeners (and with them HTTP/2) use
 // net/http.Server.
 type Server struct {
-	Handler           http.Handler
+	Handler http.Handler
+	// ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes are the limits the
+	// server starts with (see Settings); SetSettings changes them later.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
 	MaxHeaderBytes    int
 	Log               *slog.Logger
 
+	settings atomic.Pointer[Settings] // nil until first read or set
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	lis      []net.Listener
 	shutdown atomic.Bool
 	active   sync.WaitGroup
+}
+
+// Settings are the limits a Server holds its connections to.
+type Settings struct {
+	// ReadHeaderTimeout bounds reading a request's header, and the wait
+	// for a new connection's first request (0: none).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout bounds the wait for a keep-alive connection's next
+	// request, and each read of a request body (0: none).
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps the request line and header.
+	MaxHeaderBytes int
+}
+
+// SetSettings changes the server's limits while it serves. Each connection
+// reads them before it waits for its next request, so they reach every
+// live keep-alive connection without closing it; a wait already under way
+// keeps the deadline it started with. It is safe to call concurrently with
+// Serve.
+func (s *Server) SetSettings(st Settings) { s.settings.Store(&st) }
+
+// current returns the server's limits: the last SetSettings, or those it
+// was made with.
+func (s *Server) current() *Settings {
+	if st := s.settings.Load(); st != nil {
+		return st
+	}
+	s.settings.CompareAndSwap(nil, &Settings{
+		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: s.MaxHeaderBytes,
+	})
+	return s.settings.Load()
 }
 
 // errServerClosed mirrors http.ErrServerClosed for callers that treat both
@@ -180,15 +214,22 @@ func (c *conn) serve() {
 	c.bw = srvBWPool.Get().(*bufio.Writer)
 	c.bw.Reset(c.nc)
 	c.w.header = http.Header{}
-	s := c.s
-	headerLimit := int64(s.MaxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
 	for first := true; ; first = false {
-		c.lr.N = headerLimit
-		if !c.awaitRequest(first) {
+		// The limits are read afresh for every request, so that new
+		// settings reach live connections: the wait for the request runs
+		// under those current when it began, the request itself under
+		// those current when it came.
+		st := c.s.current()
+		c.lr.N = headerLimit(st)
+		if !c.awaitRequest(first, st) {
 			return
 		}
-		if s.ReadHeaderTimeout > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
+		if now := c.s.current(); now != st {
+			st = now
+			c.lr.N = headerLimit(st) - int64(c.br.Buffered())
+		}
+		if st.ReadHeaderTimeout > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(st.ReadHeaderTimeout))
 		}
 		req, err := http.ReadRequest(c.br)
 		if err != nil {
@@ -204,8 +245,8 @@ func (c *conn) serve() {
 		// that makes progress: a client that trickles its body holds the
 		// connection no longer than one that sits idle.
 		c.nc.SetReadDeadline(time.Time{})
-		if req.Body != http.NoBody && s.IdleTimeout > 0 {
-			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: s.IdleTimeout}
+		if req.Body != http.NoBody && st.IdleTimeout > 0 {
+			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: st.IdleTimeout}
 		}
 		req.RemoteAddr = c.remote
 		keep, hj := c.serveOne(req)
@@ -219,6 +260,11 @@ func (c *conn) serve() {
 	}
 }
 
+// headerLimit is how much the header parser may read under st.
+func headerLimit(st *Settings) int64 {
+	return int64(st.MaxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
+}
+
 // awaitRequest waits between requests for the next one's first byte. It
 // reports false when the connection is to be closed: it went quiet past
 // its timeout, the client closed it, the header limit ran out, or
@@ -226,15 +272,15 @@ func (c *conn) serve() {
 // the first request of a connection, which gets the read-header timeout as
 // with net/http. The deadline is set before the connection is marked idle,
 // so that Shutdown's closing deadline always comes after it and wins.
-func (c *conn) awaitRequest(first bool) bool {
+func (c *conn) awaitRequest(first bool, st *Settings) bool {
 	s := c.s
 	if c.br.Buffered() > 0 {
 		c.state.Store(connActive) // pipelined: the next request is here
 		return true
 	}
-	wait := s.IdleTimeout
-	if first && s.ReadHeaderTimeout > 0 {
-		wait = s.ReadHeaderTimeout
+	wait := st.IdleTimeout
+	if first && st.ReadHeaderTimeout > 0 {
+		wait = st.ReadHeaderTimeout
 	}
 	if wait > 0 {
 		c.nc.SetReadDeadline(time.Now().Add(wait))
