@@ -31,10 +31,12 @@ import (
 // net/http.Server.
 type Server struct {
 	Handler http.Handler
-	// ReadHeaderTimeout, IdleTimeout and MaxHeaderBytes are the limits the
-	// server starts with (see Settings); SetSettings changes them later.
+	// ReadHeaderTimeout, IdleTimeout, ReadBodyTimeout and MaxHeaderBytes
+	// are the limits the server starts with (see Settings); SetSettings
+	// changes them later.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	ReadBodyTimeout   time.Duration
 	MaxHeaderBytes    int
 	Log               *slog.Logger
 
@@ -52,8 +54,13 @@ type Settings struct {
 	// for a new connection's first request (0: none).
 	ReadHeaderTimeout time.Duration
 	// IdleTimeout bounds the wait for a keep-alive connection's next
-	// request, and each read of a request body (0: none).
+	// request (0: none).
 	IdleTimeout time.Duration
+	// ReadBodyTimeout bounds each read of a request body: the longest the
+	// client may go without sending any of it. A read that times out
+	// fails with a net.Error whose Timeout is true, and the connection
+	// closes after the answer. 0: IdleTimeout.
+	ReadBodyTimeout time.Duration
 	// MaxHeaderBytes caps the request line and header.
 	MaxHeaderBytes int
 }
@@ -72,7 +79,8 @@ func (s *Server) current() *Settings {
 		return st
 	}
 	s.settings.CompareAndSwap(nil, &Settings{
-		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: s.MaxHeaderBytes,
+		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout,
+		ReadBodyTimeout: s.ReadBodyTimeout, MaxHeaderBytes: s.MaxHeaderBytes,
 	})
 	return s.settings.Load()
 }
@@ -241,12 +249,11 @@ func (c *conn) serve() {
 			c.reject(code, msg)
 			return
 		}
-		// The body is read under the idle timeout, renewed by every read
-		// that makes progress: a client that trickles its body holds the
-		// connection no longer than one that sits idle.
+		// Each read of the body may wait up to the body timeout for the
+		// client's next bytes (nginx's client_body_timeout).
 		c.nc.SetReadDeadline(time.Time{})
-		if req.Body != http.NoBody && st.IdleTimeout > 0 {
-			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: st.IdleTimeout}
+		if d := st.bodyTimeout(); req.Body != http.NoBody && d > 0 {
+			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: d}
 		}
 		req.RemoteAddr = c.remote
 		keep, hj := c.serveOne(req)
@@ -258,6 +265,14 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// bodyTimeout is the bound on each read of a request body.
+func (st *Settings) bodyTimeout() time.Duration {
+	if st.ReadBodyTimeout > 0 {
+		return st.ReadBodyTimeout
+	}
+	return st.IdleTimeout
 }
 
 // headerLimit is how much the header parser may read under st.

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -243,6 +245,7 @@ type serverSettings struct {
 	tls            bool
 	readHeader     time.Duration
 	idle           time.Duration
+	readBody       time.Duration
 	maxHeaderBytes int
 }
 
@@ -251,6 +254,7 @@ func serverSettingsOf(lc *config.Listener) serverSettings {
 		tls:            lc.TLS != nil,
 		readHeader:     lc.Timeouts.ReadHeader.Std(),
 		idle:           lc.Timeouts.Idle.Std(),
+		readBody:       lc.Timeouts.ReadBody.Std(),
 		maxHeaderBytes: int(lc.MaxHeaderBytes),
 	}
 }
@@ -282,7 +286,7 @@ type server interface {
 }
 
 func h1Settings(st serverSettings) h1.Settings {
-	return h1.Settings{ReadHeaderTimeout: st.readHeader, IdleTimeout: st.idle, MaxHeaderBytes: st.maxHeaderBytes}
+	return h1.Settings{ReadHeaderTimeout: st.readHeader, IdleTimeout: st.idle, ReadBodyTimeout: st.readBody, MaxHeaderBytes: st.maxHeaderBytes}
 }
 
 // startServer starts a server with settings st on the listener's socket.
@@ -388,14 +392,15 @@ func (l *listener) servers() []server {
 // HTTP/1.1 connections under requests already on the wire.
 type tlsServer struct {
 	*http.Server
-	h       http.Handler
-	retired atomic.Bool
-	conns   atomic.Int64  // open connections
-	served  chan struct{} // closed when Serve has returned
+	h        http.Handler
+	readBody time.Duration // bound on each read of a request body
+	retired  atomic.Bool
+	conns    atomic.Int64  // open connections
+	served   chan struct{} // closed when Serve has returned
 }
 
 func newTLSServer(l *listener, st serverSettings, log *slog.Logger) *tlsServer {
-	ts := &tlsServer{h: l.handler, served: make(chan struct{})}
+	ts := &tlsServer{h: l.handler, readBody: st.readBody, served: make(chan struct{})}
 	ts.Server = &http.Server{
 		Handler:           ts,
 		ReadHeaderTimeout: st.readHeader,
@@ -451,7 +456,49 @@ func (ts *tlsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 1 && ts.retired.Load() {
 		w.Header().Set("Connection", "close")
 	}
+	if ts.readBody > 0 && r.Body != nil && r.Body != http.NoBody {
+		r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), d: ts.readBody}
+	}
 	ts.h.ServeHTTP(w, r)
+}
+
+// deadlineBody gives each read of a request body on net/http's server
+// (HTTP/1.1 over TLS, and HTTP/2 streams) the body read timeout, as the
+// HTTP/1 engine does on cleartext connections. Once the body has ended the
+// deadline is cleared, so that it cannot cut net/http's own background
+// read of the connection while the response is on its way. A body that
+// did not end keeps its last deadline: net/http reads what is left of it
+// after the handler, and a client that stalled must not hold that read
+// forever.
+type deadlineBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	d        time.Duration
+	timedOut atomic.Bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	b.rc.SetReadDeadline(time.Now().Add(b.d))
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		b.rc.SetReadDeadline(time.Time{})
+	case err != nil && isTimeout(err):
+		b.timedOut.Store(true)
+	}
+	return n, err
+}
+
+// TimedOut reports whether a read ran into the body read timeout. (On
+// HTTP/1.1 net/http then ends the request's context as if the client had
+// gone, and the upstream exchange ends with that cancellation.)
+func (b *deadlineBody) TimedOut() bool { return b.timedOut.Load() }
+
+// isTimeout reports whether err is a deadline's: a net.Error that timed
+// out, or HTTP/2's os.ErrDeadlineExceeded.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // shutdownServer drains srv for up to timeout, then closes what is left. It
