@@ -169,7 +169,7 @@ func TestCanonicalConfigGetsItsDefaults(t *testing.T) {
 			Name:           "web",
 			Protocol:       "http",
 			Listen:         "127.0.0.1:8080",
-			Timeouts:       ListenerTimeouts{ReadHeader: s(10 * time.Second), Idle: s(60 * time.Second)},
+			Timeouts:       ListenerTimeouts{ReadHeader: s(10 * time.Second), Idle: s(60 * time.Second), ReadBody: s(30 * time.Second)},
 			MaxHeaderBytes: 64 << 10,
 			Routes: []Route{{
 				Name: "web/0",

@@ -20,10 +20,13 @@ const (
 	DefaultListenerProtocol  = "http"
 	DefaultReadHeaderTimeout = Duration(10 * time.Second)
 	DefaultClientIdleTimeout = Duration(60 * time.Second)
+	DefaultReadBodyTimeout   = Duration(30 * time.Second)
 	DefaultMaxHeaderBytes    = 64 * KiB
 
 	DefaultRouteTimeout = Duration(60 * time.Second)
 	DefaultPathPrefix   = "/"
+	DefaultBufferMemory = 64 * KiB
+	DefaultBufferMax    = 8 * MiB
 
 	DefaultBalancePolicy          = balance.DefaultPolicy
 	DefaultUpstreamProtocol       = "http1"
@@ -82,6 +85,7 @@ func applyDefaults(cfg *Config) {
 			continue
 		}
 		setDefault(&l.Timeouts.Idle, DefaultClientIdleTimeout)
+		setDefault(&l.Timeouts.ReadBody, DefaultReadBodyTimeout)
 		setDefault(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
 		for j := range l.Routes {
 			r := &l.Routes[j]
@@ -90,6 +94,10 @@ func applyDefaults(cfg *Config) {
 				r.Timeout = ptr(DefaultRouteTimeout)
 			}
 			setDefault(&r.Match.PathPrefix, DefaultPathPrefix)
+			if b := r.BufferRequests; b != nil {
+				setDefault(&b.Memory, DefaultBufferMemory)
+				setDefault(&b.Max, DefaultBufferMax)
+			}
 		}
 	}
 

@@ -253,6 +253,11 @@ type ListenerTimeouts struct {
 	// Idle bounds how long a keep-alive connection waits for its next
 	// request. Default 60s.
 	Idle Duration `yaml:"idle"`
+	// ReadBody is the longest a read of a request body may wait for the
+	// next bytes (nginx's client_body_timeout): a client that sends
+	// nothing for this long gets 408 and its connection is closed. http
+	// only. Default 30s.
+	ReadBody Duration `yaml:"read_body"`
 }
 
 // Route sends matching requests to an upstream.
@@ -267,9 +272,28 @@ type Route struct {
 	// Timeout bounds the whole request, from routing to the last byte of
 	// the response. Default 60s; 0 disables it (long-lived streams).
 	Timeout *Duration `yaml:"timeout"`
+	// BufferRequests, when set, reads each request body whole before an
+	// endpoint is picked, so that a slow upload holds no upstream
+	// connection, and keeps it for retries whatever its size.
+	BufferRequests *BufferRequests `yaml:"buffer_requests"`
 	// Config holds the route's protection and retry settings: rate_limit,
 	// concurrency, breaker, retry and fallback (pipeline.Config).
 	pipeline.Config `yaml:",inline"`
+}
+
+// BufferRequests bounds the buffering of a route's request bodies: the
+// first Memory bytes of a body are kept in memory, the rest in a temporary
+// file (removed from the directory as soon as it is made, so nothing is
+// left behind), and a body over Max gets 413.
+type BufferRequests struct {
+	// Memory is how much of a body is kept in memory. Default 64KiB.
+	Memory Size `yaml:"memory"`
+	// Max is the largest body accepted (the listener's max_body_bytes,
+	// when lower, wins). Default 8MiB.
+	Max Size `yaml:"max"`
+	// Dir is where bodies larger than Memory are spilled. Default: the
+	// system's temporary directory ($TMPDIR or /tmp).
+	Dir string `yaml:"dir"`
 }
 
 // Match is a route's request matcher.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"net/textproto"
+	"os"
 	"reflect"
 	"sort"
 	"strconv"
@@ -278,6 +279,37 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	}
 	v.checkMatch(&r.Match)
 	v.checkLimits(r)
+	if b := r.BufferRequests; b != nil && !v.bad(b) {
+		v.checkBuffer(b)
+	}
+}
+
+// checkBuffer checks a route's buffer_requests: memory within max, and a
+// directory that exists.
+func (v *validator) checkBuffer(b *BufferRequests) {
+	memory, max := b.Memory, b.Max
+	if memory == 0 {
+		memory = DefaultBufferMemory
+	}
+	if max == 0 {
+		max = DefaultBufferMax
+	}
+	if memory > max {
+		at := any(&b.Memory)
+		if !v.present(at) {
+			at = &b.Max
+		}
+		v.errorf(at, "buffer_requests.memory (%d bytes) is more than buffer_requests.max (%d bytes), the largest body buffered", memory, max)
+	}
+	if b.Dir == "" || v.bad(&b.Dir) {
+		return
+	}
+	switch fi, err := os.Stat(b.Dir); {
+	case err != nil:
+		v.errorf(&b.Dir, "buffer_requests.dir %q: %v", b.Dir, errors.Unwrap(err))
+	case !fi.IsDir():
+		v.errorf(&b.Dir, "buffer_requests.dir %q is not a directory", b.Dir)
+	}
 }
 
 // checkLimits checks a route's rate limits and concurrency limit, and its retry,

@@ -268,6 +268,9 @@ func (v *validator) checkTCPListener(l *Listener) {
 	if l.TLS != nil {
 		v.keyErrorf(l.TLS, "tls termination is for http listeners; a tcp listener can route TLS by name with tls_passthrough and sni")
 	}
+	if v.present(&l.Timeouts.ReadBody) {
+		v.keyErrorf(&l.Timeouts.ReadBody, "timeouts.read_body is for http listeners; a tcp listener does not read request bodies (timeouts.idle closes silent connections)")
+	}
 	if v.present(&l.Timeouts.Idle) && l.Timeouts.Idle < 0 {
 		v.errorf(&l.Timeouts.Idle, "timeouts.idle must not be negative")
 	}

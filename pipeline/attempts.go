@@ -29,9 +29,10 @@ type attempt struct {
 func (r *Route) attempts(c *Call) (*http.Response, error) {
 	pol := r.retry
 	idempotent := retry.Retryable(c.Req.Method, c.Req.Header, pol != nil && pol.RetryNonIdempotent)
+	buffered, isBuffered := c.Body.(BufferedBody)
 	if pol != nil {
 		r.budget.Deposit(c.start)
-		if c.Body != nil && idempotent {
+		if c.Body != nil && idempotent && !isBuffered {
 			// Kept while it is first sent (never read ahead), so that it
 			// can go again; past body_limit it cannot.
 			c.rb = retry.NewReplayableBody(io.NopCloser(c.Body), pol.BodyLimit)
@@ -42,7 +43,9 @@ func (r *Route) attempts(c *Call) (*http.Response, error) {
 	}
 	for n := 0; ; n++ {
 		a := attempt{n: n, body: c.Body}
-		if c.rb != nil {
+		if isBuffered {
+			a.body = buffered.NewReader()
+		} else if c.rb != nil {
 			rd, err := c.rb.NewReader()
 			if err != nil { // retries check Replayable first
 				return nil, &Error{Status: http.StatusBadGateway, Code: CodeUpstreamError, Err: err,
@@ -257,6 +260,10 @@ func (r *Route) failed(c *Call, ep *endpoint.Endpoint, err error) (*http.Respons
 	case errors.As(err, &mbe):
 		return nil, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Err: err,
 			Msg: "request body exceeds max_body_bytes " + strconv.FormatInt(mbe.Limit, 10)}
+	case errors.Is(err, ErrRequestBody) && isTimeout(err):
+		// Before the caller's context: a server may end the context
+		// because the body stopped coming, and the caller is owed a 408.
+		return nil, &Error{Status: http.StatusRequestTimeout, Code: CodeRequestTimeout, Err: err, Msg: "the request body stopped coming"}
 	case ctx.Err() != nil:
 		return nil, clientClosed(err)
 	case errors.Is(err, ErrRequestBody):
@@ -273,9 +280,15 @@ func (r *Route) failed(c *Call, ep *endpoint.Endpoint, err error) (*http.Respons
 }
 
 // replayable reports whether the call may be sent again after an exchange
-// broke: it has no body, switches no protocol, and is idempotent.
+// broke: it has no body (or one held whole), switches no protocol, and is
+// idempotent.
 func (c *Call) replayable(idempotent bool) bool {
-	return c.Body == nil && c.Upgrade == "" && idempotent
+	if c.Body != nil {
+		if _, ok := c.Body.(BufferedBody); !ok {
+			return false
+		}
+	}
+	return c.Upgrade == "" && idempotent
 }
 
 // isTimeout reports whether an attempt ran out of time.

@@ -21,8 +21,9 @@
 //
 // Without a retry policy a route still retries what is always safe, as
 // nginx does by default: a failed connect (nothing was sent) and an
-// exchange of an idempotent request without a body that broke before any
-// response byte, once, on another endpoint, when the upstream has one to
+// exchange of an idempotent request without a body (or with a
+// BufferedBody) that broke before any response byte, once, on another
+// endpoint, when the upstream has one to
 // offer (a timeout is not retried: a slow endpoint would get the load
 // twice).
 //

@@ -20,7 +20,8 @@ const (
 	CodeUpstreamTimeout    = "upstream_timeout"        // 504: the endpoint did not answer in time
 	CodeUpstreamError      = "upstream_error"          // 502: the endpoint broke the exchange
 	CodeBodyTooLarge       = "body_too_large"          // 413: the request body is over its limit
-	CodeBadRequest         = "bad_request"             // 400: the request body could not be read
+	CodeBadRequest         = "bad_request"             // 400: the request could not be read (its body; in the HTTP proxy also its path)
+	CodeRequestTimeout     = "request_timeout"         // 408: the caller stopped sending its body
 	CodeClientClosed       = "client_closed"           // 499: the caller went away; nothing to answer
 )
 

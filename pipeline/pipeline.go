@@ -227,7 +227,9 @@ type Call struct {
 	// when it ends, so does the call. Its own Body is not read: set Body.
 	Req *http.Request
 	// Body is the request body, nil for none. Its length is
-	// Req.ContentLength (-1: unknown).
+	// Req.ContentLength (-1: unknown). A BufferedBody is sent again as a
+	// whole by every retry; any other body is kept for retries up to the
+	// retry policy's body_limit.
 	Body io.Reader
 	// Upgrade is the protocol the request asks to switch to (WebSocket),
 	// or "". Such a request is never hedged or sent twice.
@@ -251,6 +253,18 @@ type Call struct {
 	stale    *staleRecorder
 	degraded bool
 	finished bool
+}
+
+// BufferedBody is a request body the front end holds whole (in memory, or
+// in a file), such as the HTTP proxy's buffer_requests makes. Set as
+// Call.Body, every attempt reads it from its first byte through
+// NewReader, so the call can be retried whatever the body's size, exactly
+// as a call without a body can.
+type BufferedBody interface {
+	io.Reader
+	// NewReader returns a reader of the whole body from its first byte.
+	// Readers are independent and may be used concurrently.
+	NewReader() io.Reader
 }
 
 // RateLimit returns the tightest rate limit that admitted the call, for

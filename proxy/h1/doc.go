@@ -18,7 +18,10 @@
 // context and the per-response header copy. The price: a client that goes
 // away while its request waits on an upstream is noticed when the response
 // is written, or at the route's timeout, not at once (as with HAProxy's
-// default). Responses keep the handler's Content-Length; a body without
+// default). Its limits (Settings: header and body read timeouts, idle
+// timeout, header size) can change while it serves (SetSettings); every
+// connection takes them for its next request. Responses keep the
+// handler's Content-Length; a body without
 // one is held back up to 2 KiB and given a length if it ends there, else
 // sent chunked (with trailers). Pipelining, HTTP/1.0 keep-alive and
 // 100-continue work as in net/http; Hijack hands the connection over for a

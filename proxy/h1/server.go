@@ -2,6 +2,7 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,17 +32,59 @@ import (
 // HAProxy's default. TLS listeners (and with them HTTP/2) use
 // net/http.Server.
 type Server struct {
-	Handler           http.Handler
+	Handler http.Handler
+	// ReadHeaderTimeout, IdleTimeout, ReadBodyTimeout and MaxHeaderBytes
+	// are the limits the server starts with (see Settings); SetSettings
+	// changes them later.
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	ReadBodyTimeout   time.Duration
 	MaxHeaderBytes    int
 	Log               *slog.Logger
 
+	settings atomic.Pointer[Settings] // nil until first read or set
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	lis      []net.Listener
 	shutdown atomic.Bool
 	active   sync.WaitGroup
+}
+
+// Settings are the limits a Server holds its connections to.
+type Settings struct {
+	// ReadHeaderTimeout bounds reading a request's header, and the wait
+	// for a new connection's first request (0: none).
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout bounds the wait for a keep-alive connection's next
+	// request (0: none).
+	IdleTimeout time.Duration
+	// ReadBodyTimeout bounds each read of a request body: the longest the
+	// client may go without sending any of it. A read that times out
+	// fails with a net.Error whose Timeout is true, and the connection
+	// closes after the answer. 0: IdleTimeout.
+	ReadBodyTimeout time.Duration
+	// MaxHeaderBytes caps the request line and header.
+	MaxHeaderBytes int
+}
+
+// SetSettings changes the server's limits while it serves. Each connection
+// reads them before it waits for its next request, so they reach every
+// live keep-alive connection without closing it; a wait already under way
+// keeps the deadline it started with. It is safe to call concurrently with
+// Serve.
+func (s *Server) SetSettings(st Settings) { s.settings.Store(&st) }
+
+// current returns the server's limits: the last SetSettings, or those it
+// was made with.
+func (s *Server) current() *Settings {
+	if st := s.settings.Load(); st != nil {
+		return st
+	}
+	s.settings.CompareAndSwap(nil, &Settings{
+		ReadHeaderTimeout: s.ReadHeaderTimeout, IdleTimeout: s.IdleTimeout,
+		ReadBodyTimeout: s.ReadBodyTimeout, MaxHeaderBytes: s.MaxHeaderBytes,
+	})
+	return s.settings.Load()
 }
 
 // errServerClosed mirrors http.ErrServerClosed for callers that treat both
@@ -182,15 +225,22 @@ func (c *conn) serve() {
 	c.bw = srvBWPool.Get().(*bufio.Writer)
 	c.bw.Reset(c.nc)
 	c.w.header = http.Header{}
-	s := c.s
-	headerLimit := int64(s.MaxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
 	for first := true; ; first = false {
-		c.lr.n = headerLimit
-		if !c.awaitRequest(first) {
+		// The limits are read afresh for every request, so that new
+		// settings reach live connections: the wait for the request runs
+		// under those current when it began, the request itself under
+		// those current when it came.
+		st := c.s.current()
+		c.lr.n = headerLimit(st)
+		if !c.awaitRequest(first, st) {
 			return
 		}
-		if s.ReadHeaderTimeout > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(s.ReadHeaderTimeout))
+		if now := c.s.current(); now != st {
+			st = now
+			c.lr.n = headerLimit(st) - int64(c.br.Buffered())
+		}
+		if st.ReadHeaderTimeout > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(st.ReadHeaderTimeout))
 		}
 		req, fr, err := c.readRequest()
 		if err != nil {
@@ -206,12 +256,11 @@ func (c *conn) serve() {
 			c.reject(code, msg)
 			return
 		}
-		// The body is read under the idle timeout, renewed by every read
-		// that makes progress: a client that trickles its body holds the
-		// connection no longer than one that sits idle.
+		// Each read of the body may wait up to the body timeout for the
+		// client's next bytes (nginx's client_body_timeout).
 		c.nc.SetReadDeadline(time.Time{})
-		if req.Body != http.NoBody && s.IdleTimeout > 0 {
-			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: s.IdleTimeout}
+		if d := st.bodyTimeout(); req.Body != http.NoBody && d > 0 {
+			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: d}
 		}
 		req.RemoteAddr = c.remote
 		keep, hj := c.serveOne(req)
@@ -225,6 +274,19 @@ func (c *conn) serve() {
 	}
 }
 
+// bodyTimeout is the bound on each read of a request body.
+func (st *Settings) bodyTimeout() time.Duration {
+	if st.ReadBodyTimeout > 0 {
+		return st.ReadBodyTimeout
+	}
+	return st.IdleTimeout
+}
+
+// headerLimit is how much the header parser may read under st.
+func headerLimit(st *Settings) int64 {
+	return int64(st.MaxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
+}
+
 // awaitRequest waits between requests for the next one's first byte. It
 // reports false when the connection is to be closed: it went quiet past
 // its timeout, the client closed it, the header limit ran out, or
@@ -232,15 +294,15 @@ func (c *conn) serve() {
 // the first request of a connection, which gets the read-header timeout as
 // with net/http. The deadline is set before the connection is marked idle,
 // so that Shutdown's closing deadline always comes after it and wins.
-func (c *conn) awaitRequest(first bool) bool {
+func (c *conn) awaitRequest(first bool, st *Settings) bool {
 	s := c.s
 	if c.br.Buffered() > 0 {
 		c.state.Store(connActive) // pipelined: the next request is here
 		return true
 	}
-	wait := s.IdleTimeout
-	if first && s.ReadHeaderTimeout > 0 {
-		wait = s.ReadHeaderTimeout
+	wait := st.IdleTimeout
+	if first && st.ReadHeaderTimeout > 0 {
+		wait = st.ReadHeaderTimeout
 	}
 	if wait > 0 {
 		c.nc.SetReadDeadline(time.Now().Add(wait))
@@ -287,6 +349,9 @@ func (c *conn) readRequest() (*http.Request, framing, error) {
 // sent).
 type framing struct {
 	contentLength, transferEncoding, host bool
+	// badHost: a Host field's value is not a valid host (net/http
+	// refuses it even when an absolute-form target names another).
+	badHost bool
 }
 
 func framingOf(head []byte) (fr framing) {
@@ -297,7 +362,11 @@ func framingOf(head []byte) (fr framing) {
 		case len("Transfer-Encoding"):
 			fr.transferEncoding = fr.transferEncoding || asciiEqualFold(name, "Transfer-Encoding")
 		case len("Host"):
-			fr.host = fr.host || asciiEqualFold(name, "Host")
+			if asciiEqualFold(name, "Host") {
+				fr.host = true
+				v := bytes.TrimSpace(line[len(name)+1:])
+				fr.badHost = fr.badHost || !httpguts.ValidHostHeader(string(v))
+			}
 		}
 	})
 	return fr
@@ -317,6 +386,8 @@ func (fr framing) ambiguous(req *http.Request) string {
 		// without a Host field, even one with an absolute-form target,
 		// as net/http does.
 		return "missing required Host header"
+	case fr.badHost:
+		return "malformed Host header"
 	case !fr.transferEncoding:
 		return ""
 	case fr.contentLength:

@@ -15,8 +15,9 @@
 // Server holds the listeners and swaps their tables. Prepare builds a
 // configuration's tables, loads its certificates and binds its new
 // sockets without touching what runs; Commit swaps them in (a kept
-// listener keeps its socket and connections; one whose server settings
-// changed gets a new server on the same socket while the old one drains);
-// Discard drops them. Transport sends to one upstream's endpoints over the
+// listener keeps its socket and connections: new timeouts and limits
+// reach the HTTP/1 engine's connections in place, while a TLS listener
+// gets a new net/http server and the old one retires without closing a
+// connection under a request); Discard drops them. Transport sends to one upstream's endpoints over the
 // HTTP/1 engine's keep-alive client, or over cleartext HTTP/2 (h2c).
 package httpproxy

@@ -10,6 +10,11 @@ import (
 // (pipeline.CodeRateLimited, ...).
 const CodeNoRoute = "no_route"
 
+// CodeBufferFailed is the error code of a request whose body a route's
+// buffer_requests could not keep (its directory is full or unwritable):
+// 500.
+const CodeBufferFailed = "buffer_failed"
+
 // HeaderError names the error code on every proxy-generated error response.
 const HeaderError = "X-Switchboard-Error"
 

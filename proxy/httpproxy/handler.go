@@ -35,6 +35,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.active.Add(1)
 	defer t.active.Add(-1)
 	start := time.Now()
+	if !normalizeRequest(r) {
+		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
+		t.noRoute.count(http.StatusBadRequest)
+		h.access(t, r, nil, nil, http.StatusBadRequest, start)
+		return
+	}
 	rt := t.match(r)
 	if rt == nil {
 		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
@@ -83,17 +89,12 @@ type reqState struct {
 
 // serve runs r through route rt's pipeline and relays the answer.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, start time.Time) (res result) {
-	var body io.Reader
-	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
-		body = r.Body
-		if t.maxBody > 0 {
-			if r.ContentLength > t.maxBody {
-				WriteError(w, http.StatusRequestEntityTooLarge, pipeline.CodeBodyTooLarge,
-					"request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes exceeds max_body_bytes "+strconv.FormatInt(t.maxBody, 10))
-				return result{status: http.StatusRequestEntityTooLarge}
-			}
-			body = http.MaxBytesReader(w, r.Body, t.maxBody)
-		}
+	body, held, res, ok := h.requestBody(w, r, t, rt, start)
+	if !ok {
+		return res
+	}
+	if held != nil {
+		defer held.Close() // after Finish, deferred below
 	}
 	st := new(reqState)
 	prepareHeader(r, &st.vals)
@@ -123,15 +124,86 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	return h.respond(w, t, c, resp, st.vals[2:3:3])
 }
 
+// requestBody returns the body to send upstream (nil for none) and, when
+// route rt buffers bodies, the buffered body to close once the request is
+// done. ok is false when the request was answered instead (413, or for a
+// buffered body 408, 400 or 500).
+func (h *Handler) requestBody(w http.ResponseWriter, r *http.Request, t *Table, rt *route, start time.Time) (body io.Reader, held *bufferedBody, res result, ok bool) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		return nil, nil, result{}, true
+	}
+	if t.maxBody > 0 && r.ContentLength > t.maxBody {
+		bodyError(w, r, http.StatusRequestEntityTooLarge, pipeline.CodeBodyTooLarge,
+			"request body of "+strconv.FormatInt(r.ContentLength, 10)+" bytes exceeds max_body_bytes "+strconv.FormatInt(t.maxBody, 10))
+		return nil, nil, result{status: http.StatusRequestEntityTooLarge}, false
+	}
+	if rt.buffer == nil {
+		if t.maxBody > 0 {
+			return http.MaxBytesReader(w, r.Body, t.maxBody), nil, result{}, true
+		}
+		return r.Body, nil, result{}, true
+	}
+	limit, limitName := rt.buffer.max, "buffer_requests.max"
+	if t.maxBody > 0 && t.maxBody < limit {
+		limit, limitName = t.maxBody, "max_body_bytes"
+	}
+	var deadline time.Time
+	if rt.timeout > 0 {
+		deadline = start.Add(rt.timeout)
+	}
+	b, err := rt.buffer.read(r.Body, r.ContentLength, limit, limitName, deadline)
+	if err != nil {
+		if b != nil {
+			b.Close()
+		}
+		var be *bufferError
+		if !errors.As(err, &be) {
+			be = &bufferError{status: http.StatusBadRequest, code: pipeline.CodeBadRequest, msg: err.Error()}
+		}
+		if be.status == http.StatusInternalServerError {
+			h.log.Warn("request body not buffered", "listener", h.name, "route", rt.name, "error", be.err)
+		}
+		bodyError(w, r, be.status, be.code, be.msg)
+		return nil, nil, result{status: be.status}, false
+	}
+	// The body goes upstream with its length, chunked or not as it came.
+	r.ContentLength = b.size
+	if b.size == 0 {
+		b.Close()
+		return nil, nil, result{}, true
+	}
+	return b, b, result{}, true
+}
+
+// bodyError answers a request whose body was not taken. An HTTP/1.x
+// connection is closed after the answer: the rest of the body would have
+// to be read first, and a client that stalled would hold it that long
+// again. (On HTTP/2 only the stream ends; Connection: close there would
+// end the whole connection.)
+func bodyError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	WriteError(w, status, code, msg)
+}
+
 // failed answers a request the pipeline could not get an answer for.
 func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err error) result {
 	var pe *pipeline.Error
 	if !errors.As(err, &pe) {
 		pe = &pipeline.Error{Status: http.StatusBadGateway, Code: pipeline.CodeUpstreamError, Msg: err.Error()}
 	}
+	if tb, ok := c.Req.Body.(interface{ TimedOut() bool }); ok && pe.Status == pipeline.StatusClientClosed && tb.TimedOut() {
+		// The client did not go: its body stopped coming.
+		pe = &pipeline.Error{Status: http.StatusRequestTimeout, Code: pipeline.CodeRequestTimeout, Err: err, Msg: "the request body stopped coming"}
+	}
 	if pe.Status != pipeline.StatusClientClosed {
 		pe.SetHeaders(w.Header())
-		WriteError(w, pe.Status, pe.Code, pe.Msg)
+		if pe.Code == pipeline.CodeRequestTimeout {
+			bodyError(w, c.Req, pe.Status, pe.Code, pe.Msg)
+		} else {
+			WriteError(w, pe.Status, pe.Code, pe.Msg)
+		}
 		if pe.Err != nil {
 			h.log.Debug("request failed", "listener", h.name, "route", rt.name, "upstream", rt.pipe.Upstream().Name(), "code", pe.Code, "error", pe.Err)
 		}

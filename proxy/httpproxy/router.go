@@ -35,6 +35,8 @@ type route struct {
 	headers  [][2]string // canonical name, exact value
 	pipe     *pipeline.Route
 	metrics  *routeMetrics
+	buffer   *bufferPolicy // nil: bodies are streamed
+	timeout  time.Duration // the route's, which buffering counts against
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -49,6 +51,12 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 	}
 	for _, rc := range lc.Routes {
 		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix, pipe: pipes(rc.Name)}
+		if rc.Timeout != nil {
+			rt.timeout = rc.Timeout.Std()
+		}
+		if b := rc.BufferRequests; b != nil {
+			rt.buffer = &bufferPolicy{memory: int64(b.Memory), max: int64(b.Max), dir: b.Dir}
+		}
 		if h := strings.ToLower(rc.Match.Host); strings.HasPrefix(h, "*.") {
 			rt.host, rt.wildcard = h[1:], true
 		} else {

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -190,8 +192,11 @@ func (c *Change) Commit() {
 		if old := l.handler.tbl.Swap(p.table); old != nil {
 			s.retire(old)
 		}
-		if l.srv == nil || l.settings != settings {
+		switch {
+		case l.srv == nil || l.settings.tls != settings.tls:
 			l.startServer(settings, s.log, s.drain)
+		case l.settings != settings:
+			l.applySettings(settings, s.log)
 		}
 		next[l.name] = l
 	}
@@ -232,12 +237,15 @@ func (s *Server) Shutdown() {
 	s.draining.Wait()
 }
 
-// serverSettings are the listener settings that need a new http.Server to
-// change. Routes and certificates change without one.
+// serverSettings are the listener settings its server holds. Routes and
+// certificates change without touching the server; these change in place
+// on the HTTP/1 engine, and need a new server for TLS (net/http) and for
+// turning TLS on or off.
 type serverSettings struct {
 	tls            bool
 	readHeader     time.Duration
 	idle           time.Duration
+	readBody       time.Duration
 	maxHeaderBytes int
 }
 
@@ -246,11 +254,12 @@ func serverSettingsOf(lc *config.Listener) serverSettings {
 		tls:            lc.TLS != nil,
 		readHeader:     lc.Timeouts.ReadHeader.Std(),
 		idle:           lc.Timeouts.Idle.Std(),
+		readBody:       lc.Timeouts.ReadBody.Std(),
 		maxHeaderBytes: int(lc.MaxHeaderBytes),
 	}
 }
 
-// listener is one bound socket. Its http.Server can be replaced while the
+// listener is one bound socket. Its server can be replaced while the
 // socket stays open: the accept loop hands connections to whichever server
 // currently serves, so a settings change drops nothing.
 type listener struct {
@@ -263,6 +272,9 @@ type listener struct {
 	hand     *handoff
 	settings serverSettings
 	serving  sync.WaitGroup
+	// retired are the TLS servers that settings changes replaced, while
+	// they still have connections.
+	retired []*tlsServer
 }
 
 // server is what a listener needs of an HTTP server: net/http.Server (TLS,
@@ -273,50 +285,18 @@ type server interface {
 	Close() error
 }
 
+func h1Settings(st serverSettings) h1.Settings {
+	return h1.Settings{ReadHeaderTimeout: st.readHeader, IdleTimeout: st.idle, ReadBodyTimeout: st.readBody, MaxHeaderBytes: st.maxHeaderBytes}
+}
+
+// startServer starts a server with settings st on the listener's socket.
+// A server it replaces (TLS turned on or off: its clients must reconnect
+// anyway) stops taking connections and drains for up to drain; its idle
+// keep-alive connections are closed.
 func (l *listener) startServer(st serverSettings, log *slog.Logger, drain time.Duration) {
-	var srv server
-	var serve func(net.Listener) error
-	if !st.tls {
-		hs := &h1.Server{
-			Handler:           l.handler,
-			ReadHeaderTimeout: st.readHeader,
-			IdleTimeout:       st.idle,
-			MaxHeaderBytes:    st.maxHeaderBytes,
-			Log:               log,
-		}
-		srv, serve = hs, hs.Serve
-	} else {
-		hs := &http.Server{
-			Handler:           l.handler,
-			ReadHeaderTimeout: st.readHeader,
-			IdleTimeout:       st.idle,
-			MaxHeaderBytes:    st.maxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		}
-		hs.TLSConfig = &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"},
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-				return l.cert.Load(), nil
-			},
-		}
-		srv = hs
-		serve = func(l net.Listener) error { return hs.ServeTLS(l, "", "") }
-	}
-	h := l.loop.handoff()
 	oldSrv, oldHand := l.srv, l.hand
-	l.srv, l.hand, l.settings = srv, h, st
-	l.serving.Add(1)
-	go func() {
-		defer l.serving.Done()
-		if err := serve(h); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("listener stopped", "listener", l.name, "error", err)
-		}
-	}()
+	l.serve(st, log)
 	if oldSrv != nil {
-		// The new server already takes connections; the old one finishes
-		// what it has. Idle keep-alive connections of the old server are
-		// closed between requests, which HTTP/1.1 clients retry.
 		go func() {
 			oldHand.Close()
 			shutdownServer(oldSrv, drain)
@@ -324,15 +304,201 @@ func (l *listener) startServer(st serverSettings, log *slog.Logger, drain time.D
 	}
 }
 
-// shutdown stops accepting (new connections are refused), then drains.
+// applySettings moves the listener to new settings without closing a
+// connection. The HTTP/1 engine takes them in place: every connection
+// reads them before its next request. net/http's server cannot change its
+// settings once it serves, so a TLS listener gets a new server for new
+// connections and the old one retires (tlsServer.retire).
+func (l *listener) applySettings(st serverSettings, log *slog.Logger) {
+	if hs, ok := l.srv.(*h1.Server); ok {
+		hs.SetSettings(h1Settings(st))
+		l.settings = st
+		return
+	}
+	old, oldHand := l.srv.(*tlsServer), l.hand
+	l.serve(st, log)
+	oldHand.Close()
+	old.retire()
+	l.retired = slices.DeleteFunc(l.retired, (*tlsServer).done)
+	l.retired = append(l.retired, old)
+}
+
+// serve starts a server with settings st on a new handoff of the socket
+// and makes it the listener's.
+func (l *listener) serve(st serverSettings, log *slog.Logger) {
+	var srv server
+	var serve func(net.Listener) error
+	if !st.tls {
+		hs := &h1.Server{Handler: l.handler, Log: log}
+		hs.SetSettings(h1Settings(st))
+		srv, serve = hs, hs.Serve
+	} else {
+		ts := newTLSServer(l, st, log)
+		srv, serve = ts, ts.serve
+	}
+	h := l.loop.handoff()
+	l.srv, l.hand, l.settings = srv, h, st
+	l.serving.Add(1)
+	go func() {
+		defer l.serving.Done()
+		// Serve ends with ErrServerClosed, or with the handoff's ErrClosed
+		// when a retired server stops taking connections.
+		if err := serve(h); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			log.Error("listener stopped", "listener", l.name, "error", err)
+		}
+	}()
+}
+
+// shutdown stops accepting (new connections are refused), then drains the
+// server and any retired ones.
 func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
 	l.loop.stop()
-	if l.srv != nil {
-		if !shutdownServer(l.srv, timeout) {
-			log.Warn("shutdown timeout reached, closed remaining connections", "listener", l.name, "timeout", timeout)
-		}
+	var wg sync.WaitGroup
+	var timedOut atomic.Bool
+	for _, srv := range l.servers() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !shutdownServer(srv, timeout) {
+				timedOut.Store(true)
+			}
+		}()
+	}
+	wg.Wait()
+	if timedOut.Load() {
+		log.Warn("shutdown timeout reached, closed remaining connections", "listener", l.name, "timeout", timeout)
 	}
 	l.serving.Wait()
+}
+
+// servers returns the listener's server and the retired ones.
+func (l *listener) servers() []server {
+	var all []server
+	if l.srv != nil {
+		all = append(all, l.srv)
+	}
+	for _, r := range l.retired {
+		all = append(all, r)
+	}
+	return all
+}
+
+// tlsServer is the net/http server of a TLS listener (TLS, and HTTP/2 by
+// ALPN). It counts its connections and can retire: when a settings change
+// replaces it, it takes no new connections and lets those it has end
+// without a request ever meeting a closing connection. net/http cannot do
+// better than that: its settings do not change while it serves, and its
+// idle-closing Shutdown (or SetKeepAlivesEnabled(false)) closes idle
+// HTTP/1.1 connections under requests already on the wire.
+type tlsServer struct {
+	*http.Server
+	h        http.Handler
+	readBody time.Duration // bound on each read of a request body
+	retired  atomic.Bool
+	conns    atomic.Int64  // open connections
+	served   chan struct{} // closed when Serve has returned
+}
+
+func newTLSServer(l *listener, st serverSettings, log *slog.Logger) *tlsServer {
+	ts := &tlsServer{h: l.handler, readBody: st.readBody, served: make(chan struct{})}
+	ts.Server = &http.Server{
+		Handler:           ts,
+		ReadHeaderTimeout: st.readHeader,
+		IdleTimeout:       st.idle,
+		MaxHeaderBytes:    st.maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ConnState: func(_ net.Conn, cs http.ConnState) {
+			switch cs {
+			case http.StateNew:
+				ts.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				ts.conns.Add(-1)
+			}
+		},
+		TLSConfig: &tls.Config{
+			MinVersion: tls.VersionTLS12,
+			NextProtos: []string{"h2", "http/1.1"},
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return l.cert.Load(), nil
+			},
+		},
+	}
+	return ts
+}
+
+func (ts *tlsServer) serve(l net.Listener) error {
+	defer close(ts.served)
+	return ts.ServeTLS(l, "", "")
+}
+
+// retire makes the server answer every further HTTP/1.x request with
+// Connection: close, so that each of its HTTP/1.x connections closes
+// after its next response: the client knows before it sends another
+// request. Its HTTP/2 connections keep being served, with the old
+// settings, until they close by themselves (idle timeout, or the client):
+// a GOAWAY would race requests already sent, and a request whose body
+// cannot be sent again would fail. The accept loop no longer hands it
+// connections (its handoff is closed).
+func (ts *tlsServer) retire() { ts.retired.Store(true) }
+
+// done reports whether a retired server has nothing left: Serve returned
+// and every connection is closed.
+func (ts *tlsServer) done() bool {
+	select {
+	case <-ts.served:
+		return ts.conns.Load() == 0
+	default:
+		return false
+	}
+}
+
+func (ts *tlsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && ts.retired.Load() {
+		w.Header().Set("Connection", "close")
+	}
+	if ts.readBody > 0 && r.Body != nil && r.Body != http.NoBody {
+		r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), d: ts.readBody}
+	}
+	ts.h.ServeHTTP(w, r)
+}
+
+// deadlineBody gives each read of a request body on net/http's server
+// (HTTP/1.1 over TLS, and HTTP/2 streams) the body read timeout, as the
+// HTTP/1 engine does on cleartext connections. Once the body has ended the
+// deadline is cleared, so that it cannot cut net/http's own background
+// read of the connection while the response is on its way. A body that
+// did not end keeps its last deadline: net/http reads what is left of it
+// after the handler, and a client that stalled must not hold that read
+// forever.
+type deadlineBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	d        time.Duration
+	timedOut atomic.Bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	b.rc.SetReadDeadline(time.Now().Add(b.d))
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case err == io.EOF:
+		b.rc.SetReadDeadline(time.Time{})
+	case err != nil && isTimeout(err):
+		b.timedOut.Store(true)
+	}
+	return n, err
+}
+
+// TimedOut reports whether a read ran into the body read timeout. (On
+// HTTP/1.1 net/http then ends the request's context as if the client had
+// gone, and the upstream exchange ends with that cancellation.)
+func (b *deadlineBody) TimedOut() bool { return b.timedOut.Load() }
+
+// isTimeout reports whether err is a deadline's: a net.Error that timed
+// out, or HTTP/2's os.ErrDeadlineExceeded.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // shutdownServer drains srv for up to timeout, then closes what is left. It
