@@ -355,15 +355,24 @@ type framing struct {
 }
 
 func framingOf(head []byte) (fr framing) {
+	inHost := false // the line before was (part of) a Host field
 	eachField(head, func(line []byte) {
-		switch name := fieldName(line); len(name) {
+		name := fieldName(line)
+		if name == nil {
+			// A continuation (obs-fold): folded into a Host value it adds
+			// a space, which no valid host has, as net/http finds too.
+			fr.badHost = fr.badHost || inHost
+			return
+		}
+		inHost = false
+		switch len(name) {
 		case len("Content-Length"):
 			fr.contentLength = fr.contentLength || asciiEqualFold(name, "Content-Length")
 		case len("Transfer-Encoding"):
 			fr.transferEncoding = fr.transferEncoding || asciiEqualFold(name, "Transfer-Encoding")
 		case len("Host"):
 			if asciiEqualFold(name, "Host") {
-				fr.host = true
+				fr.host, inHost = true, true
 				v := bytes.TrimSpace(line[len(name)+1:])
 				fr.badHost = fr.badHost || !httpguts.ValidHostHeader(string(v))
 			}
