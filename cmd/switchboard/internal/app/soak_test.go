@@ -270,6 +270,8 @@ func TestSoak(t *testing.T) {
 		st.kills.Load(), st.revivals.Load(), rs.registrations.Load(), rs.deregistrations.Load(), st.reloads.Load(), st.reloadFailures.Load(), st.slowSpells.Load())
 	t.Logf("goroutines: %d at the start, %d at the end; heap after GC: %s at the start, %s at the end",
 		g0, g1, mib(h0), mib(h1))
+	// What the proxy absorbed: failed attempts it retried elsewhere.
+	t.Logf("retries:\n%s", grep(scrape(t, a.AdminAddr()), "switchboard_upstream_retries_total{"))
 
 	if n := st.errors.Load(); n != 0 {
 		t.Errorf("%d of %d client requests failed; the first ones:\n%s", n, st.requests(), strings.Join(st.firstErrors(), "\n"))
