@@ -582,19 +582,15 @@ func (o *Request) write(bw *bufio.Writer) error {
 		var nb [20]byte
 		bw.Write(strconv.AppendInt(nb[:0], o.Length, 10))
 		bw.WriteString("\r\n\r\n")
-		n, err := io.CopyN(bw, o.Body, o.Length)
-		if err != nil {
-			if n < o.Length && errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return &BodyError{err}
+		if err := copyFlushing(bw, bw, o.Body, o.Length); err != nil {
+			return err
 		}
 		return bw.Flush()
 	default:
 		bw.WriteString("Transfer-Encoding: chunked\r\n\r\n")
 		cw := httputil.NewChunkedWriter(bw)
-		if err := copyFlushing(cw, bw, o.Body); err != nil {
-			return &BodyError{err}
+		if err := copyFlushing(cw, bw, o.Body, -1); err != nil {
+			return err
 		}
 		if err := cw.Close(); err != nil {
 			return err
@@ -604,13 +600,21 @@ func (o *Request) write(bw *bufio.Writer) error {
 	}
 }
 
-// copyFlushing copies a body of unknown length, flushing after every read so
-// that a streaming upload reaches the endpoint as it arrives.
-func copyFlushing(dst io.Writer, bw *bufio.Writer, src io.Reader) error {
+// copyFlushing copies a request body to dst (bw, or a chunked writer over
+// it), flushing bw after every read so that a streaming or slow upload
+// reaches the endpoint as it arrives: holding it back would leave the
+// connection silent, and the endpoint free to close it as idle. length is
+// the body's length, or -1 to copy to EOF. A failure to read src (or a
+// body shorter than length) is a *BodyError, the client's fault; a failure
+// to write is returned as it is: the connection broke.
+func copyFlushing(dst io.Writer, bw *bufio.Writer, src io.Reader, length int64) error {
 	bp := copyBufPool.Get().(*[]byte)
 	defer copyBufPool.Put(bp)
-	buf := *bp
-	for {
+	for length != 0 {
+		buf := *bp
+		if length > 0 && length < int64(len(buf)) {
+			buf = buf[:length]
+		}
 		n, rerr := src.Read(buf)
 		if n > 0 {
 			if _, err := dst.Write(buf[:n]); err != nil {
@@ -619,14 +623,20 @@ func copyFlushing(dst io.Writer, bw *bufio.Writer, src io.Reader) error {
 			if err := bw.Flush(); err != nil {
 				return err
 			}
+			if length > 0 {
+				length -= int64(n)
+			}
 		}
-		if rerr == io.EOF {
+		switch {
+		case rerr == io.EOF && length > 0:
+			return &BodyError{io.ErrUnexpectedEOF}
+		case rerr == io.EOF:
 			return nil
-		}
-		if rerr != nil {
-			return rerr
+		case rerr != nil:
+			return &BodyError{rerr}
 		}
 	}
+	return nil
 }
 
 // BodyError is a failure to read the request's body (the client's fault,

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -60,3 +62,133 @@ func TestClientTellsAnOversizedHeadFromAMalformedOne(t *testing.T) {
 		t.Fatalf("a short malformed head with a long body: %v, want a parse error", err)
 	}
 }
+
+// TestClientStreamsABodyOfKnownLength: a request body with a
+// Content-Length goes to the endpoint as it arrives, as a chunked one
+// does. (It was held in the connection's write buffer, header and all,
+// until 4 KiB had come: a slow upload reached the endpoint only at its
+// end, over a connection the endpoint saw idle all along.)
+func TestClientStreamsABodyOfKnownLength(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	first := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			first <- "bad request: " + err.Error()
+			return
+		}
+		buf := make([]byte, 5)
+		if _, err := io.ReadFull(req.Body, buf); err != nil {
+			first <- "reading the body: " + err.Error()
+			return
+		}
+		first <- string(buf)
+		rest, _ := io.ReadAll(req.Body)
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(rest), rest)
+	}()
+	c := NewClient(ClientConfig{})
+	defer c.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	type result struct {
+		body string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", "http://a/up", nil)
+		resp, err := c.Do(context.Background(), time.Now().Add(10*time.Second), l.Addr().String(),
+			Request{Req: req, URI: "/up", Host: "a", Header: http.Header{}, Body: pr, Length: 10})
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- result{string(b), err}
+	}()
+	pw.Write([]byte("first"))
+	select {
+	case got := <-first:
+		if got != "first" {
+			t.Fatalf("the endpoint got %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the body's first bytes did not reach the endpoint before the rest of the body came")
+	}
+	pw.Write([]byte("later"))
+	if r := <-done; r.err != nil || r.body != "later" {
+		t.Fatalf("answer %q, %v; want the rest of the body, \"later\"", r.body, r.err)
+	}
+}
+
+// TestClientTellsABrokenUpstreamFromABadBody: an endpoint that closes the
+// connection while the request body is being sent fails the exchange with
+// the write's error; only a failure to read the body is a *BodyError (the
+// client's fault, which is not retried and answers 400).
+func TestClientTellsABrokenUpstreamFromABadBody(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// Read the head, then reset the connection with the body
+			// still coming.
+			http.ReadRequest(bufio.NewReader(c))
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	c := NewClient(ClientConfig{})
+	defer c.Close()
+	post := func(body io.Reader, length int64) error {
+		req, _ := http.NewRequest("POST", "http://a/up", nil)
+		resp, err := c.Do(context.Background(), time.Now().Add(10*time.Second), l.Addr().String(),
+			Request{Req: req, URI: "/up", Host: "a", Header: http.Header{}, Body: body, Length: length})
+		if err == nil {
+			resp.Body.Close()
+			return errors.New("the exchange succeeded")
+		}
+		return err
+	}
+	// 32 MiB: more than loopback's socket buffers take, so the reset meets
+	// a write of the body.
+	const size = 32 << 20
+	for _, length := range []int64{size, -1} {
+		err := post(io.LimitReader(zeros{}, size), length)
+		var be *BodyError
+		if errors.As(err, &be) || !(errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+			t.Errorf("length %d: an endpoint that reset the connection during the body: %v; want a reset or broken pipe, not a *BodyError", length, err)
+		}
+	}
+	// A body that cannot be read is the client's fault.
+	broken := errors.New("client went quiet")
+	err = post(io.MultiReader(strings.NewReader("part"), errReader{broken}), 100)
+	if be := (*BodyError)(nil); !errors.As(err, &be) || !errors.Is(err, broken) {
+		t.Errorf("a body that fails to read: %v; want a *BodyError", err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }

@@ -21,8 +21,9 @@ type Table struct {
 	idle      time.Duration // bounds an idle protocol-switch tunnel
 	noRoute   *routeMetrics
 	// active counts requests being served on this table, so that the
-	// series its requests count on outlive a reload while they run.
-	active atomic.Int64
+	// series its requests count on outlive a reload while they run. A
+	// pointer: the record of a replaced table keeps it, not the table.
+	active *atomic.Int64
 }
 
 // route is one entry of a table: a matcher and the pipeline it feeds.
@@ -48,6 +49,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		maxBody:   int64(lc.MaxBodyBytes),
 		idle:      lc.Timeouts.Idle.Std(),
 		noRoute:   m.forRoute(lc.Name, "", ""),
+		active:    new(atomic.Int64),
 	}
 	for _, rc := range lc.Routes {
 		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix, pipe: pipes(rc.Name)}

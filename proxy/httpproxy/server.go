@@ -37,10 +37,14 @@ type Server struct {
 	closed    bool
 }
 
-// retiredTable is a table a change replaced, and when.
+// retiredTable is what the sweep still needs of a table a change
+// replaced: the labels of its series, its count of requests still running,
+// and when it was replaced. Not the table itself, which holds its routes'
+// pipelines and series caches and would be kept until the sweep after next.
 type retiredTable struct {
-	t  *Table
-	at time.Time
+	series [][3]string
+	active *atomic.Int64
+	at     time.Time
 }
 
 // NewServer returns a server with no listeners.
@@ -59,36 +63,43 @@ func (s *Server) Addr(name string) string {
 	return ""
 }
 
-// Tables calls fn with every routing table whose requests may still count
-// on their series: the running ones, those replaced at or after since, and
-// replaced ones still serving requests (a long stream on a removed route).
-// Others are forgotten.
-func (s *Server) Tables(since time.Time, fn func(*Table)) {
+// Series calls fn with the labels (listener, route, upstream) of every
+// series that requests may still count on: those of the running tables,
+// of the tables replaced at or after since, and of replaced ones still
+// serving requests (a long stream on a removed route). Route "" is a
+// listener's no-route series.
+func (s *Server) Series(since time.Time, fn func(listener, route, upstream string)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range s.listeners {
-		fn(l.handler.tbl.Load())
+		l.handler.tbl.Load().Series(fn)
 	}
 	s.since = since
 	s.dropRetired()
 	for _, r := range s.retired {
-		fn(r.t)
+		for _, ls := range r.series {
+			fn(ls[0], ls[1], ls[2])
+		}
 	}
 }
 
 // retire records a table that was replaced or whose listener was removed;
-// s.mu is held. Those no caller of Tables needs any more go, so that the
+// s.mu is held. Those no caller of Series needs any more go, so that the
 // list stays short however often auto routes rebuild between sweeps.
 func (s *Server) retire(t *Table) {
 	s.dropRetired()
-	s.retired = append(s.retired, retiredTable{t: t, at: time.Now()})
+	r := retiredTable{active: t.active, at: time.Now()}
+	t.Series(func(listener, route, upstream string) {
+		r.series = append(r.series, [3]string{listener, route, upstream})
+	})
+	s.retired = append(s.retired, r)
 }
 
-// dropRetired forgets the tables replaced before the last Tables call that
+// dropRetired forgets the tables replaced before the last Series call that
 // serve no request; s.mu is held.
 func (s *Server) dropRetired() {
 	s.retired = slices.DeleteFunc(s.retired, func(r retiredTable) bool {
-		return r.at.Before(s.since) && r.t.active.Load() == 0
+		return r.at.Before(s.since) && r.active.Load() == 0
 	})
 }
 

@@ -1,8 +1,10 @@
 package plane_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -153,6 +155,81 @@ func TestPostIsRetriedOnlyWithIdempotencyKey(t *testing.T) {
 	}
 	if code, body := post("k-1"); code != 200 || body != "good" {
 		t.Fatalf("POST with Idempotency-Key: %d %q; it may be retried", code, body)
+	}
+}
+
+// TestPostWhoseConnectionBreaksDuringItsBodyIsRetried: an endpoint that
+// resets the connection while a POST's body is still being sent is the
+// endpoint's failure. With an Idempotency-Key and a body within
+// body_limit, the POST goes to another endpoint, whole. (It was answered
+// 400 bad_request, "could not read the request body", as if the client's
+// body had failed, and never retried.)
+func TestPostWhoseConnectionBreaksDuringItsBodyIsRetried(t *testing.T) {
+	// The first endpoint reads the request's head and resets the connection.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	reset := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			http.ReadRequest(bufio.NewReader(c))
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+			select {
+			case reset <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	echo := newBackend(t, "echo", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "echo %s", b)
+	})
+	// Round robin starts at the first target.
+	p := startProxy(t, limitYAML(`        retry: {attempts: 2, retry_on: [reset], backoff_base: 1ms, backoff_max: 2ms}`, ln.Addr().String()+"}, {address: "+echo.addr()))
+
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest("POST", p.url("web")+"/orders", pr)
+	req.ContentLength = int64(len("first,second"))
+	req.Header.Set("Idempotency-Key", "k-1")
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- result{resp.StatusCode, string(b), nil}
+	}()
+	pw.Write([]byte("first,"))
+	select {
+	case <-reset:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first endpoint never saw the request's head")
+	}
+	// The rest of the body meets the reset connection.
+	pw.Write([]byte("second"))
+	pw.Close()
+	r := <-done
+	if r.err != nil || r.code != 200 || r.body != "echo first,second" {
+		t.Fatalf("POST: %d %q %v; want the body retried whole on the other endpoint", r.code, r.body, r.err)
+	}
+	if got := p.metric("switchboard_upstream_retries_total", map[string]string{"upstream": "app", "reason": "reset"}); got != 1 {
+		t.Fatalf("reset retries: %v, want 1", got)
 	}
 }
 

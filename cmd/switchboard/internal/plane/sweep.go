@@ -7,8 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-
-	"github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
 // The series of listeners, routes, upstreams and endpoints that are gone
@@ -51,15 +49,13 @@ func newLiveSet() *liveSet {
 		routeSeries: map[[3]string]bool{}, endpoints: map[[2]string]bool{}}
 }
 
-// addTable adds the owners of t's series.
-func (l *liveSet) addTable(t *httpproxy.Table) {
-	t.Series(func(listener, route, upstream string) {
-		l.listeners[listener] = true
-		if route != "" {
-			l.routes[route] = true
-		}
-		l.routeSeries[[3]string{listener, route, upstream}] = true
-	})
+// addSeries adds the owners of a routing table's series.
+func (l *liveSet) addSeries(listener, route, upstream string) {
+	l.listeners[listener] = true
+	if route != "" {
+		l.routes[route] = true
+	}
+	l.routeSeries[[3]string{listener, route, upstream}] = true
 }
 
 // owns reports whether the owners named in labels still exist: a
@@ -96,7 +92,7 @@ func (l *liveSet) owns(labels []*dto.LabelPair) bool {
 // live collects the owners present now; p.mu is held.
 func (p *Plane) live(now time.Time) *liveSet {
 	l := newLiveSet()
-	p.http.Tables(p.sweeping.last, l.addTable)
+	p.http.Series(p.sweeping.last, l.addSeries)
 	p.sweeping.last = now
 	for name, u := range p.ups {
 		l.upstreams[name] = true
