@@ -349,6 +349,7 @@ type Monitor struct {
 	checker  Checker
 	kind     string
 	onChange OnChangeFunc
+	onPass   func(ep *endpoint.Endpoint, now time.Time)
 	clock    clock.Clock // clock.Real; tests pass a clock.Fake (withClock)
 	log      *slog.Logger
 
@@ -376,6 +377,14 @@ func WithChecker(c Checker) Option { return func(m *Monitor) { m.checker = c } }
 
 // WithLogger sets the logger for verdict changes (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(m *Monitor) { m.log = l } }
+
+// WithOnPass sets a function called after every passing check of an
+// endpoint whose verdict is healthy, not only when the verdict changes:
+// an endpoint that passive health ejected while its checks kept passing
+// (an outage shorter than fall checks) hears of each pass.
+func WithOnPass(fn func(ep *endpoint.Endpoint, now time.Time)) Option {
+	return func(m *Monitor) { m.onPass = fn }
+}
 
 // withClock makes the Monitor read time and arm its timers on c, so that
 // tests drive the schedule without sleeping.
@@ -536,6 +545,8 @@ func (m *Monitor) run(ctx context.Context, p *probe) {
 				if m.onChange != nil {
 					m.onChange(p.ep, t.healthy, reason, now)
 				}
+			} else if err == nil && t.healthy && m.onPass != nil {
+				m.onPass(p.ep, now)
 			}
 			wait = s.next(err == nil, t.healthy)
 			due = now.Add(wait)

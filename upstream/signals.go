@@ -71,7 +71,7 @@ func newSignals(u *Upstream, cfg Health, brk *breaker.Config, discovered bool) (
 	empty := map[*endpoint.Endpoint]*breaker.Breaker{}
 	h.breakers.Store(&empty)
 	if cfg.Active != nil {
-		m, err := health.NewMonitor(*cfg.Active, h.onActive, health.WithLogger(u.log))
+		m, err := health.NewMonitor(*cfg.Active, h.onActive, health.WithLogger(u.log), health.WithOnPass(h.onPass))
 		if err != nil {
 			return nil, fmt.Errorf("health: %w", err)
 		}
@@ -249,6 +249,19 @@ func (h *signals) onActive(ep *endpoint.Endpoint, healthy bool, reason string, n
 		v.activeDown, v.activeReason = !healthy, reason
 		return true
 	})
+}
+
+// onPass hears of every passing active check of a healthy endpoint: one
+// that passive health ejected while its checks never failed (an outage
+// shorter than fall checks) goes on probation at its next pass, as Envoy
+// unejects on every successful check, not only on a change of verdict.
+func (h *signals) onPass(ep *endpoint.Endpoint, now time.Time) {
+	if h.detector == nil {
+		return
+	}
+	if st, ok := h.detector.State(ep); ok && st == endpoint.Ejected {
+		h.detector.Uneject(ep, "an active check passed", now)
+	}
 }
 
 func (h *signals) onPassive(ep *endpoint.Endpoint, st endpoint.State, reason string, now time.Time) {

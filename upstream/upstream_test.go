@@ -2,13 +2,16 @@ package upstream_test
 
 import (
 	"errors"
+	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/health"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 	"github.com/switchboard-dev/switchboard/upstream"
 )
@@ -240,4 +243,39 @@ func TestCommitOfAStaleChangePanics(t *testing.T) {
 		}
 	}()
 	stale.Commit()
+}
+
+// TestAPassingActiveCheckEndsAnEjectionItNeverSawFail: an endpoint ejected
+// by passive health during an outage shorter than fall checks (its checks
+// never failed, so its verdict never changed) goes on probation at its
+// next passing check, not after the whole ejection time; docs/health.md
+// promises its return is seen within a few checks.
+func TestAPassingActiveCheckEndsAnEjectionItNeverSawFail(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	active := &health.ActiveConfig{Type: "tcp", Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond}
+	u, err := upstream.New("app", upstream.Config{Targets: targets(ln.Addr().String(), "b:1"),
+		Health: upstream.Health{Active: active, Passive: &health.PassiveConfig{ConsecutiveFailures: 1, BaseEjection: time.Minute}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	fail(t, u, ln.Addr().String(), 1)
+	ep := u.Pool().Snapshot().All[0]
+	if ep.State() != endpoint.Ejected {
+		t.Fatalf("after a failure the endpoint is %s, want ejected", ep.State())
+	}
+	testutil.WaitFor(t, 5*time.Second, "a passing check to end the ejection", func() bool { return ep.State() == endpoint.Probation })
 }
