@@ -199,6 +199,6 @@ upstreams:
 
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 and
 // localhost and returns the PEM files' paths.
-func writeSelfSigned(t *testing.T) (certFile, keyFile string) {
+func writeSelfSigned(t testing.TB) (certFile, keyFile string) {
 	return testutil.WriteKeyPair(t, t.TempDir(), "server")
 }
