@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -84,10 +83,7 @@ func BenchmarkProxyHTTP1(b *testing.B) {
 // connection, outside the measured loop's steady state.
 func BenchmarkProxyHTTP1TLS(b *testing.B) {
 	be := rawBackend(b)
-	cert, key := writeSelfSigned(b)
-	yaml := strings.Replace(upstreamYAML("", be), "    listen: 127.0.0.1:0\n",
-		"    listen: 127.0.0.1:0\n    tls: {cert_file: "+cert+", key_file: "+key+"}\n", 1)
-	p := startProxy(b, yaml)
+	p := startProxy(b, withTLS(b, upstreamYAML("", be)))
 	cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
 	benchGets(b, func() (net.Conn, error) { return tls.Dial("tcp", p.srv.Addr("web"), cfg) })
 }
