@@ -1,7 +1,9 @@
 // Package h1 is switchboard's HTTP/1.x engine: the server loop that reads
 // requests from clients (Server) and the keep-alive client that sends them
-// to endpoints (Client). The HTTP proxy runs both for cleartext HTTP/1.x;
-// TLS and HTTP/2 stay on net/http.
+// to endpoints (Client). The HTTP proxy runs the server for HTTP/1.x on
+// cleartext and TLS listeners alike (a TLS listener completes the
+// handshake itself and hands the connection over with ServeConn; HTTP/2
+// stays on net/http), and the client towards HTTP/1.1 endpoints.
 //
 // # Server
 //
@@ -25,7 +27,8 @@
 // one is held back up to 2 KiB and given a length if it ends there, else
 // sent chunked (with trailers). Pipelining, HTTP/1.0 keep-alive and
 // 100-continue work as in net/http; Hijack hands the connection over for a
-// protocol switch.
+// protocol switch. A connection with a TLS state (a *tls.Conn) gives it to
+// each of its requests in Request.TLS, taken once per connection.
 //
 // # Client
 //

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -19,18 +20,21 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// Server serves cleartext HTTP/1.x. It parses requests with the standard
+// Server serves HTTP/1.x: on the connections of a listener (Serve), or on
+// connections accepted elsewhere (ServeConn), such as TLS connections
+// whose handshake chose HTTP/1.1. It parses requests with the standard
 // library's parser (http.ReadRequest: the same code, and so the same
 // request-smuggling defences, as net/http's server) and adds the checks
 // net/http's server makes on top of it (Host, header field syntax, version,
 // Expect), and refuses the framing net/http tolerates (Content-Length with
-// Transfer-Encoding, Transfer-Encoding on HTTP/1.0). It differs from net/http.Server in what it leaves out on the hot
-// path: no background read and no context per request, no header copy per
-// response, one response writer per connection. The price: a client that
-// goes away while its request waits for the upstream is noticed when the
-// response is written (or at the route's timeout), not at once, as with
-// HAProxy's default. TLS listeners (and with them HTTP/2) use
-// net/http.Server.
+// Transfer-Encoding, Transfer-Encoding on HTTP/1.0). It differs from
+// net/http.Server in what it leaves out on the hot path: no background
+// read and no context per request, no header copy per response, one
+// response writer per connection. The price: a client that goes away while
+// its request waits for the upstream is noticed when the response is
+// written (or at the route's timeout), not at once, as with HAProxy's
+// default. It does not speak HTTP/2, nor TLS: a TLS listener completes
+// the handshake itself and hands the connection over.
 type Server struct {
 	Handler http.Handler
 	// ReadHeaderTimeout, IdleTimeout, ReadBodyTimeout and MaxHeaderBytes
@@ -91,6 +95,8 @@ func (s *Server) current() *Settings {
 // servers alike.
 var errServerClosed = http.ErrServerClosed
 
+// Serve accepts connections on l and serves each on a goroutine of its
+// own, until Shutdown or Close (http.ErrServerClosed) or until l fails.
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.shutdown.Load() {
@@ -98,9 +104,6 @@ func (s *Server) Serve(l net.Listener) error {
 		return errServerClosed
 	}
 	s.lis = append(s.lis, l)
-	if s.conns == nil {
-		s.conns = map[*conn]struct{}{}
-	}
 	s.mu.Unlock()
 	for {
 		nc, err := l.Accept()
@@ -110,18 +113,42 @@ func (s *Server) Serve(l net.Listener) error {
 			}
 			return err
 		}
-		c := &conn{s: s, nc: nc}
-		s.mu.Lock()
-		if s.shutdown.Load() {
-			s.mu.Unlock()
-			nc.Close()
+		c := s.track(nc)
+		if c == nil {
 			return errServerClosed
 		}
-		s.conns[c] = struct{}{}
-		s.active.Add(1)
-		s.mu.Unlock()
 		go c.serve()
 	}
+}
+
+// ServeConn serves nc, a connection accepted elsewhere, and returns when
+// it is closed or a handler took it over (Hijack). Shutdown and Close
+// treat it as one of Serve's; once they are called, ServeConn closes nc
+// at once. When nc has a ConnectionState method, as a *tls.Conn has, the
+// state is taken once and every request read from nc carries it in its
+// TLS field.
+func (s *Server) ServeConn(nc net.Conn) {
+	if c := s.track(nc); c != nil {
+		c.serve()
+	}
+}
+
+// track makes nc one of the server's connections, or closes it and
+// returns nil when the server is shut down.
+func (s *Server) track(nc net.Conn) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutdown.Load() {
+		nc.Close()
+		return nil
+	}
+	if s.conns == nil {
+		s.conns = map[*conn]struct{}{}
+	}
+	c := &conn{s: s, nc: nc}
+	s.conns[c] = struct{}{}
+	s.active.Add(1)
+	return c
 }
 
 // Shutdown stops accepting, closes idle connections, and waits for the
@@ -181,8 +208,9 @@ type conn struct {
 	s      *Server
 	nc     net.Conn
 	remote string
-	lr     headReader // caps what the header parser may read
-	rec    []byte     // a request head too long for br's buffer, as read
+	tls    *tls.ConnectionState // nc's, shared by its requests; nil for cleartext
+	lr     headReader           // caps what the header parser may read
+	rec    []byte               // a request head too long for br's buffer, as read
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	state  atomic.Int32
@@ -219,6 +247,12 @@ func (c *conn) serve() {
 		}
 	}()
 	c.remote = c.nc.RemoteAddr().String()
+	if cs, ok := c.nc.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		// Once per connection, as net/http does: the state does not
+		// change after the handshake.
+		st := cs.ConnectionState()
+		c.tls = &st
+	}
 	c.lr.r = c.nc
 	c.br = srvBRPool.Get().(*bufio.Reader)
 	c.br.Reset(&c.lr)
@@ -263,6 +297,7 @@ func (c *conn) serve() {
 			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: d}
 		}
 		req.RemoteAddr = c.remote
+		req.TLS = c.tls
 		keep, hj := c.serveOne(req)
 		if hj {
 			hijacked = true

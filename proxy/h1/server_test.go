@@ -3,6 +3,7 @@ package h1
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 // startH1 serves h on an Server and, beside it, on a net/http.Server
@@ -354,5 +357,96 @@ func TestH1ServerRejectsAmbiguousFraming(t *testing.T) {
 		if n := strings.Count(resp, "HTTP/1.1 200 OK\r\n"); n != 2 {
 			t.Fatalf("a request with one framing field and one behind it: %d answers of 200, want 2:\n%s", n, resp)
 		}
+	}
+}
+
+// TestServeConnServesATLSConnectionWithItsState: a TLS connection handed
+// over after its handshake is served like an accepted one; each of its
+// requests carries the connection's TLS state, taken once; Shutdown
+// closes it when idle, and a connection handed over after Shutdown is
+// closed at once.
+func TestServeConnServesATLSConnectionWithItsState(t *testing.T) {
+	certFile, keyFile := testutil.WriteKeyPair(t, t.TempDir(), "server")
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var states []*tls.ConnectionState
+	s := &Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		states = append(states, r.TLS)
+		mu.Unlock()
+		if r.TLS != nil {
+			io.WriteString(w, r.TLS.NegotiatedProtocol)
+		}
+	}), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	served := make(chan struct{}, 2)
+	go func() {
+		for {
+			nc, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				tc := tls.Server(nc, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}})
+				if err := tc.Handshake(); err != nil {
+					nc.Close()
+					return
+				}
+				s.ServeConn(tc)
+				served <- struct{}{}
+			}()
+		}
+	}()
+	dial := func() *tls.Conn {
+		c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := dial()
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(body) != "http/1.1" {
+			t.Fatalf("request %d: %d %q; want 200 and the handler to see ALPN's http/1.1 in r.TLS", i, resp.StatusCode, body)
+		}
+	}
+	mu.Lock()
+	if len(states) != 2 || states[0] == nil || states[0] != states[1] || !states[0].HandshakeComplete {
+		t.Fatalf("r.TLS of the two requests: %v; want one completed state, shared", states)
+	}
+	mu.Unlock()
+
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle TLS connection after Shutdown: %v, want EOF", err)
+	}
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("ServeConn did not return after Shutdown closed its connection")
+	}
+	late := dial()
+	defer late.Close()
+	late.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := late.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("a connection handed over after Shutdown: %v, want it closed", err)
 	}
 }

@@ -5,11 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,8 +20,9 @@ import (
 
 // Server runs the HTTP listeners of a configuration and moves them to a
 // new one without dropping requests or connections: it binds the sockets,
-// serves each with the HTTP/1 engine (or net/http for TLS), and swaps each
-// listener's routing table whole.
+// serves each with the HTTP/1 engine (on TLS listeners after the
+// handshake, with net/http for HTTP/2), and swaps each listener's routing
+// table whole.
 type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
@@ -207,7 +206,7 @@ func (c *Change) Commit() {
 		case l.srv == nil || l.settings.tls != settings.tls:
 			l.startServer(settings, s.log, s.drain)
 		case l.settings != settings:
-			l.applySettings(settings, s.log)
+			l.applySettings(settings)
 		}
 		next[l.name] = l
 	}
@@ -249,9 +248,10 @@ func (s *Server) Shutdown() {
 }
 
 // serverSettings are the listener settings its server holds. Routes and
-// certificates change without touching the server; these change in place
-// on the HTTP/1 engine, and need a new server for TLS (net/http) and for
-// turning TLS on or off.
+// certificates change without touching the server; the others change in
+// place on the HTTP/1 engine (cleartext and TLS alike), give a TLS
+// listener's HTTP/2 a new net/http server (tlsServer.setSettings), and
+// turning TLS on or off needs a new server.
 type serverSettings struct {
 	tls            bool
 	readHeader     time.Duration
@@ -283,13 +283,10 @@ type listener struct {
 	hand     *handoff
 	settings serverSettings
 	serving  sync.WaitGroup
-	// retired are the TLS servers that settings changes replaced, while
-	// they still have connections.
-	retired []*tlsServer
 }
 
-// server is what a listener needs of an HTTP server: net/http.Server (TLS,
-// HTTP/2) or h1.Server (cleartext HTTP/1.x).
+// server is what a listener needs of an HTTP server: h1.Server
+// (cleartext) or tlsServer.
 type server interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -317,21 +314,16 @@ func (l *listener) startServer(st serverSettings, log *slog.Logger, drain time.D
 
 // applySettings moves the listener to new settings without closing a
 // connection. The HTTP/1 engine takes them in place: every connection
-// reads them before its next request. net/http's server cannot change its
-// settings once it serves, so a TLS listener gets a new server for new
-// connections and the old one retires (tlsServer.retire).
-func (l *listener) applySettings(st serverSettings, log *slog.Logger) {
-	if hs, ok := l.srv.(*h1.Server); ok {
-		hs.SetSettings(h1Settings(st))
-		l.settings = st
-		return
+// reads them before its next request. On a TLS listener, HTTP/2 moves to a
+// new net/http server (tlsServer.setSettings).
+func (l *listener) applySettings(st serverSettings) {
+	switch srv := l.srv.(type) {
+	case *h1.Server:
+		srv.SetSettings(h1Settings(st))
+	case *tlsServer:
+		srv.setSettings(st)
 	}
-	old, oldHand := l.srv.(*tlsServer), l.hand
-	l.serve(st, log)
-	oldHand.Close()
-	old.retire()
-	l.retired = slices.DeleteFunc(l.retired, (*tlsServer).done)
-	l.retired = append(l.retired, old)
+	l.settings = st
 }
 
 // serve starts a server with settings st on a new handoff of the socket
@@ -345,7 +337,7 @@ func (l *listener) serve(st serverSettings, log *slog.Logger) {
 		srv, serve = hs, hs.Serve
 	} else {
 		ts := newTLSServer(l, st, log)
-		srv, serve = ts, ts.serve
+		srv, serve = ts, ts.Serve
 	}
 	h := l.loop.handoff()
 	l.srv, l.hand, l.settings = srv, h, st
@@ -353,7 +345,7 @@ func (l *listener) serve(st serverSettings, log *slog.Logger) {
 	go func() {
 		defer l.serving.Done()
 		// Serve ends with ErrServerClosed, or with the handoff's ErrClosed
-		// when a retired server stops taking connections.
+		// when a replaced server stops taking connections.
 		if err := serve(h); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			log.Error("listener stopped", "listener", l.name, "error", err)
 		}
@@ -361,155 +353,13 @@ func (l *listener) serve(st serverSettings, log *slog.Logger) {
 }
 
 // shutdown stops accepting (new connections are refused), then drains the
-// server and any retired ones.
+// server.
 func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
 	l.loop.stop()
-	var wg sync.WaitGroup
-	var timedOut atomic.Bool
-	for _, srv := range l.servers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !shutdownServer(srv, timeout) {
-				timedOut.Store(true)
-			}
-		}()
-	}
-	wg.Wait()
-	if timedOut.Load() {
+	if l.srv != nil && !shutdownServer(l.srv, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining connections", "listener", l.name, "timeout", timeout)
 	}
 	l.serving.Wait()
-}
-
-// servers returns the listener's server and the retired ones.
-func (l *listener) servers() []server {
-	var all []server
-	if l.srv != nil {
-		all = append(all, l.srv)
-	}
-	for _, r := range l.retired {
-		all = append(all, r)
-	}
-	return all
-}
-
-// tlsServer is the net/http server of a TLS listener (TLS, and HTTP/2 by
-// ALPN). It counts its connections and can retire: when a settings change
-// replaces it, it takes no new connections and lets those it has end
-// without a request ever meeting a closing connection. net/http cannot do
-// better than that: its settings do not change while it serves, and its
-// idle-closing Shutdown (or SetKeepAlivesEnabled(false)) closes idle
-// HTTP/1.1 connections under requests already on the wire.
-type tlsServer struct {
-	*http.Server
-	h        http.Handler
-	readBody time.Duration // bound on each read of a request body
-	retired  atomic.Bool
-	conns    atomic.Int64  // open connections
-	served   chan struct{} // closed when Serve has returned
-}
-
-func newTLSServer(l *listener, st serverSettings, log *slog.Logger) *tlsServer {
-	ts := &tlsServer{h: l.handler, readBody: st.readBody, served: make(chan struct{})}
-	ts.Server = &http.Server{
-		Handler:           ts,
-		ReadHeaderTimeout: st.readHeader,
-		IdleTimeout:       st.idle,
-		MaxHeaderBytes:    st.maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		ConnState: func(_ net.Conn, cs http.ConnState) {
-			switch cs {
-			case http.StateNew:
-				ts.conns.Add(1)
-			case http.StateClosed, http.StateHijacked:
-				ts.conns.Add(-1)
-			}
-		},
-		TLSConfig: &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"},
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-				return l.cert.Load(), nil
-			},
-		},
-	}
-	return ts
-}
-
-func (ts *tlsServer) serve(l net.Listener) error {
-	defer close(ts.served)
-	return ts.ServeTLS(l, "", "")
-}
-
-// retire makes the server answer every further HTTP/1.x request with
-// Connection: close, so that each of its HTTP/1.x connections closes
-// after its next response: the client knows before it sends another
-// request. Its HTTP/2 connections keep being served, with the old
-// settings, until they close by themselves (idle timeout, or the client):
-// a GOAWAY would race requests already sent, and a request whose body
-// cannot be sent again would fail. The accept loop no longer hands it
-// connections (its handoff is closed).
-func (ts *tlsServer) retire() { ts.retired.Store(true) }
-
-// done reports whether a retired server has nothing left: Serve returned
-// and every connection is closed.
-func (ts *tlsServer) done() bool {
-	select {
-	case <-ts.served:
-		return ts.conns.Load() == 0
-	default:
-		return false
-	}
-}
-
-func (ts *tlsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor == 1 && ts.retired.Load() {
-		w.Header().Set("Connection", "close")
-	}
-	if ts.readBody > 0 && r.Body != nil && r.Body != http.NoBody {
-		r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), d: ts.readBody}
-	}
-	ts.h.ServeHTTP(w, r)
-}
-
-// deadlineBody gives each read of a request body on net/http's server
-// (HTTP/1.1 over TLS, and HTTP/2 streams) the body read timeout, as the
-// HTTP/1 engine does on cleartext connections. Once the body has ended the
-// deadline is cleared, so that it cannot cut net/http's own background
-// read of the connection while the response is on its way. A body that
-// did not end keeps its last deadline: net/http reads what is left of it
-// after the handler, and a client that stalled must not hold that read
-// forever.
-type deadlineBody struct {
-	io.ReadCloser
-	rc       *http.ResponseController
-	d        time.Duration
-	timedOut atomic.Bool
-}
-
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	b.rc.SetReadDeadline(time.Now().Add(b.d))
-	n, err := b.ReadCloser.Read(p)
-	switch {
-	case err == io.EOF:
-		b.rc.SetReadDeadline(time.Time{})
-	case err != nil && isTimeout(err):
-		b.timedOut.Store(true)
-	}
-	return n, err
-}
-
-// TimedOut reports whether a read ran into the body read timeout. (On
-// HTTP/1.1 net/http then ends the request's context as if the client had
-// gone, and the upstream exchange ends with that cancellation.)
-func (b *deadlineBody) TimedOut() bool { return b.timedOut.Load() }
-
-// isTimeout reports whether err is a deadline's: a net.Error that timed
-// out, or HTTP/2's os.ErrDeadlineExceeded.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // shutdownServer drains srv for up to timeout, then closes what is left. It
@@ -583,24 +433,31 @@ func (a *acceptLoop) stop() {
 }
 
 func (a *acceptLoop) handoff() *handoff {
-	return &handoff{loop: a, closed: make(chan struct{})}
+	return newHandoff(a.conns, a.done, a.ln.Addr())
 }
 
-// handoff is the net.Listener one http.Server sees: closing it stops that
-// server without closing the shared socket.
+// handoff is the net.Listener one server sees of connections that several
+// may take from one channel: closing it stops that server without
+// stopping the source.
 type handoff struct {
-	loop   *acceptLoop
+	conns  <-chan net.Conn
+	done   <-chan struct{} // closed when the source stops
+	addr   net.Addr
 	closed chan struct{}
 	once   sync.Once
 }
 
+func newHandoff(conns <-chan net.Conn, done <-chan struct{}, addr net.Addr) *handoff {
+	return &handoff{conns: conns, done: done, addr: addr, closed: make(chan struct{})}
+}
+
 func (h *handoff) Accept() (net.Conn, error) {
 	select {
-	case c := <-h.loop.conns:
+	case c := <-h.conns:
 		return c, nil
 	case <-h.closed:
 		return nil, net.ErrClosed
-	case <-h.loop.done:
+	case <-h.done:
 		return nil, net.ErrClosed
 	}
 }
@@ -610,4 +467,4 @@ func (h *handoff) Close() error {
 	return nil
 }
 
-func (h *handoff) Addr() net.Addr { return h.loop.ln.Addr() }
+func (h *handoff) Addr() net.Addr { return h.addr }

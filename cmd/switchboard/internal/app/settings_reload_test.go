@@ -99,10 +99,10 @@ func (lc *loadClient) do(i int) error {
 // (timeouts, max_header_bytes) started a new server and shut the old one
 // down, which closed every idle keep-alive connection: clients saw
 // disconnects, and POSTs sent on a connection as it closed failed without
-// reaching a backend. The cleartext engine now takes new settings in
-// place; a TLS listener's old net/http server stops taking connections
-// and closes each of its connections only after answering one more
-// request on it (Connection: close, or GOAWAY for HTTP/2).
+// reaching a backend. The HTTP/1 engine now takes new settings in place,
+// on cleartext and TLS listeners alike; a TLS listener's HTTP/2
+// connections stay on the net/http server they began on, which takes no
+// new ones, until they close by themselves.
 func TestReloadOfListenerSettingsDropsNoConnection(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := io.Copy(io.Discard, r.Body)
@@ -131,28 +131,23 @@ func TestReloadOfListenerSettingsDropsNoConnection(t *testing.T) {
 	}
 	defer a.Shutdown()
 
-	// An idle keep-alive connection, opened before the reloads.
-	idle, err := net.Dial("tcp", plain)
+	// Idle keep-alive connections, opened before the reloads: cleartext,
+	// and HTTP/1.1 over TLS.
+	plainConn, err := net.Dial("tcp", plain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer idle.Close()
-	idleBR := bufio.NewReader(idle)
-	rawGet := func(extra string) (int, error) {
-		idle.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(idle, "GET /raw HTTP/1.1\r\nHost: x\r\n"+extra+"\r\n"); err != nil {
-			return 0, err
-		}
-		resp, err := http.ReadResponse(idleBR, nil)
-		if err != nil {
-			return 0, err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, nil
+	defer plainConn.Close()
+	tlsConn, err := tls.Dial("tcp", secure, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if code, err := rawGet(""); err != nil || code != 200 {
-		t.Fatalf("raw connection before the reloads: %d, %v", code, err)
+	defer tlsConn.Close()
+	idle := []*rawConn{{name: "cleartext", c: plainConn, br: bufio.NewReader(plainConn)}, {name: "TLS", c: tlsConn, br: bufio.NewReader(tlsConn)}}
+	for _, rc := range idle {
+		if code, err := rc.get(""); err != nil || code != 200 {
+			t.Fatalf("raw %s connection before the reloads: %d, %v", rc.name, code, err)
+		}
 	}
 
 	clients := []*loadClient{
@@ -212,20 +207,44 @@ func TestReloadOfListenerSettingsDropsNoConnection(t *testing.T) {
 	if n := failures.Load(); n != 0 {
 		t.Errorf("%d of %d requests failed across %d reloads; first: %v", n, n+ok.Load(), len(settings)-1, firstErr.Load())
 	}
-	for i, lc := range clients[:2] {
+	for i, lc := range clients {
 		if n := lc.dials.Load(); n != 1 {
-			t.Errorf("cleartext client %d opened %d connections; want 1: reloads must not close keep-alive connections", i, n)
+			t.Errorf("client %d (%s) opened %d connections; want 1: reloads must not close keep-alive connections", i, lc.url, n)
 		}
 	}
 
-	// The idle connection is still open, and its requests see the new
-	// settings: 16 KiB of header is now too much.
-	if code, err := rawGet(""); err != nil || code != 200 {
-		t.Fatalf("the idle keep-alive connection opened before the reloads: %d, %v; want it still usable", code, err)
-	}
-	if code, err := rawGet("X-Big: " + strings.Repeat("b", 16<<10) + "\r\n"); err != nil || code != http.StatusRequestHeaderFieldsTooLarge {
-		t.Fatalf("16 KiB header after max_header_bytes became 8KiB: %d, %v; want 431 (new settings reach live connections)", code, err)
+	// The idle connections are still open, and their requests see the
+	// new settings: 16 KiB of header is now too much.
+	for _, rc := range idle {
+		if code, err := rc.get(""); err != nil || code != 200 {
+			t.Fatalf("the idle %s keep-alive connection opened before the reloads: %d, %v; want it still usable", rc.name, code, err)
+		}
+		if code, err := rc.get("X-Big: " + strings.Repeat("b", 16<<10) + "\r\n"); err != nil || code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Fatalf("%s: 16 KiB header after max_header_bytes became 8KiB: %d, %v; want 431 (new settings reach live connections)", rc.name, code, err)
+		}
 	}
 	t.Logf("%d requests across %d reloads; connections opened: %d %d %d %d", ok.Load(), len(settings)-1,
 		clients[0].dials.Load(), clients[1].dials.Load(), clients[2].dials.Load(), clients[3].dials.Load())
+}
+
+// rawConn is a keep-alive connection a test writes requests to by hand.
+type rawConn struct {
+	name string
+	c    net.Conn
+	br   *bufio.Reader
+}
+
+// get sends a GET with the extra header lines and returns the status.
+func (rc *rawConn) get(extra string) (int, error) {
+	rc.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(rc.c, "GET /raw HTTP/1.1\r\nHost: x\r\n"+extra+"\r\n"); err != nil {
+		return 0, err
+	}
+	resp, err := http.ReadResponse(rc.br, nil)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
 }

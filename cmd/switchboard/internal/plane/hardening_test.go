@@ -83,10 +83,13 @@ func (r *recorder) seen() []string {
 // connection open.
 func rawExchange(t *testing.T, addr, raw string) string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return rawExchangeOver(t, transports[0], addr, raw)
+}
+
+// rawExchangeOver is rawExchange over transport tr.
+func rawExchangeOver(t *testing.T, tr transport, addr, raw string) string {
+	t.Helper()
+	c := tr.dial(t, addr)
 	defer c.Close()
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
@@ -103,32 +106,45 @@ func okAnswer(string) string { return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\
 
 // TestAmbiguousRequestFramingIsRefusedAndNothingBehindItIsForwarded: a
 // request with both Content-Length and Transfer-Encoding, or with
-// Transfer-Encoding on HTTP/1.0, gets 400 and the connection closes; the
-// request pipelined behind it never reaches the upstream.
+// Transfer-Encoding on HTTP/1.0, and an HTTP/1.1 request without a Host
+// field or with a malformed or folded one, gets 400 and the connection
+// closes; the request pipelined behind it never reaches the upstream. On
+// cleartext and TLS listeners alike (issue 16: over TLS, net/http's
+// server used to serve the ambiguous framings).
 func TestAmbiguousRequestFramingIsRefusedAndNothingBehindItIsForwarded(t *testing.T) {
-	up, rec := recordingUpstream(t, okAnswer)
-	p := startProxy(t, upstreamYAML("", up))
-	addr := p.srv.Addr("web")
-	second := "GET /second HTTP/1.1\r\nHost: a\r\n\r\n"
-	for name, raw := range map[string]string{
-		"CL and TE":               "POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-		"HTTP/1.0 with TE":        "GET /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-		"HTTP/1.0 with TE and CL": "POST /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc",
-	} {
-		t.Run(name, func(t *testing.T) {
-			resp := rawExchange(t, addr, raw+second)
-			if !strings.HasPrefix(resp, "HTTP/1.1 400 ") || strings.Count(resp, "HTTP/1.1 ") != 1 || !strings.Contains(resp, "Connection: close\r\n") {
-				t.Fatalf("want one 400 with Connection: close, then the close; got:\n%s", resp)
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			up, rec := recordingUpstream(t, okAnswer)
+			p := startProxy(t, tr.configure(t, upstreamYAML("", up)))
+			addr := p.srv.Addr("web")
+			second := "GET /second HTTP/1.1\r\nHost: a\r\n\r\n"
+			for name, raw := range map[string]string{
+				"CL and TE":                         "POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+				"HTTP/1.0 with TE":                  "GET /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+				"HTTP/1.0 with TE and CL":           "POST /first HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\nabc",
+				"no Host":                           "GET /first HTTP/1.1\r\nX-A: a\r\n\r\n",
+				"no Host, absolute-form target":     "GET http://a/first HTTP/1.1\r\nX-A: a\r\n\r\n",
+				"malformed Host":                    "GET /first HTTP/1.1\r\nHost: a b\r\n\r\n",
+				"malformed Host, absolute-form":     "GET http://a/first HTTP/1.1\r\nHost: a/b\r\n\r\n",
+				"folded Host":                       "GET /first HTTP/1.1\r\nHost: a\r\n b\r\n\r\n",
+				"folded Host, absolute-form target": "GET http://a/first HTTP/1.1\r\nHost: a\r\n\tb\r\n\r\n",
+			} {
+				t.Run(name, func(t *testing.T) {
+					resp := rawExchangeOver(t, tr, addr, raw+second)
+					if !strings.HasPrefix(resp, "HTTP/1.1 400 ") || strings.Count(resp, "HTTP/1.1 ") != 1 || !strings.Contains(resp, "Connection: close\r\n") {
+						t.Fatalf("want one 400 with Connection: close, then the close; got:\n%s", resp)
+					}
+					if seen := rec.seen(); len(seen) != 0 {
+						t.Fatalf("the upstream was sent %d requests:\n%s", len(seen), strings.Join(seen, "---\n"))
+					}
+				})
 			}
-			if seen := rec.seen(); len(seen) != 0 {
-				t.Fatalf("the upstream was sent %d requests:\n%s", len(seen), strings.Join(seen, "---\n"))
+			// The same upstream does get a request whose framing is clear.
+			resp := rawExchangeOver(t, tr, addr, "GET /clear HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+			if !strings.HasPrefix(resp, "HTTP/1.1 200 ") || len(rec.seen()) != 1 {
+				t.Fatalf("a clear request: %d requests upstream, response:\n%s", len(rec.seen()), resp)
 			}
 		})
-	}
-	// The same upstream does get a request whose framing is clear.
-	resp := rawExchange(t, addr, "GET /clear HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
-	if !strings.HasPrefix(resp, "HTTP/1.1 200 ") || len(rec.seen()) != 1 {
-		t.Fatalf("a clear request: %d requests upstream, response:\n%s", len(rec.seen()), resp)
 	}
 }
 

@@ -1,6 +1,7 @@
 package plane_test
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -199,6 +201,64 @@ upstreams:
 
 // writeSelfSigned writes a self-signed certificate for 127.0.0.1 and
 // localhost and returns the PEM files' paths.
-func writeSelfSigned(t *testing.T) (certFile, keyFile string) {
+func writeSelfSigned(t testing.TB) (certFile, keyFile string) {
 	return testutil.WriteKeyPair(t, t.TempDir(), "server")
+}
+
+// withTLS puts a self-signed certificate on the first listener of yaml
+// (one listening on 127.0.0.1:0).
+func withTLS(t testing.TB, yaml string) string {
+	t.Helper()
+	const at = "    listen: 127.0.0.1:0\n"
+	if !strings.Contains(yaml, at) {
+		t.Fatalf("no listener on 127.0.0.1:0 in\n%s", yaml)
+	}
+	cert, key := writeSelfSigned(t)
+	return strings.Replace(yaml, at, at+"    tls: {cert_file: "+cert+", key_file: "+key+"}\n", 1)
+}
+
+// transport is how a test reaches a listener with raw HTTP/1.x bytes:
+// over TCP, or over TLS with HTTP/1.1 chosen by ALPN.
+type transport struct {
+	name string
+	tls  bool
+}
+
+var transports = []transport{{"cleartext", false}, {"tls", true}}
+
+// configure returns yaml as it must be for this transport.
+func (tr transport) configure(t testing.TB, yaml string) string {
+	if tr.tls {
+		return withTLS(t, yaml)
+	}
+	return yaml
+}
+
+// dial opens a connection to addr.
+func (tr transport) dial(t testing.TB, addr string) net.Conn {
+	t.Helper()
+	if !tr.tls {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	return dialTLS(t, addr, "http/1.1")
+}
+
+// dialTLS opens a TLS connection to addr offering protos by ALPN, and
+// checks that the first of them was chosen.
+func dialTLS(t testing.TB, addr string, protos ...string) *tls.Conn {
+	t.Helper()
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: protos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(protos) > 0 && c.ConnectionState().NegotiatedProtocol != protos[0] {
+		c.Close()
+		t.Fatalf("ALPN chose %q, want %q", c.ConnectionState().NegotiatedProtocol, protos[0])
+	}
+	return c
 }

@@ -72,19 +72,16 @@ upstreams:
 
 // exchangeRaw writes raw to the proxy on one connection and returns what
 // came back until the proxy closed it or went quiet.
-func exchangeRaw(t *testing.T, addr, raw string) (string, bool) {
+func exchangeRaw(t *testing.T, tr transport, addr, raw string) (string, bool) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := tr.dial(t, addr)
 	defer c.Close()
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
 	c.SetReadDeadline(time.Now().Add(time.Second))
 	var out bytes.Buffer
-	_, err = io.Copy(&out, c)
+	_, err := io.Copy(&out, c)
 	closed := err == nil // EOF: the proxy closed; a timeout: it kept the connection
 	return out.String(), closed
 }
@@ -94,12 +91,18 @@ const smuggled = "GET /admin HTTP/1.1\r\nHost: web\r\n\r\n"
 // TestNoRequestSmugglingVariantReachesTheBackend sends the published
 // desync variants (CL.TE, TE.CL, TE.TE obfuscations, CL.0, chunk-size and
 // chunk-extension tricks, obs-fold, bare CR and LF, HTTP/1.0 framing,
-// pipelining after an error) through a real listener, each with a hidden
-// request for /admin, which no route sends anywhere. The backend must only
-// ever see /public.
+// pipelining after an error) through a real listener, cleartext and TLS,
+// each with a hidden request for /admin, which no route sends anywhere.
+// The backend must only ever see /public.
 func TestNoRequestSmugglingVariantReachesTheBackend(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { testNoRequestSmugglingVariantReachesTheBackend(t, tr) })
+	}
+}
+
+func testNoRequestSmugglingVariantReachesTheBackend(t *testing.T, tr transport) {
 	rec := newDesyncRecorder(t)
-	p := startProxy(t, smuggleYAML(rec.addr, ""))
+	p := startProxy(t, tr.configure(t, smuggleYAML(rec.addr, "")))
 	addr := p.srv.Addr("web")
 	head := "POST /public HTTP/1.1\r\nHost: web\r\n"
 	chunkedSmuggle := "0\r\n\r\n" + smuggled
@@ -139,7 +142,7 @@ func TestNoRequestSmugglingVariantReachesTheBackend(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := len(rec.targets())
-			got, closed := exchangeRaw(t, addr, c.raw)
+			got, closed := exchangeRaw(t, tr, addr, c.raw)
 			for _, tgt := range rec.targets()[before:] {
 				if !strings.HasPrefix(tgt, "POST /public") && !strings.HasPrefix(tgt, "GET /public") {
 					t.Fatalf("the backend saw %q, which no route sends: a desync (proxy answered %q)", tgt, got)
