@@ -302,9 +302,11 @@ func TestSlowBackendIsEjectedAsLatencyOutlier(t *testing.T) {
 
 func TestActiveCheckTakesOutAndBringsBack(t *testing.T) {
 	a, b := newRestartable(t, "a"), newRestartable(t, "b")
-	p := startProxy(t, healthYAML(`      active: {type: http, path: /healthz, interval: 50ms, timeout: 40ms, rise: 2, fall: 2}`, a.addr, b.addr))
+	// A timeout well above a loaded -race run's answer time: a check that
+	// timed out would judge the endpoint for the wrong reason.
+	p := startProxy(t, healthYAML(`      active: {type: http, path: /healthz, interval: 250ms, timeout: 200ms, rise: 2, fall: 2}`, a.addr, b.addr))
 	b.fail.Store(true)
-	st := p.waitState(b.addr, 3*time.Second, endpoint.Unhealthy)
+	st := p.waitState(b.addr, 5*time.Second, endpoint.Unhealthy)
 	if !strings.Contains(st.Reason, "500") {
 		t.Fatalf("reason %q should name the status", st.Reason)
 	}
@@ -314,7 +316,7 @@ func TestActiveCheckTakesOutAndBringsBack(t *testing.T) {
 		}
 	}
 	b.fail.Store(false)
-	p.waitState(b.addr, 3*time.Second, endpoint.Healthy)
+	p.waitState(b.addr, 5*time.Second, endpoint.Healthy)
 }
 
 func TestNoHealthyEndpointAndPanicMode(t *testing.T) {
