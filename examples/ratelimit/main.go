@@ -126,10 +126,10 @@ func run() error {
 	return nil
 }
 
-// acquire blocks until l admits one call, like x/time/rate's Wait: it
-// waits on ratelimit.Wait, and when the limiter rejects instead of
-// delaying (a token bucket that is empty), sleeps the Result's RetryAfter
-// and asks again.
+// acquire blocks until l admits one call, like x/time/rate's Wait.
+// ratelimit.Wait does the waiting; should the limiter refuse rather than
+// delay, acquire sleeps the RetryAfter the refusal carries and asks again,
+// so it waits whatever the algorithm does.
 func acquire(ctx context.Context, l ratelimit.Limiter) error {
 	for {
 		res, err := ratelimit.Wait(ctx, l, 1)
