@@ -154,9 +154,9 @@ func TestHTTPServerSlowFailAndHeal(t *testing.T) {
 	}
 	// A client that gives up sooner gets nothing.
 	s.Slow(time.Minute)
-	short := &http.Client{Timeout: 100 * time.Millisecond}
+	short := &http.Client{Timeout: time.Second}
 	if _, _, _, err := get(t, short, s.URL()); err == nil {
-		t.Fatal("a request slowed by a minute came back within the client's 100ms timeout")
+		t.Fatal("a request slowed by a minute came back within the client's 1s timeout")
 	}
 
 	s.Heal()
@@ -377,11 +377,11 @@ func TestGRPCServerServesFailsSlowsAndRevives(t *testing.T) {
 	}
 	s.Heal()
 	s.Slow(time.Minute)
-	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
 	_, err = tc.EmptyCall(sctx, &testgrpc.Empty{})
 	cancel()
 	if status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("slowed EmptyCall with a 100ms deadline: %v; want DeadlineExceeded", err)
+		t.Fatalf("slowed EmptyCall with a 1s deadline: %v; want DeadlineExceeded", err)
 	}
 	s.Heal()
 	if n := s.Requests(); n != 3 {
