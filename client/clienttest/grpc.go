@@ -53,14 +53,7 @@ func StartGRPC(tb testing.TB, reg *Registry, opts Options) *GRPCServer {
 // (each gets its own port and ID; opts.ID must be empty).
 func StartGRPCFleet(tb testing.TB, reg *Registry, n int, opts Options) []*GRPCServer {
 	tb.Helper()
-	if n > 1 && opts.ID != "" {
-		tb.Fatalf("clienttest: start %d gRPC servers: Options.ID %q would be shared; leave it empty", n, opts.ID)
-	}
-	fleet := make([]*GRPCServer, n)
-	for i := range fleet {
-		fleet[i] = StartGRPC(tb, reg, opts)
-	}
-	return fleet
+	return startFleet(tb, n, opts, "gRPC", func() *GRPCServer { return StartGRPC(tb, reg, opts) })
 }
 
 // InstanceMetadataKey is the response header (gRPC metadata) in which a

@@ -45,14 +45,7 @@ func StartHTTP(tb testing.TB, reg *Registry, opts Options) *HTTPServer {
 // (each gets its own port and ID; opts.ID must be empty).
 func StartHTTPFleet(tb testing.TB, reg *Registry, n int, opts Options) []*HTTPServer {
 	tb.Helper()
-	if n > 1 && opts.ID != "" {
-		tb.Fatalf("clienttest: start %d HTTP servers: Options.ID %q would be shared; leave it empty", n, opts.ID)
-	}
-	fleet := make([]*HTTPServer, n)
-	for i := range fleet {
-		fleet[i] = StartHTTP(tb, reg, opts)
-	}
-	return fleet
+	return startFleet(tb, n, opts, "HTTP", func() *HTTPServer { return StartHTTP(tb, reg, opts) })
 }
 
 func (s *HTTPServer) serve(ln net.Listener) func() {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/internal/clock"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -250,15 +251,19 @@ func (in *instance) heal() { in.faults.Store(&fault{}) }
 // delay waits for the injected latency, or until ctx ends (the client gave
 // up, or Kill closed the connection); it reports whether to go on.
 func (in *instance) delay(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return true
+	return d <= 0 || clock.Sleep(ctx, d) == nil
+}
+
+// startFleet starts n servers with start, which each get their own port
+// and ID.
+func startFleet[S any](tb testing.TB, n int, opts Options, kind string, start func() S) []S {
+	tb.Helper()
+	if n > 1 && opts.ID != "" {
+		tb.Fatalf("clienttest: start %d %s servers: Options.ID %q would be shared; leave it empty", n, kind, opts.ID)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
+	fleet := make([]S, n)
+	for i := range fleet {
+		fleet[i] = start()
 	}
+	return fleet
 }
