@@ -71,6 +71,16 @@ func TestExamplesBuildAndRun(t *testing.T) {
 		t.Fatalf("the go command is needed to build the examples: %v", err)
 	}
 
+	// go build -o DIR names each binary after its directory: two examples
+	// with the same last element would overwrite each other.
+	seen := map[string]string{}
+	for _, dir := range examples {
+		if other, dup := seen[filepath.Base(dir)]; dup {
+			t.Fatalf("examples %s and %s end in the same name; rename one (each is built as examples/<name>)", other, dir)
+		}
+		seen[filepath.Base(dir)] = dir
+	}
+
 	// One go build for all: the go command builds them in parallel and
 	// shares what they have in common. -o into a directory names each
 	// binary after its directory.
