@@ -458,3 +458,32 @@ func TestBadOptionsFailTheTestNamingTheField(t *testing.T) {
 		t.Fatalf("Await on a stopped registry failed with %q", got)
 	}
 }
+
+func TestFailPanicsOnCodesThatAreNotFailures(t *testing.T) {
+	t.Parallel()
+	h := clienttest.StartHTTP(t, nil, clienttest.Options{})
+	g := clienttest.StartGRPC(t, nil, clienttest.Options{})
+	for name, fail := range map[string]func(){
+		"HTTP 200":     func() { h.Fail(http.StatusOK) },
+		"HTTP 600":     func() { h.Fail(600) },
+		"gRPC OK":      func() { g.Fail(codes.OK) },
+		"gRPC code 17": func() { g.Fail(codes.Code(17)) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Fail(%s) did not panic", name)
+				}
+			}()
+			fail()
+		}()
+	}
+	// Nothing changed: both still answer.
+	if code, _, _, err := get(t, http.DefaultClient, h.URL()); err != nil || code != 200 {
+		t.Fatalf("GET after the refused Fail calls = %d, %v; want 200", code, err)
+	}
+	cc := dialGRPC(t, g.Addr())
+	if _, err := testgrpc.NewTestServiceClient(cc).EmptyCall(ctxT(t), &testgrpc.Empty{}); err != nil {
+		t.Fatalf("EmptyCall after the refused Fail calls: %v", err)
+	}
+}

@@ -156,6 +156,8 @@ func (s *GRPCServer) Slow(d time.Duration) { s.in.slow(d) }
 // Fail makes every call from now on end with code (e.g. codes.Unavailable)
 // and a message naming the instance. The registry keeps listing the
 // server, and the health service keeps answering SERVING (see SetServing).
+// codes.OK, or a code grpc-go does not define, is a bug in the test: Fail
+// panics.
 func (s *GRPCServer) Fail(code codes.Code) {
 	if code == codes.OK || code > codes.Unauthenticated {
 		panic(fmt.Sprintf("clienttest: Fail(%v): not a gRPC error code", code))

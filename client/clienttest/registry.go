@@ -24,8 +24,9 @@ var WaitTimeout = 15 * time.Second
 // Registry is an embedded registry (registryd) listening on a loopback
 // port, with a Consul client for it. It can be stopped and restarted on the
 // same address with its registrations intact, to test how code rides out a
-// registry outage. Its methods that change state must not run concurrently
-// with each other.
+// registry outage. Stop and Restart must not run concurrently with each
+// other, and Restart, which fails the test that started the registry when
+// it cannot listen again, must be called from that test's goroutine.
 type Registry struct {
 	tb     testing.TB
 	addr   string
