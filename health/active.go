@@ -589,11 +589,16 @@ func (m *Monitor) deliver(p *probe, err error, now time.Time) {
 		return
 	}
 	if changed, reason := p.t.observe(err); changed {
-		m.log.Info("active health verdict", "endpoint", p.ep.Address(), "healthy", p.t.healthy, "reason", reason)
-		if m.onChange != nil {
-			m.onChange(p.ep, p.t.healthy, reason, now)
-		}
+		m.report(p, reason, now)
 	} else if err == nil && p.t.healthy && m.onPass != nil {
 		m.onPass(p.ep, now)
+	}
+}
+
+// report logs p's new verdict and hands it to onChange; p.mu is held.
+func (m *Monitor) report(p *probe, reason string, now time.Time) {
+	m.log.Info("active health verdict", "endpoint", p.ep.Address(), "healthy", p.t.healthy, "reason", reason)
+	if m.onChange != nil {
+		m.onChange(p.ep, p.t.healthy, reason, now)
 	}
 }

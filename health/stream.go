@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/switchboard-dev/switchboard/internal/clock"
 )
@@ -26,9 +27,13 @@ type stream struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu   sync.Mutex
-	subs []subscription
-	refs int // guarded by sharedStreams.mu for shared streams, mu otherwise
+	mu       sync.Mutex
+	subs     []subscription
+	t        tracker   // what the stream has seen; steers its schedule
+	observed bool      // t has seen a result
+	lastErr  error     // the last result
+	lastAt   time.Time // when it ended
+	refs     int       // guarded by sharedStreams.mu for shared streams
 }
 
 type subscription struct {
@@ -77,31 +82,62 @@ func keyOf(cfg ActiveConfig, addr string, c clock.Clock) streamKey {
 }
 
 // subscribe adds p to its stream, starting the stream if it is new; a new
-// stream's first schedule takes healthy as its verdict.
+// stream's first schedule takes healthy as its verdict. A probe that joins
+// a running shared stream takes over what the stream has seen: its
+// consecutive passes and failures and its verdict, reported at once if it
+// differs from healthy. A reload's new upstream thus knows at once that an
+// endpoint is down, instead of waiting out the stream's backoff to learn it
+// again.
 func (m *Monitor) subscribe(p *probe, healthy bool) *stream {
-	var s *stream
-	if m.shared {
-		key := keyOf(m.cfg, p.ep.Address(), m.clock)
-		sharedStreams.mu.Lock()
-		s = sharedStreams.m[key]
-		if s == nil {
-			s = newStream(m, p.ep.Address())
-			s.key, s.shared = key, true
-			sharedStreams.m[key] = s
-			s.start(healthy)
-		}
-		s.refs++
-		s.add(m, p)
-		sharedStreams.mu.Unlock()
-	} else {
-		s = newStream(m, p.ep.Address())
+	if !m.shared {
+		s := newStream(m, p.ep.Address())
 		s.refs = 1
+		p.mu.Lock()
+		p.stream = s
 		s.add(m, p)
+		p.mu.Unlock()
+		s.start(healthy)
+		return s
+	}
+	key := keyOf(m.cfg, p.ep.Address(), m.clock)
+	sharedStreams.mu.Lock()
+	s := sharedStreams.m[key]
+	fresh := s == nil
+	if fresh {
+		s = newStream(m, p.ep.Address())
+		s.key, s.shared = key, true
+		sharedStreams.m[key] = s
+	}
+	s.refs++
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stream = s
+	s.mu.Lock()
+	var changed bool
+	var reason string
+	if s.observed {
+		// The stream's tracker has the same rise and fall (the config is
+		// part of the key); only the kind in reasons is the Monitor's.
+		p.t.passes, p.t.fails = s.t.passes, s.t.fails
+		if s.t.healthy != p.t.healthy {
+			p.t.healthy, changed = s.t.healthy, true
+			if s.t.healthy {
+				reason = fmt.Sprintf("%d consecutive %s check passes", s.t.passes, m.kind)
+			} else {
+				reason = fmt.Sprintf("%d consecutive %s check failures: %v", s.t.fails, m.kind, s.lastErr)
+			}
+		}
+	}
+	s.subs = append(s.subs, subscription{m, p})
+	now := s.lastAt
+	s.mu.Unlock()
+	if fresh {
 		s.start(healthy)
 	}
-	p.mu.Lock()
-	p.stream = s
-	p.mu.Unlock()
+	sharedStreams.mu.Unlock()
+	if changed {
+		m.report(p, reason, now)
+	}
 	return s
 }
 
@@ -150,12 +186,16 @@ func (s *stream) unsubscribe(p *probe) {
 }
 
 // run is the probe loop: wait, check, deliver, on the schedule of s.cfg. Its
-// own tracker, which starts at healthy, only steers the schedule (backoff
-// while unhealthy); each subscriber keeps its own verdict.
+// own tracker, which starts at healthy, steers the schedule (backoff while
+// unhealthy) and is what a joining subscriber takes over; each subscriber
+// keeps its own verdict from then on.
 func (s *stream) run(ctx context.Context, healthy bool) {
 	defer close(s.done)
 	cfg := s.cfg
-	t := &tracker{rise: cfg.Rise, fall: cfg.Fall, healthy: healthy}
+	s.mu.Lock()
+	s.t = tracker{rise: cfg.Rise, fall: cfg.Fall, healthy: healthy}
+	s.mu.Unlock()
+	t := &s.t // written under mu, read here without it: this goroutine is the only writer
 	sch := newSchedule(cfg, nil)
 	wait := sch.first()
 	due := s.clock.Now().Add(wait)
@@ -187,8 +227,9 @@ func (s *stream) run(ctx context.Context, healthy bool) {
 				err = fmt.Errorf("timeout after %v: %w", cfg.Timeout, err)
 			}
 			now := s.clock.Now()
-			t.observe(err)
 			s.mu.Lock()
+			t.observe(err)
+			s.observed, s.lastErr, s.lastAt = true, err, now
 			subs = append(subs[:0], s.subs...)
 			s.mu.Unlock()
 			for _, sub := range subs {

@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,5 +182,53 @@ func TestMonitorWithItsOwnCheckerDoesNotShare(t *testing.T) {
 	}
 	if n := sharedStreamCount(); n != 0 {
 		t.Fatalf("%d shared streams, want 0", n)
+	}
+}
+
+// TestMonitorJoiningAStreamTakesOverItsVerdict: a Monitor that subscribes
+// to a stream which has already found its endpoint down (a reload's new
+// upstream) reports it down at once, without waiting out the stream's
+// backoff for a check of its own.
+func TestMonitorJoiningAStreamTakesOverItsVerdict(t *testing.T) {
+	addr := serverAddr(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) })
+	clk := clock.NewFake(time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC))
+	c := noJitter()
+	c.Interval, c.Timeout, c.Fall = time.Second, 500*time.Millisecond, 2
+
+	first := make(chan activeVerdict, 4)
+	m1, err := NewMonitor(c, collect(first), WithLogger(quiet), withClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m1.Close()
+	m1.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: addr})})
+	m1.Start(context.Background())
+	for range 2 {
+		select {
+		case <-clk.Waiting(1):
+		case <-time.After(10 * time.Second):
+			t.Fatal("the stream did not arm its timer")
+		}
+		clk.Advance(clk.Pending()[0])
+	}
+	v1 := within(t, first, 10*time.Second, "the first Monitor's verdict")
+	if v1.healthy || !strings.HasPrefix(v1.reason, "2 consecutive HTTP check failures: ") {
+		t.Fatalf("first verdict %+v, want unhealthy after 2 failures", v1)
+	}
+
+	second := make(chan activeVerdict, 4)
+	m2, err := NewMonitor(c, collect(second), WithLogger(quiet), withClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	m2.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: addr})})
+	m2.Start(context.Background())
+	v := within(t, second, 10*time.Second, "the joining Monitor's verdict, with the clock standing still")
+	if v.healthy || v.reason != v1.reason || !v.at.Equal(v1.at) {
+		t.Fatalf("joining Monitor's verdict %+v, want unhealthy for the stream's reason at its last check: %+v", v, v1)
+	}
+	if n := sharedStreamCount(); n != 1 {
+		t.Fatalf("%d shared streams, want 1", n)
 	}
 }
