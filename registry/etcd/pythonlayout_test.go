@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"log/slog"
 	"reflect"
 	"testing"
 	"time"
@@ -18,18 +17,7 @@ import (
 
 func newRootRegistry(t *testing.T, addr string, logs *logRecorder) *Registry {
 	t.Helper()
-	r, err := New(Config{
-		Endpoints:      []string{addr},
-		Prefix:         "/",
-		DialTimeout:    2 * time.Second,
-		RequestTimeout: 2 * time.Second,
-		Logger:         slog.New(logs),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return r
+	return newTestRegistryAt(t, addr, "/", logs)
 }
 
 func mustPut(t *testing.T, c *clientv3.Client, key, value string, opts ...clientv3.OpOption) {
