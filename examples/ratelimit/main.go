@@ -126,23 +126,12 @@ func run() error {
 	return nil
 }
 
-// acquire blocks until l admits one call, like x/time/rate's Wait.
-// ratelimit.Wait does the waiting; should the limiter refuse rather than
-// delay, acquire sleeps the RetryAfter the refusal carries and asks again,
-// so it waits whatever the algorithm does.
+// acquire blocks until l admits one call, like x/time/rate's Wait: the
+// token bucket reserves the token and ratelimit.Wait sleeps until it is due
+// (giving it back if ctx ends first).
 func acquire(ctx context.Context, l ratelimit.Limiter) error {
-	for {
-		res, err := ratelimit.Wait(ctx, l, 1)
-		if !errors.Is(err, ratelimit.ErrLimited) {
-			return err // nil: admitted (after any delay Wait slept)
-		}
-		if res.RetryAfter == ratelimit.InfDuration {
-			return err // more than the bucket holds: waiting cannot help
-		}
-		if err := ratelimit.Sleep(ctx, res.RetryAfter); err != nil {
-			return err
-		}
-	}
+	_, err := ratelimit.Wait(ctx, l, 1)
+	return err
 }
 
 // limitedError is ErrLimited with the time the limiter asks the caller to
