@@ -13,18 +13,19 @@ import (
 // Defaults for the Config fields that policies read. A zero field means the
 // default.
 const (
-	DefaultPolicy       = RoundRobinName       // policy of a Config without one
-	DefaultVirtualNodes = 160                  // consistent_hash ring points per unit of weight
-	DefaultTableSize    = 65537                // maglev lookup table size (prime)
-	DefaultFallback     = RoundRobinName       // policy for requests without a hash key
-	DefaultDecayWindow  = 10 * time.Second     // p2c_ewma and dynamic_weight EWMA time constant
-	DefaultErrorPenalty = time.Second          // latency an error counts as in p2c_ewma
-	DefaultLoadHeader   = "X-Switchboard-Load" // response header carrying a load report
-	DefaultRefresh      = time.Second          // dynamic_weight weight-table refresh period
-	DefaultPollInterval = 5 * time.Second      // dynamic_weight poll period when PollPath is set
-	DefaultLatencyCap   = time.Second          // dynamic_weight: latency that scores 0
-	DefaultErrorCap     = 0.5                  // dynamic_weight: error rate that scores 0
-	DefaultMinWeight    = 0.1                  // dynamic_weight: floor of an endpoint's score
+	DefaultPolicy          = RoundRobinName       // policy of a Config without one
+	DefaultVirtualNodes    = 160                  // consistent_hash ring points per unit of weight
+	DefaultMD5VirtualNodes = 150                  // the same with hash: md5, as the Python ring has
+	DefaultTableSize       = 65537                // maglev lookup table size (prime)
+	DefaultFallback        = RoundRobinName       // policy for requests without a hash key
+	DefaultDecayWindow     = 10 * time.Second     // p2c_ewma and dynamic_weight EWMA time constant
+	DefaultErrorPenalty    = time.Second          // latency an error counts as in p2c_ewma
+	DefaultLoadHeader      = "X-Switchboard-Load" // response header carrying a load report
+	DefaultRefresh         = time.Second          // dynamic_weight weight-table refresh period
+	DefaultPollInterval    = 5 * time.Second      // dynamic_weight poll period when PollPath is set
+	DefaultLatencyCap      = time.Second          // dynamic_weight: latency that scores 0
+	DefaultErrorCap        = 0.5                  // dynamic_weight: error rate that scores 0
+	DefaultMinWeight       = 0.1                  // dynamic_weight: floor of an endpoint's score
 )
 
 // Config is a policy's configuration, validated by the policy's Builder.
@@ -49,6 +50,12 @@ type Config struct {
 	// full goes to the next one along the ring or table. Must be > 1;
 	// 1.25 is a good start. Default 0: off.
 	BoundedLoad float64 `yaml:"bounded_load"`
+	// MissingKey says what consistent_hash and maglev do with a request
+	// that has no hash key: "fallback" hands it to Fallback (the default);
+	// "error" refuses it, Pick returning ErrNoHashKey, which the HTTP proxy
+	// answers with 400 hash_key_missing. With "error", Fallback must be
+	// left unset.
+	MissingKey string `yaml:"missing_key"`
 	// Fallback is the policy for requests without a hash key
 	// (consistent_hash, maglev). Default round_robin. It may not be a
 	// hashing policy or dynamic_weight.
@@ -57,8 +64,16 @@ type Config struct {
 	// be at least 100 times the number of endpoints. Default 65537.
 	TableSize int `yaml:"table_size"`
 	// VirtualNodes is the number of consistent_hash ring points per unit of
-	// weight. Default 160. The ring is capped at 2^20 points in total.
+	// weight. Default 160, or 150 with hash: md5. The ring is capped at
+	// 2^20 points in total.
 	VirtualNodes int `yaml:"virtual_nodes"`
+	// Hash is consistent_hash's hash function: "fnv1a" (the default:
+	// FNV-1a 64 with a MurmurHash3 finalizer, points placed by address) or
+	// "md5", the ring of the Python services our users run: points keyed
+	// "{id}_vn{i}" by endpoint ID (Endpoint.ID), 128-bit MD5 positions, so
+	// that Go and Python callers send a key to the same node
+	// (docs/balancing.md, "Compatibility with the Python ring").
+	Hash string `yaml:"hash"`
 
 	// SlowStart ramps a new or recovered endpoint from 10% to its full
 	// weight over this long. Default 0: off. Read by weighted_round_robin,
@@ -129,9 +144,11 @@ func (c Config) settings() []setting {
 	return []setting{
 		{"hash_key", c.HashKey != ""},
 		{"bounded_load", c.BoundedLoad != 0},
+		{"missing_key", c.MissingKey != ""},
 		{"fallback", c.Fallback != ""},
 		{"table_size", c.TableSize != 0},
 		{"virtual_nodes", c.VirtualNodes != 0},
+		{"hash", c.Hash != ""},
 		{"slow_start", c.SlowStart != 0},
 		{"decay_window", c.DecayWindow != 0},
 		{"error_penalty", c.ErrorPenalty != 0},

@@ -41,6 +41,11 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{Config{Policy: MaglevName, HashKey: "path", TableSize: -7}, "table_size: must be between 2 and 16777213, got -7"},
 		{Config{Policy: MaglevName, HashKey: "path", SlowStart: time.Second}, "slow_start: not supported by maglev: every weight change rebuilds the table and moves keys between unrelated endpoints (use consistent_hash)"},
 		{Config{Policy: MaglevName, HashKey: "path", VirtualNodes: 10}, "virtual_nodes: not used by maglev"},
+		{Config{Policy: ConsistentHashName, HashKey: "path", Hash: "sha1"}, `hash: "sha1" is not one of fnv1a, md5`},
+		{Config{Policy: MaglevName, HashKey: "path", Hash: HashMD5}, "hash: not used by maglev"},
+		{Config{Policy: ConsistentHashName, HashKey: "path", MissingKey: "drop"}, `missing_key: "drop" is not one of fallback, error`},
+		{Config{Policy: MaglevName, HashKey: "path", MissingKey: MissingKeyError, Fallback: RandomName}, "fallback: not used with missing_key: error (a request without a key is refused)"},
+		{Config{Policy: RoundRobinName, MissingKey: MissingKeyError}, "missing_key: not used by round_robin"},
 		{Config{Policy: RoundRobinName, SlowStart: time.Second}, "slow_start: not used by round_robin"},
 		{Config{SlowStart: time.Second}, "slow_start: not used by round_robin"}, // the default policy
 		{Config{Policy: RandomName, HashKey: "path"}, "hash_key: not used by random"},

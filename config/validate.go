@@ -577,7 +577,8 @@ func (v *validator) checkUpstreams() {
 }
 
 // checkTarget checks one target of upstream; seen maps the normalized
-// addresses of its earlier targets to their Address fields.
+// addresses of its earlier targets to their Address fields, and "id " and
+// their explicit IDs to their ID fields.
 func (v *validator) checkTarget(upstream string, t *endpoint.Spec, seen map[string]*string) {
 	switch h, p, err := splitAddr(t.Address, dialPort); {
 	case t.Address == "":
@@ -598,6 +599,14 @@ func (v *validator) checkTarget(upstream string, t *endpoint.Spec, seen map[stri
 	}
 	if t.Weight != 0 && (t.Weight < 1 || t.Weight > MaxWeight) {
 		v.errorf(&t.Weight, "target weight %d is out of range (1 to %d)", t.Weight, MaxWeight)
+	}
+	if t.ID != "" {
+		// IDs share seen with addresses under a prefix no address has.
+		if first := seen["id "+t.ID]; first != nil {
+			v.errorf(&t.ID, "duplicate target id %q in upstream %q (first at line %d)", t.ID, upstream, v.line(first))
+		} else {
+			seen["id "+t.ID] = &t.ID
+		}
 	}
 }
 
