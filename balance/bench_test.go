@@ -175,3 +175,41 @@ func BenchmarkSampler(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDynamicWeightReport measures dynamic_weight's Pick + Done when
+// every Done carries a load report (the proxy's case when backends send
+// X-Switchboard-Load): cpu and mem only, and the same with two custom
+// factors configured and reported.
+//
+//	go test -run '^$' -bench DynamicWeightReport -benchmem ./balance/
+func BenchmarkDynamicWeightReport(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		factors map[string]DynamicFactor
+		report  string
+	}{
+		{"cpu_mem", nil, "cpu=0.42, mem=0.31"},
+		{"cpu_mem_2_factors", map[string]DynamicFactor{"queue_depth": {Coefficient: 0.3, Max: 100}, "inventory": {Coefficient: 0.2, Max: 50, Prefer: PreferHigh}},
+			"cpu=0.42, mem=0.31, queue_depth=17, inventory=12"},
+	} {
+		cfg := testConfig(DynamicWeightName)
+		cfg.DynamicWeight.Factors = tc.factors
+		bal, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bal.Update(setOf(newEndpoints(benchWeights(100)...)))
+		o := endpoint.Outcome{Latency: time.Millisecond, Status: 200, LoadReport: tc.report}
+		b.Run(tc.name+"/n=100/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			var info Info
+			for b.Loop() {
+				r, err := bal.Pick(&info)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Done(o)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package balance
 import (
 	"errors"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -96,10 +97,12 @@ type Config struct {
 // DynamicWeightConfig configures dynamic_weight. An endpoint's score is
 //
 //	CPU*(1-cpu) + Mem*(1-mem) + Latency*(1-min(lat,LatencyCap)/LatencyCap)
-//	  + Errors*(1-min(errs,ErrorCap)/ErrorCap)
+//	  + Errors*(1-min(errs,ErrorCap)/ErrorCap) + the Factors' terms
 //
-// divided by the sum of the coefficients and floored at MinWeight; its
-// weight is the configured weight times that score.
+// divided by the sum of the coefficients of its terms and floored at
+// MinWeight; its weight is the configured weight times that score. A custom
+// factor the endpoint's latest report lacks has no term: its coefficient
+// leaves the sum too, so the factor neither helps nor hurts the endpoint.
 type DynamicWeightConfig struct {
 	// CPU, Mem, Latency and Errors are the coefficients of the score's
 	// terms, relative to each other (they need not sum to 1). When all four
@@ -131,6 +134,38 @@ type DynamicWeightConfig struct {
 	// Refresh is how often the weight table is rebuilt from the latest
 	// reports and observations. Default 1s.
 	Refresh time.Duration `yaml:"refresh"`
+	// Factors are custom terms of the score, by the name the load report
+	// gives them ("cpu=0.4, queue_depth=17" reports queue_depth). A name is
+	// lower-case letters, digits and _, starting with a letter, at most 32
+	// bytes, and not cpu, mem, latency or errors; at most 16 factors.
+	Factors map[string]DynamicFactor `yaml:"factors"`
+}
+
+// DynamicFactor is a custom term of dynamic_weight's score. Its reported
+// value v (a decimal >= 0) is normalised to min(v, Max)/Max, a fraction
+// in [0, 1]; with Prefer "low" the term is Coefficient*(1-fraction), with
+// "high" Coefficient*fraction.
+type DynamicFactor struct {
+	// Coefficient weighs the term against the others (cpu, mem, latency,
+	// errors and the other factors), as their coefficients do. Required,
+	// > 0.
+	Coefficient float64 `yaml:"coefficient"`
+	// Max is the value at which the factor is at its worst (Prefer low) or
+	// best (Prefer high); higher values count as Max. Default 1: the value
+	// is a fraction already.
+	Max float64 `yaml:"max"`
+	// Prefer says which values are better: "low" (the default: a queue
+	// depth, a load) or "high" (stock on hand, free slots).
+	Prefer string `yaml:"prefer"`
+}
+
+// isZero reports whether c sets nothing.
+func (c DynamicWeightConfig) isZero() bool {
+	if len(c.Factors) > 0 {
+		return false
+	}
+	c.Factors = nil
+	return reflect.ValueOf(c).IsZero()
 }
 
 // setting is a Config key and whether it is set.
@@ -152,7 +187,7 @@ func (c Config) settings() []setting {
 		{"slow_start", c.SlowStart != 0},
 		{"decay_window", c.DecayWindow != 0},
 		{"error_penalty", c.ErrorPenalty != 0},
-		{"dynamic_weight", dw != DynamicWeightConfig{}},
+		{"dynamic_weight", !dw.isZero()},
 	}
 }
 

@@ -62,6 +62,12 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{PollInterval: time.Second}}, "dynamic_weight.poll_interval: needs poll_path"},
 		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{LatencyCap: -1}}, "dynamic_weight.latency_cap: must be positive, got -1ns"},
 		{Config{Policy: DynamicWeightName, HashKey: "path"}, "hash_key: not used by dynamic_weight"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"queue_depth": {}}}}, "dynamic_weight.factors.queue_depth.coefficient: must be > 0, got 0"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"queue_depth": {Coefficient: 1, Max: -5}}}}, "dynamic_weight.factors.queue_depth.max: must be > 0, got -5"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"inventory": {Coefficient: 1, Prefer: "more"}}}}, `dynamic_weight.factors.inventory.prefer: "more" is not one of low, high`},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"Queue-Depth": {Coefficient: 1}}}}, `dynamic_weight.factors: "Queue-Depth" is not a valid factor name: lower-case letters, digits and _, starting with a letter, at most 32 bytes`},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"cpu": {Coefficient: 1}}}}, `dynamic_weight.factors: "cpu" is built in: set dynamic_weight.cpu instead`},
+		{Config{Policy: P2CName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"q": {Coefficient: 1}}}}, "dynamic_weight: not used by p2c"},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || err.Error() != tc.want {
