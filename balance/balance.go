@@ -85,9 +85,17 @@ var (
 	registry = map[string]Builder{}
 )
 
-// Register makes a policy available under name. It panics on a duplicate
-// name: registration happens in init and a clash is a programming error.
+// Register makes a policy available under name: to New and Config.Validate,
+// and so to every upstream (upstream.Config), the configuration file's
+// balance.policy and the proxy, once a program has registered it. Register
+// before building any configuration that names the policy: in an init func
+// or at the top of main (docs/balancing.md, "Your own policy"). It panics
+// on an empty or duplicate name or a nil Builder: registration is part of
+// the program, and a clash is a programming error.
 func Register(name string, b Builder) {
+	if name == "" || b == nil {
+		panic("balance: Register needs a name and a Builder")
+	}
 	regMu.Lock()
 	defer regMu.Unlock()
 	if _, dup := registry[name]; dup {

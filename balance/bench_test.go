@@ -31,7 +31,7 @@ func benchWeights(n int) []int {
 //	go test -run '^$' -bench Pick -benchmem ./balance/
 func BenchmarkPick(b *testing.B) {
 	ks := keys(1024)
-	for _, policy := range Policies() {
+	for _, policy := range builtinPolicies {
 		for _, n := range benchSizes {
 			eps := newEndpoints(benchWeights(n)...)
 			bal, err := New(testConfig(policy))
@@ -115,7 +115,7 @@ func BenchmarkBaseline(b *testing.B) {
 // BenchmarkUpdate measures rebuilding a policy's pick state for a new
 // snapshot (off the pick path, but it bounds how often pools can change).
 func BenchmarkUpdate(b *testing.B) {
-	for _, policy := range Policies() {
+	for _, policy := range builtinPolicies {
 		for _, n := range []int{100, 10_000} {
 			eps := newEndpoints(benchWeights(n)...)
 			bal, _ := New(testConfig(policy))

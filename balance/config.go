@@ -191,6 +191,12 @@ func (c Config) settings() []setting {
 	}
 }
 
+// Unused reports every key set in c that is not among keys, each as a
+// *field.Error "KEY: not used by POLICY", joined. A Builder of one's own
+// policy calls it with the keys the policy reads (none: Unused()), so that
+// a misplaced key is an error, as it is for the built-in policies.
+func (c Config) Unused(keys ...string) error { return c.unused(keys...) }
+
 // unused reports every key set in c that the policy, which reads keys, does
 // not read.
 func (c Config) unused(keys ...string) error {

@@ -2,6 +2,7 @@ package balance
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,12 +10,15 @@ import (
 	"github.com/switchboard-dev/switchboard/field"
 )
 
+// TestEveryPolicyIsRegistered: Policies lists the built-in policies and
+// the one the example registers, sorted.
 func TestEveryPolicyIsRegistered(t *testing.T) {
-	want := []string{ConsistentHashName, DynamicWeightName, LeastConnName, MaglevName, P2CName, P2CEWMAName, RandomName, RoundRobinName, WeightedRandomName, WeightedRoundRobinName}
+	want := append(slices.Clone(builtinPolicies), "primary_backup")
+	slices.Sort(want)
 	if got := Policies(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("Policies() = %v, want %v", got, want)
 	}
-	for _, p := range want {
+	for _, p := range builtinPolicies {
 		if err := testConfig(p).Validate(); err != nil {
 			t.Errorf("%s: the minimal config is invalid: %v", p, err)
 		}
@@ -136,5 +140,27 @@ func TestConfigDefaults(t *testing.T) {
 	d, _ = NewDynamicWeight(Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{CPU: 3, Errors: 1}})
 	if d.p.cpu != 0.75 || d.p.errs != 0.25 || d.p.mem != 0 || d.p.lat != 0 {
 		t.Errorf("coefficients 3,0,0,1 normalise to %v %v %v %v, want 0.75 0 0 0.25", d.p.cpu, d.p.mem, d.p.lat, d.p.errs)
+	}
+}
+
+// TestRegisterPanicsOnAClash: a second policy under a taken name, an empty
+// name or a nil Builder is a programming error, and changes nothing.
+func TestRegisterPanicsOnAClash(t *testing.T) {
+	build := func(Config) (Balancer, error) { return NewRoundRobin(), nil }
+	for _, tc := range []struct {
+		name string
+		b    Builder
+	}{{RoundRobinName, build}, {"", build}, {"mine", nil}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q, %v) did not panic", tc.name, tc.b != nil)
+				}
+			}()
+			Register(tc.name, tc.b)
+		}()
+	}
+	if slices.Contains(Policies(), "mine") || slices.Contains(Policies(), "") {
+		t.Fatalf("a refused registration is listed: %v", Policies())
 	}
 }
