@@ -432,6 +432,8 @@ func TestInlineProblems(t *testing.T) {
 				`15:3: upstream name "bad name" may contain only letters, digits, "_", "." and "-"`,
 				`16:3: upstream "empty" has no targets (or discovery)`,
 			}},
+		{"a dynamic_weight factor's problem is at its entry", listener + "upstreams:\n  u:\n    balance:\n      policy: dynamic_weight\n      dynamic_weight:\n        factors:\n          inventory: {coefficient: 1}\n          queue_depth: {max: 100}\n    targets: [{address: 'a:1'}]\n",
+			[]string{`12:11: dynamic_weight.factors.queue_depth.coefficient: must be > 0, got 0`}},
 		{"duplicate target id", listener + "upstreams:\n  u:\n    targets:\n      - {address: 'a:1', id: n1}\n      - {address: 'b:1', id: n1}\n",
 			[]string{`9:30: duplicate target id "n1" in upstream "u" (first at line 8)`}},
 		{"meta is not a key of a target", listener + "upstreams:\n  u: {targets: [{address: 'a:1', meta: {a: b}}]}\n",
