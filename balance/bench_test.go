@@ -213,3 +213,36 @@ func BenchmarkDynamicWeightReport(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkConsistentHashMD5 compares consistent_hash's Pick + Done with
+// hash: md5 (the Python ring's 128-bit points) against the default fnv1a,
+// at 10 and 100 endpoints, with a different key each pick.
+//
+//	go test -run '^$' -bench ConsistentHashMD5 -benchmem ./balance/
+func BenchmarkConsistentHashMD5(b *testing.B) {
+	ks := keys(1024)
+	for _, n := range []int{10, 100} {
+		for _, hash := range []string{HashFNV1a, HashMD5} {
+			bal, err := New(Config{Policy: ConsistentHashName, HashKey: "path", Hash: hash})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bal.Update(setOf(newEndpoints(equalWeights(n)...)))
+			o := endpoint.Outcome{Latency: time.Millisecond, Status: 200}
+			b.Run(fmt.Sprintf("%s/n=%d/serial", hash, n), func(b *testing.B) {
+				b.ReportAllocs()
+				info := Info{HasKey: true}
+				i := 0
+				for b.Loop() {
+					info.Key = ks[i&1023]
+					i++
+					r, err := bal.Pick(&info)
+					if err != nil {
+						b.Fatal(err)
+					}
+					r.Done(o)
+				}
+			})
+		}
+	}
+}
