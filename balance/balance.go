@@ -21,6 +21,14 @@
 // and per request call Pick (with Info.Key set when the policy hashes: see
 // ParseHashKey) and then Done. A balancer that also implements Runner
 // (dynamic_weight) wants Run in a goroutine of its own.
+//
+// consistent_hash with Config.Hash "md5" is the ring of the Python services
+// our users run, point for point, so that mixed fleets send a key to the
+// same node; with Config.MissingKey "error" a request without a key gets
+// ErrNoHashKey. A program adds a policy of its own with Register (see
+// Example_ownPolicy); every configuration that names it then works, the
+// proxy's too when the program runs switchboard through package
+// github.com/switchboard-dev/switchboard/cmd/switchboard/cli.
 package balance
 
 import (
