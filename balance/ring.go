@@ -243,19 +243,19 @@ func (c *ConsistentHash) Pick(info *Info) (Result, error) {
 // find128 returns the index of the first md5 point at or after position
 // (hi, lo), wrapping: Python's bisect_left on the sorted ring keys.
 func (s *ringSnap) find128(hi, lo uint64) int {
-	lo0, hi0 := 0, len(s.points)
-	for lo0 < hi0 {
-		m := int(uint(lo0+hi0) >> 1)
+	i, j := 0, len(s.points)
+	for i < j {
+		m := int(uint(i+j) >> 1)
 		if s.points[m] < hi || (s.points[m] == hi && s.lo[m] < lo) {
-			lo0 = m + 1
+			i = m + 1
 		} else {
-			hi0 = m
+			j = m
 		}
 	}
-	if lo0 == len(s.points) {
+	if i == len(s.points) {
 		return 0
 	}
-	return lo0
+	return i
 }
 
 // find returns the index of the first point at or after position h,
