@@ -103,7 +103,7 @@ type options struct {
 	transport  http.RoundTripper
 	reg        prometheus.Registerer
 	log        *slog.Logger
-	file       string // the YAML file the services came from, for errors
+	owned      []*http.Transport // made by WithConfig, closed by Close
 }
 
 // WithService declares the service name (the host of the URLs that call
@@ -211,7 +211,7 @@ type Client struct {
 	services  map[string]*service
 	base      http.RoundTripper
 	transport http.RoundTripper
-	owned     *http.Transport // the default transport, closed by Close
+	owned     []*http.Transport // transports of the client's own, closed by Close
 	discs     []*discovery.Discovery
 	metrics   *requestMetrics
 	log       *slog.Logger
@@ -256,10 +256,11 @@ func New(opts ...Option) (*Client, error) {
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	c := &Client{services: map[string]*service{}, base: o.base, transport: o.transport, log: o.log}
+	c := &Client{services: map[string]*service{}, base: o.base, transport: o.transport, log: o.log, owned: o.owned}
 	if c.transport == nil {
-		c.owned = defaultTransport(defaultMaxIdlePerEndpoint)
-		c.transport = c.owned
+		t := defaultTransport(defaultMaxIdlePerEndpoint)
+		c.owned = append(c.owned, t)
+		c.transport = t
 	}
 	var (
 		upm   *upstream.Metrics
@@ -383,8 +384,8 @@ func (c *Client) Close() {
 	for _, d := range c.discs {
 		d.Close()
 	}
-	if c.owned != nil {
-		c.owned.CloseIdleConnections()
+	for _, t := range c.owned {
+		t.CloseIdleConnections()
 	}
 }
 
@@ -426,14 +427,17 @@ func (e *UnknownServiceError) Error() string {
 // scheme is not http: endpoints are spoken to in cleartext HTTP (or h2c).
 var ErrScheme = errors.New("switchboard client: a service is called with http:// (endpoints are spoken to in cleartext)")
 
-const defaultMaxIdlePerEndpoint = 64
+const (
+	defaultMaxIdlePerEndpoint = 64
+	defaultKeepAlive          = 30 * time.Second
+)
 
 // defaultTransport is the client's transport to endpoints: keep-alive
 // connections, no proxy from the environment (endpoints are dialled
 // directly), and a pool per endpoint as large as the proxy's.
 func defaultTransport(maxIdle int) *http.Transport {
 	return &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: defaultKeepAlive}).DialContext,
 		MaxIdleConns:          0,
 		MaxIdleConnsPerHost:   maxIdle,
 		IdleConnTimeout:       60 * time.Second,
