@@ -461,3 +461,42 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// A call that switches protocols (WebSocket, say) gets a body it can write
+// to, as with net/http's own transport.
+func TestASwitchedProtocolCanBeWrittenTo(t *testing.T) {
+	echo := newBackend(t, "echo", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			w.WriteHeader(400)
+			return
+		}
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		rw.Flush()
+		io.Copy(conn, rw)
+	})
+	c := newClient(t, client.WithService("chat", client.Service{Upstream: upstream.Config{Targets: targets(echo)}}))
+	req, _ := http.NewRequest("GET", "http://chat/ws", nil)
+	req.Header.Set("Upgrade", "echo")
+	req.Header.Set("Connection", "Upgrade")
+	resp, err := c.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rw, ok := resp.Body.(io.ReadWriteCloser)
+	if resp.StatusCode != 101 || !ok {
+		t.Fatalf("%d, body %T; want 101 and a body to write to", resp.StatusCode, resp.Body)
+	}
+	if _, err := io.WriteString(rw, "ping"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(rw, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echoed %q, %v; want \"ping\"", buf, err)
+	}
+}

@@ -56,6 +56,9 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			st.call.Body = req.Body
 		}
 	}
+	if req.Header.Get("Upgrade") != "" && hasToken(req.Header["Connection"], "upgrade") {
+		st.call.Upgrade = req.Header.Get("Upgrade")
+	}
 	ctx := req.Context()
 	if k, ok := ctx.Value(hashKeyCtx{}).(string); ok {
 		st.call.HashKey, st.call.HasHashKey = k, true
@@ -81,8 +84,35 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	st.status = resp.StatusCode
 	st.body = resp.Body
 	resp.Body = st
+	if rw, ok := st.body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		// A switched protocol (WebSocket) writes to the body too; the call
+		// lasts until it is closed.
+		resp.Body = upgraded{st, rw}
+	}
 	resp.Request = req
 	return resp, nil
+}
+
+// upgraded is the body of a response that switched protocols: the
+// connection, read and written, whose Close finishes the call.
+type upgraded struct {
+	*callState
+	w io.Writer
+}
+
+func (u upgraded) Write(p []byte) (int, error) { return u.w.Write(p) }
+
+// hasToken reports whether a comma-separated header holds token, in any
+// case.
+func hasToken(values []string, token string) bool {
+	for _, v := range values {
+		for f := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(f), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lookup finds the service a URL host names.
