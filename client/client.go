@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -222,6 +224,30 @@ type service struct {
 	name   string
 	up     *upstream.Upstream
 	routes []*route // the Routes, then the default route last
+	// view is the registry view the service follows until it has
+	// answered once (calls wait for that), nil for none or after.
+	view  readier
+	ready atomic.Bool
+}
+
+// readier is a view that can say when it has its first answer (a
+// *discovery.View).
+type readier interface {
+	Ready(ctx context.Context) error
+}
+
+// await waits, within ctx, for the service's registry view to answer for
+// the first time.
+func (s *service) await(ctx context.Context) error {
+	if s.view == nil || s.ready.Load() {
+		return nil
+	}
+	if err := s.view.Ready(ctx); err != nil {
+		return &pipeline.Error{Status: http.StatusServiceUnavailable, Code: pipeline.CodeNoEndpoint, Err: err,
+			Msg: "service " + s.name + ": its registry has not answered yet"}
+	}
+	s.ready.Store(true)
+	return nil
 }
 
 // route is a running route with its matcher.
@@ -308,7 +334,11 @@ func New(opts ...Option) (*Client, error) {
 			}
 			return fail(fmt.Errorf("client: service %q: %w", name, err))
 		}
-		c.services[name] = &service{name: name, up: up}
+		svc := &service{name: name, up: up}
+		if r, ok := ucfg.View.(readier); ok {
+			svc.view = r
+		}
+		c.services[name] = svc
 		rt := s.Transport
 		if rt == nil {
 			rt = c.transport

@@ -45,6 +45,10 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("%w, not %s://%s", ErrScheme, req.URL.Scheme, req.URL.Host)
 	}
+	if err := s.await(req.Context()); err != nil {
+		closeBody(req)
+		return nil, err
+	}
 	rt := s.pick(req)
 	st := &callState{route: rt, req: req}
 	st.call.Req = req
