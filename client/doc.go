@@ -74,7 +74,7 @@
 // the *url.Error of an http.Client): its Status is what the proxy would
 // answer (429, 502, 503, 504, ...), its Code a stable reason
 // (pipeline.CodeRateLimited, CodeBreakerOpen, CodeNoEndpoint, ...), and
-// RetryAfter, or SetHeaders for a rate limit, says when to come back:
+// RetryAfter, for a rate or concurrency limit, says when to come back:
 //
 //	var pe *pipeline.Error
 //	if errors.As(err, &pe) && pe.Code == pipeline.CodeRateLimited {

@@ -29,7 +29,9 @@ func server(text string) *httptest.Server {
 	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, text) }))
 }
 
-func addr(s *httptest.Server) endpoint.Spec { return endpoint.Spec{Address: s.Listener.Addr().String()} }
+func addr(s *httptest.Server) endpoint.Spec {
+	return endpoint.Spec{Address: s.Listener.Addr().String()}
+}
 
 // Call a service by name over two static targets, one of them dead: the
 // connect failure is tried again on the live one, and the caller sees no
@@ -217,7 +219,7 @@ func ExampleClient_RoundTrip_errors() {
 		var pe *pipeline.Error
 		switch {
 		case errors.As(err, &pe):
-			fmt.Println(pe.Status, pe.Code, "retry after", pe.Limit.RetryAfter.Round(time.Minute))
+			fmt.Println(pe.Status, pe.Code, "retry after", pe.RetryAfter.Round(time.Minute))
 		case err != nil:
 			fmt.Println("error:", err)
 		default:

@@ -75,6 +75,10 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		var pe *pipeline.Error
 		if errors.As(err, &pe) {
 			status = pe.Status
+			if pe.Code == pipeline.CodeRateLimited && pe.RetryAfter == 0 {
+				// One field to read for every limit.
+				pe.RetryAfter = pe.Limit.RetryAfter
+			}
 		}
 		if ctx.Err() != nil {
 			status = pipeline.StatusClientClosed
