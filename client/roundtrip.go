@@ -50,8 +50,8 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	rt := s.pick(req)
-	st := &callState{route: rt, req: req}
-	st.call.Req = req
+	st := &callState{route: rt}
+	st.call.Req, st.call.Front = req, st
 	if req.Body != nil && req.Body != http.NoBody {
 		if req.GetBody != nil {
 			// The body can be had again: every attempt may send it.
@@ -89,7 +89,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.finish(status, nil)
 		return nil, err
 	}
-	st.status = resp.StatusCode
+	st.status = int32(resp.StatusCode)
 	st.body = resp.Body
 	resp.Body = st
 	if rw, ok := st.body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
@@ -139,11 +139,15 @@ func (c *Client) lookup(host string) *service {
 type callState struct {
 	call   pipeline.Call
 	route  *route
-	req    *http.Request
 	body   io.ReadCloser
-	status int
 	start  time.Time
+	status int32
 	done   atomic.Bool
+	// taken tells whether an attempt has first, the first attempt's
+	// request, allocated with the call (retries and hedges allocate their
+	// own).
+	taken atomic.Bool
+	first attemptReq
 }
 
 // Read reads the response body; its end (or a failure) finishes the call.
@@ -151,7 +155,7 @@ func (st *callState) Read(p []byte) (int, error) {
 	n, err := st.body.Read(p)
 	if err != nil {
 		if err == io.EOF {
-			st.finish(st.status, nil)
+			st.finish(int(st.status), nil)
 		} else {
 			st.finishErr(err)
 		}
@@ -163,17 +167,17 @@ func (st *callState) Read(p []byte) (int, error) {
 // not already.
 func (st *callState) Close() error {
 	err := st.body.Close()
-	st.finish(st.status, nil)
+	st.finish(int(st.status), nil)
 	return err
 }
 
 // finishErr finishes a call whose response body broke off.
 func (st *callState) finishErr(err error) {
-	if st.req.Context().Err() != nil {
+	if st.call.Req.Context().Err() != nil {
 		st.finish(pipeline.StatusClientClosed, err)
 		return
 	}
-	st.finish(st.status, err)
+	st.finish(int(st.status), err)
 }
 
 // finish reports the call's outcome once.
@@ -182,7 +186,7 @@ func (st *callState) finish(status int, bodyErr error) {
 		return
 	}
 	st.call.Finish(status, bodyErr)
-	closeBody(st.req)
+	closeBody(st.call.Req)
 	st.route.m.done(status, st.start)
 }
 
@@ -246,7 +250,13 @@ func (t *transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpo
 		}
 	}
 	r := c.Req
-	a := &attemptReq{req: *r, url: *r.URL}
+	var a *attemptReq
+	if st, ok := c.Front.(*callState); ok && st.taken.CompareAndSwap(false, true) {
+		a = &st.first
+	} else {
+		a = new(attemptReq)
+	}
+	a.req, a.url = *r, *r.URL
 	a.url.Scheme, a.url.Host, a.url.User = "http", ep.Address(), nil
 	out := &a.req
 	out.URL = &a.url

@@ -240,6 +240,10 @@ type Call struct {
 	// the request's context.
 	HashKey    string
 	HasHashKey bool
+	// Front is the front end's own state of the call, handed to its
+	// Transport untouched (the Go client keeps the first attempt's request
+	// in it, so that a call costs one allocation).
+	Front any
 
 	route    *Route
 	start    time.Time
