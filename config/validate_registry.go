@@ -223,7 +223,7 @@ func (v *validator) checkUpstreamDiscovery(upstream string, d *UpstreamDiscovery
 
 func (v *validator) knownRegistries() string {
 	if v.client {
-		return "the name under which the program gives the client the registry (client.WithRegistry)"
+		return "name a registry the program gives the client with client.WithRegistry"
 	}
 	names := sortedKeys(v.cfg.Registries)
 	if v.cfg.RegistryEnabled() {
