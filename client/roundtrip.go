@@ -269,50 +269,9 @@ func (t *transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpo
 	if body == nil {
 		out.Body, out.ContentLength = nil, 0
 	} else {
-		// Not closed by the attempt: the caller's body is closed when the
-		// call finishes.
-		out.Body = io.NopCloser(bodyReader{body})
+		out.Body = pipeline.RequestBody(body)
 	}
-	resp, err := t.rt.RoundTrip(out)
-	if err == nil && resp.StatusCode < 100 {
-		resp.Body.Close()
-		err = fmt.Errorf("read response: malformed status code %d", resp.StatusCode)
-	}
-	if err != nil {
-		if cancel != nil {
-			cancel()
-		}
-		return nil, err
-	}
-	if cancel != nil {
-		resp.Body = &cancelOnClose{resp.Body, cancel}
-	}
-	return resp, nil
-}
-
-// bodyReader marks a failure to read the caller's body
-// (pipeline.ErrRequestBody), so that it does not count against the
-// endpoint.
-type bodyReader struct{ r io.Reader }
-
-func (b bodyReader) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = fmt.Errorf("%w: %w", pipeline.ErrRequestBody, err)
-	}
-	return n, err
-}
-
-// cancelOnClose ends an attempt's context once its body is done with.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
+	return pipeline.SendHTTP(t.rt, out, cancel)
 }
 
 // Degraded reports whether resp was answered by a fallback step in place
