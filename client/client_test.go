@@ -500,3 +500,29 @@ func TestASwitchedProtocolCanBeWrittenTo(t *testing.T) {
 		t.Fatalf("echoed %q, %v; want \"ping\"", buf, err)
 	}
 }
+
+// A call that gets no answer within hedge_after is sent again to another
+// endpoint, and the first answer wins; the caller sees only that one.
+func TestAHedgeAnswersForASlowEndpoint(t *testing.T) {
+	stuck := make(chan struct{})
+	slow := newBackend(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stuck:
+		case <-r.Context().Done():
+		}
+	})
+	fast := newBackend(t, "fast", nil)
+	defer close(stuck)
+	c := newClient(t, client.WithService("orders", client.Service{
+		Upstream: upstream.Config{Targets: targets(slow, fast)},
+		Pipeline: pipeline.Config{Retry: &retry.Policy{Attempts: 2, HedgeAfter: "20ms"}},
+	}))
+	for i := 0; i < 4; i++ {
+		if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "fast" {
+			t.Fatalf("call %d: %d %q, want the fast endpoint's answer", i, st, body)
+		}
+	}
+	if slow.hits.Load() == 0 {
+		t.Fatal("no call went to the slow endpoint first: nothing was hedged")
+	}
+}
