@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -146,5 +147,33 @@ discovery: {empty_grace: 5s}
 	}
 	if cfg.Discovery.EmptyGrace.Std() != 5*time.Second {
 		t.Fatalf("empty_grace %v", cfg.Discovery.EmptyGrace)
+	}
+}
+
+// protocol: h2c speaks cleartext HTTP/2 to the upstream's endpoints.
+func TestAYAMLUpstreamSpeaksH2C(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) }))
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv.Config.Protocols = &p
+	srv.Start()
+	defer srv.Close()
+	cfg, err := client.ParseConfig([]byte(`
+upstreams:
+  grpcish:
+    protocol: h2c
+    targets: [{address: "`+srv.Listener.Addr().String()+`"}]
+  plain:
+    targets: [{address: "`+srv.Listener.Addr().String()+`"}]
+`), "client.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, client.WithConfig(cfg))
+	for host, want := range map[string]string{"grpcish": "HTTP/2.0", "plain": "HTTP/1.1"} {
+		if st, body := get(t, c.HTTPClient(), "http://"+host+"/"); st != 200 || body != want {
+			t.Errorf("%s: %d %q, want the endpoint to see %s", host, st, body, want)
+		}
 	}
 }
