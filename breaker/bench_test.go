@@ -1,7 +1,6 @@
 package breaker
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,48 +11,89 @@ import (
 // passes.
 var mono = time.Now()
 
-// Allow + Done on a closed breaker: the request path's whole cost.
+// benchModes are the configurations the benchmarks measure, one per way of
+// opening the breaker; peers_bench_test.go configures failsafe-go's nearest
+// equivalent of each under the same name. Every mode tracks slow calls too
+// (failsafe-go cannot), so ours do a little more work than the peer's.
+// timed marks the modes whose window is a time window: failsafe-go reads
+// the clock inside for those, so ours are also measured with a time.Now()
+// per call ("clock"), besides with the time given ("given") as the proxy
+// calls them.
+var benchModes = []struct {
+	name  string
+	cfg   Config
+	timed bool
+}{
+	{"count", Config{SlowThreshold: time.Second}, false},                                                 // rate over the last 100 calls
+	{"time", Config{WindowType: WindowTime, SlowThreshold: time.Second}, true},                           // rate over the last minute
+	{"consecutive", Config{ConsecutiveFailures: 5, SlowThreshold: time.Second}, false},                   // 5 failures in a row
+	{"failure-count", Config{WindowType: WindowTime, FailureCount: 5, SlowThreshold: time.Second}, true}, // 5 failures within a minute
+}
+
+// Allow + Done on a closed breaker: the request path's whole cost, on the
+// success path like the peers'.
 func BenchmarkAllowDone(b *testing.B) {
 	o := endpoint.Outcome{Status: 200, Latency: time.Millisecond}
-	for _, wt := range []string{WindowCount, WindowTime} {
-		b.Run(wt+"/serial", func(b *testing.B) {
-			br, _ := New(Config{WindowType: wt, SlowThreshold: time.Second})
-			now := mono
-			b.ReportAllocs()
-			for b.Loop() {
-				now = now.Add(time.Microsecond)
-				t, _ := br.Allow(now)
-				t.Done(o, now)
+	for _, m := range benchModes {
+		clocks := []string{"given"}
+		if m.timed {
+			clocks = append(clocks, "clock")
+		}
+		for _, clock := range clocks {
+			name := m.name
+			if m.timed {
+				name += "/" + clock
 			}
-		})
-		b.Run(wt+"/parallel", func(b *testing.B) {
-			br, _ := New(Config{WindowType: wt, SlowThreshold: time.Second})
-			var clock atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					now := mono.Add(time.Duration(clock.Add(int64(time.Microsecond))))
+			b.Run(name+"/serial", func(b *testing.B) {
+				br := newBench(b, m.cfg)
+				now := mono
+				b.ReportAllocs()
+				for b.Loop() {
+					if clock == "clock" {
+						now = time.Now()
+					} else {
+						now = now.Add(time.Microsecond)
+					}
 					t, _ := br.Allow(now)
 					t.Done(o, now)
 				}
 			})
-		})
+			b.Run(name+"/parallel", func(b *testing.B) {
+				br := newBench(b, m.cfg)
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					// Each goroutine's own clock: a shared one would add
+					// a contended atomic to every call.
+					now := mono
+					for pb.Next() {
+						if clock == "clock" {
+							now = time.Now()
+						} else {
+							now = now.Add(time.Microsecond)
+						}
+						t, _ := br.Allow(now)
+						t.Done(o, now)
+					}
+				})
+			})
+		}
 	}
 	b.Run("refused", func(b *testing.B) {
-		br, _ := New(Config{OpenFor: time.Hour, MaxOpenFor: time.Hour})
+		br := newBench(b, Config{OpenFor: time.Hour, MaxOpenFor: time.Hour})
+		br.mu.Lock()
 		br.openLocked(mono, time.Hour, "bench")
+		br.mu.Unlock()
 		b.ReportAllocs()
 		for b.Loop() {
 			br.Allow(mono)
 		}
 	})
-	b.Run("time.Now", func(b *testing.B) {
-		br, _ := New(Config{WindowType: WindowTime})
-		b.ReportAllocs()
-		for b.Loop() {
-			now := time.Now()
-			t, _ := br.Allow(now)
-			t.Done(o, time.Now())
-		}
-	})
+}
+
+func newBench(b *testing.B, cfg Config) *Breaker {
+	br, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return br
 }

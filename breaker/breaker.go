@@ -98,11 +98,13 @@ type phase struct {
 	probes, probesOK int
 	full             atomic.Bool
 
-	// Closed: the window (one of the two, by window_type), and the run of
-	// failures, written without a lock.
+	// Closed: the run of failures and the window (one of the two, by
+	// window_type), written without a lock. consecutive is read by every
+	// success and written only by failures, so it stays on the read-mostly
+	// side of the count window's padding.
+	consecutive atomic.Int64
 	tw          *timeWindow
 	cw          countWindow
-	consecutive atomic.Int64
 }
 
 // New returns a closed breaker for cfg, or cfg's validation error. The
@@ -274,9 +276,7 @@ func (t Ticket) Done(o endpoint.Outcome, now time.Time) {
 	if slow {
 		flags |= flagSlow
 	}
-	if why := p.record(flags, now); why.rule != 0 {
-		b.open(p, why, now)
-	}
+	p.record(flags, now)
 }
 
 // The rules that open a closed breaker, in the order they are checked.
@@ -296,14 +296,18 @@ type cause struct {
 	c    counts
 }
 
-// record adds one outcome to the closed phase p and returns the rule it
-// makes open the breaker, if any. It takes no lock.
-func (p *phase) record(flags uint32, now time.Time) cause {
-	cfg := &p.b.cfg
+// record adds one outcome to the closed phase p, and opens the breaker if
+// that meets a rule. It takes no lock unless it opens the breaker. (It
+// returns nothing: a result struct on the request path costs a copy
+// through memory.)
+func (p *phase) record(flags uint32, now time.Time) {
+	b := p.b
+	cfg := &b.cfg
 	if cfg.ConsecutiveFailures > 0 {
 		if flags&flagFailed != 0 {
 			if n := p.consecutive.Add(1); n >= int64(cfg.ConsecutiveFailures) {
-				return cause{rule: ruleConsecutive, n: int(n)}
+				b.open(p, cause{rule: ruleConsecutive, n: int(n)}, now)
+				return
 			}
 		} else if p.consecutive.Load() != 0 {
 			p.consecutive.Store(0)
@@ -315,24 +319,20 @@ func (p *phase) record(flags uint32, now time.Time) cause {
 	} else {
 		var changed bool
 		if c, changed = p.cw.record(flags); !changed {
-			return cause{}
+			return
 		}
 	}
-	if n := cfg.FailureCount; n > 0 && c.failures >= n {
-		return cause{rule: ruleFailureCount, n: c.failures, c: c}
-	}
-	if c.total < cfg.MinRequests {
-		return cause{}
-	}
+	switch {
+	case cfg.FailureCount > 0 && c.failures >= cfg.FailureCount:
+		b.open(p, cause{rule: ruleFailureCount, n: c.failures, c: c}, now)
+	case c.total < cfg.MinRequests:
 	// Rates are compared as the quotient, as documented; a zero count
 	// skips the division.
-	if cfg.FailureRate > 0 && c.failures > 0 && float64(c.failures)/float64(c.total) >= cfg.FailureRate {
-		return cause{rule: ruleFailureRate, c: c}
+	case cfg.FailureRate > 0 && c.failures > 0 && float64(c.failures)/float64(c.total) >= cfg.FailureRate:
+		b.open(p, cause{rule: ruleFailureRate, c: c}, now)
+	case cfg.SlowThreshold > 0 && c.slow > 0 && float64(c.slow)/float64(c.total) >= cfg.SlowRate:
+		b.open(p, cause{rule: ruleSlowRate, c: c}, now)
 	}
-	if cfg.SlowThreshold > 0 && c.slow > 0 && float64(c.slow)/float64(c.total) >= cfg.SlowRate {
-		return cause{rule: ruleSlowRate, c: c}
-	}
-	return cause{}
 }
 
 func (w cause) reason(cfg *settings) string {
@@ -342,9 +342,9 @@ func (w cause) reason(cfg *settings) string {
 		return fmt.Sprintf("open: %d consecutive failures", w.n)
 	case ruleFailureCount:
 		if cfg.WindowType == WindowTime {
-			return fmt.Sprintf("open: %d failures within %v", w.n, cfg.Window)
+			return fmt.Sprintf("open: %d %s within %v", w.n, plural(w.n, "failure", "failures"), cfg.Window)
 		}
-		return fmt.Sprintf("open: %d failures within the last %d calls", w.n, cfg.WindowSize)
+		return fmt.Sprintf("open: %d %s within the last %d calls", w.n, plural(w.n, "failure", "failures"), cfg.WindowSize)
 	case ruleFailureRate:
 		return fmt.Sprintf("open: failure rate %d%% over %d calls", percent(float64(c.failures)/float64(c.total)), c.total)
 	default:
