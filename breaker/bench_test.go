@@ -17,8 +17,7 @@ var mono = time.Now()
 // (failsafe-go cannot), so ours do a little more work than the peer's.
 // timed marks the modes whose window is a time window: failsafe-go reads
 // the clock inside for those, so ours are also measured with a time.Now()
-// per call ("clock"), besides with the time given ("given") as the proxy
-// calls them.
+// per call, besides with the time given, as the proxy calls them.
 var benchModes = []struct {
 	name  string
 	cfg   Config
@@ -30,54 +29,46 @@ var benchModes = []struct {
 	{"failure-count", Config{WindowType: WindowTime, FailureCount: 5, SlowThreshold: time.Second}, true}, // 5 failures within a minute
 }
 
-// Allow + Done on a closed breaker: the request path's whole cost, on the
-// success path like the peers'.
-func BenchmarkAllowDone(b *testing.B) {
+// benchOurs measures Allow + Done on a closed breaker of cfg, on the
+// success path: the request path's whole cost. With clock, each call
+// reads time.Now() first, as a caller without the time at hand would;
+// without, the time advances by 1µs a call.
+func benchOurs(b *testing.B, cfg Config, clock, parallel bool) {
+	br := newBench(b, cfg)
 	o := endpoint.Outcome{Status: 200, Latency: time.Millisecond}
-	for _, m := range benchModes {
-		clocks := []string{"given"}
-		if m.timed {
-			clocks = append(clocks, "clock")
-		}
-		for _, clock := range clocks {
-			name := m.name
-			if m.timed {
-				name += "/" + clock
+	b.ReportAllocs()
+	if !parallel {
+		now := mono
+		for b.Loop() {
+			if clock {
+				now = time.Now()
+			} else {
+				now = now.Add(time.Microsecond)
 			}
-			b.Run(name+"/serial", func(b *testing.B) {
-				br := newBench(b, m.cfg)
-				now := mono
-				b.ReportAllocs()
-				for b.Loop() {
-					if clock == "clock" {
-						now = time.Now()
-					} else {
-						now = now.Add(time.Microsecond)
-					}
-					t, _ := br.Allow(now)
-					t.Done(o, now)
-				}
-			})
-			b.Run(name+"/parallel", func(b *testing.B) {
-				br := newBench(b, m.cfg)
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					// Each goroutine's own clock: a shared one would add
-					// a contended atomic to every call.
-					now := mono
-					for pb.Next() {
-						if clock == "clock" {
-							now = time.Now()
-						} else {
-							now = now.Add(time.Microsecond)
-						}
-						t, _ := br.Allow(now)
-						t.Done(o, now)
-					}
-				})
-			})
+			t, _ := br.Allow(now)
+			t.Done(o, now)
 		}
+		return
 	}
+	b.RunParallel(func(pb *testing.PB) {
+		// Each goroutine's own clock: a shared one would add a contended
+		// atomic to every call.
+		now := mono
+		for pb.Next() {
+			if clock {
+				now = time.Now()
+			} else {
+				now = now.Add(time.Microsecond)
+			}
+			t, _ := br.Allow(now)
+			t.Done(o, now)
+		}
+	})
+}
+
+// BenchmarkAllowDone is the rest of our request path; the closed state's
+// cost per mode, against failsafe-go, is BenchmarkModes.
+func BenchmarkAllowDone(b *testing.B) {
 	b.Run("refused", func(b *testing.B) {
 		br := newBench(b, Config{OpenFor: time.Hour, MaxOpenFor: time.Hour})
 		br.mu.Lock()

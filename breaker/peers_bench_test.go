@@ -12,17 +12,20 @@ import (
 // as ours so that the numbers are comparable, on their success path like
 // BenchmarkAllowDone.
 
-// BenchmarkFailsafe is failsafe-go's nearest equivalent of each of
-// benchModes, under the same names.
-func BenchmarkFailsafe(b *testing.B) {
-	modes := map[string]func() circuitbreaker.CircuitBreaker[any]{
+// BenchmarkModes measures each of benchModes, serial and on all CPUs
+// (RunParallel), ours and failsafe-go's nearest equivalent side by side so
+// that each pair runs under the same load:
+// BenchmarkModes/MODE/{serial,parallel}/{switchboard,switchboard+now,failsafe-go}.
+// switchboard+now, for the time-window modes only, adds a time.Now() per
+// call, which failsafe-go reads inside for those.
+func BenchmarkModes(b *testing.B) {
+	peers := map[string]func() circuitbreaker.CircuitBreaker[any]{
 		// 50 of the last 100 calls failed (it has no minimum of calls
 		// for a count window).
 		"count": func() circuitbreaker.CircuitBreaker[any] {
 			return circuitbreaker.NewBuilder[any]().WithFailureThresholdRatio(50, 100).Build()
 		},
-		// 50% of at least 20 calls in the last minute; reads the clock
-		// on every recorded call.
+		// 50% of at least 20 calls in the last minute.
 		"time": func() circuitbreaker.CircuitBreaker[any] {
 			return circuitbreaker.NewBuilder[any]().WithFailureRateThreshold(0.5, 20, time.Minute).Build()
 		},
@@ -30,35 +33,43 @@ func BenchmarkFailsafe(b *testing.B) {
 		"consecutive": func() circuitbreaker.CircuitBreaker[any] {
 			return circuitbreaker.NewBuilder[any]().WithFailureThreshold(5).Build()
 		},
-		// 5 failures within a minute; reads the clock on every recorded
-		// call.
+		// 5 failures within a minute.
 		"failure-count": func() circuitbreaker.CircuitBreaker[any] {
 			return circuitbreaker.NewBuilder[any]().WithFailureThresholdPeriod(5, time.Minute).Build()
 		},
 	}
 	for _, m := range benchModes {
-		build := modes[m.name]
-		b.Run(m.name+"/serial", func(b *testing.B) {
-			cb := build()
-			b.ReportAllocs()
-			for b.Loop() {
-				if cb.TryAcquirePermit() {
-					cb.RecordSuccess()
-				}
+		for _, parallel := range []bool{false, true} {
+			name := m.name + "/serial"
+			if parallel {
+				name = m.name + "/parallel"
 			}
-		})
-		b.Run(m.name+"/parallel", func(b *testing.B) {
-			cb := build()
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if cb.TryAcquirePermit() {
-						cb.RecordSuccess()
-					}
-				}
-			})
-		})
+			b.Run(name+"/switchboard", func(b *testing.B) { benchOurs(b, m.cfg, false, parallel) })
+			if m.timed {
+				b.Run(name+"/switchboard+now", func(b *testing.B) { benchOurs(b, m.cfg, true, parallel) })
+			}
+			b.Run(name+"/failsafe-go", func(b *testing.B) { benchFailsafe(b, peers[m.name](), parallel) })
+		}
 	}
+}
+
+func benchFailsafe(b *testing.B, cb circuitbreaker.CircuitBreaker[any], parallel bool) {
+	b.ReportAllocs()
+	if !parallel {
+		for b.Loop() {
+			if cb.TryAcquirePermit() {
+				cb.RecordSuccess()
+			}
+		}
+		return
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if cb.TryAcquirePermit() {
+				cb.RecordSuccess()
+			}
+		}
+	})
 }
 
 // BenchmarkGobreaker is sony/gobreaker's default breaker (5 failures in a
