@@ -322,12 +322,12 @@ func (p *phase) record(flags uint32, now time.Time) {
 			return
 		}
 	}
+	// Rates are compared as the quotient, as documented; a zero count
+	// skips the division.
 	switch {
 	case cfg.FailureCount > 0 && c.failures >= cfg.FailureCount:
 		b.open(p, cause{rule: ruleFailureCount, n: c.failures, c: c}, now)
 	case c.total < cfg.MinRequests:
-	// Rates are compared as the quotient, as documented; a zero count
-	// skips the division.
 	case cfg.FailureRate > 0 && c.failures > 0 && float64(c.failures)/float64(c.total) >= cfg.FailureRate:
 		b.open(p, cause{rule: ruleFailureRate, c: c}, now)
 	case cfg.SlowThreshold > 0 && c.slow > 0 && float64(c.slow)/float64(c.total) >= cfg.SlowRate:
