@@ -311,3 +311,48 @@ func TestBreakerConcurrentFailuresOpenItOnce(t *testing.T) {
 		}
 	}
 }
+
+// Half-open, concurrent Allows are admitted up to half_open_probes and
+// refused after (the refusal reads a flag without the lock); the breaker
+// turns half-open once, however many calls find the open period over.
+func TestBreakerConcurrentAllowHalfOpenAdmitsTheProbesOnly(t *testing.T) {
+	for range 20 {
+		b, err := New(Config{WindowSize: 1, MinRequests: 1, OpenFor: time.Second, HalfOpenProbes: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var halfOpens atomic.Int64
+		b.OnStateChange(func(_, to State, _ string, _ time.Time) {
+			if to == HalfOpen {
+				halfOpens.Add(1)
+			}
+		})
+		tk, _ := b.Allow(t0)
+		tk.Done(endpoint.Outcome{Err: errBoom}, t0)
+		if s := b.State(t0); s != Open {
+			t.Fatalf("after a failure with min_requests 1: %v, want open", s)
+		}
+		later := t0.Add(time.Second)
+		start := make(chan struct{})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				for range 10 {
+					if _, err := b.Allow(later); err == nil {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := admitted.Load(); n != 3 {
+			t.Fatalf("80 concurrent Allows when half-open with 3 probe slots: %d admitted, want 3", n)
+		}
+		if n := halfOpens.Load(); n != 1 {
+			t.Fatalf("open→half-open announced %d times, want once", n)
+		}
+	}
+}
