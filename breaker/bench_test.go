@@ -88,3 +88,29 @@ func newBench(b *testing.B, cfg Config) *Breaker {
 	}
 	return br
 }
+
+// BenchmarkClock is the cost of the time.Now() in the switchboard+now rows
+// of BenchmarkModes, measured in the same run: on virtual machines it can
+// be most of those rows, and it need not scale with cores.
+func BenchmarkClock(b *testing.B) {
+	var sink int64
+	b.Run("serial", func(b *testing.B) {
+		for b.Loop() {
+			sink += time.Now().UnixNano()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			var s int64
+			for pb.Next() {
+				s += time.Now().UnixNano()
+			}
+			if s == 42 {
+				b.Log(s) // keeps the loop from being optimized away
+			}
+		})
+	})
+	if sink == 42 {
+		b.Log(sink)
+	}
+}

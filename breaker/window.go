@@ -18,8 +18,11 @@ const (
 // "bad" word: failures in the low 32 bits, slow calls in the high 32.
 func bad(flags uint32) uint64 { return uint64(flags&flagFailed) | uint64(flags>>1)<<32 }
 
-// cacheLine separates the fields every call writes from those every call
-// only reads, so that on several cores the reads stay cached.
+// cacheLine is the padding that keeps the words every call writes on a
+// cache line of their own: away from the words every call only reads, so
+// that on several cores those stay cached, and away from neighbouring
+// objects in memory (another breaker's window, say), so that two busy
+// breakers do not slow each other down.
 const cacheLine = 64
 
 // The windows below are written without a lock, by every call that
@@ -42,6 +45,7 @@ type countWindow struct {
 	_    [cacheLine]byte
 	seq  atomic.Uint64 // calls recorded; call n takes slot (n-1) % size
 	bad  atomic.Uint64 // failures | slow<<32 over the ring
+	_    [cacheLine - 16]byte
 }
 
 func newCountWindow(n int) countWindow {
@@ -107,9 +111,11 @@ type timeWindow struct {
 	mu      sync.Mutex // serializes moves of the head
 }
 
+// bucket is a cache line: the newest bucket is written by every call.
 type bucket struct {
 	calls atomic.Uint64
 	bad   atomic.Uint64 // failures | slow<<32
+	_     [cacheLine - 16]byte
 }
 
 // timeHead is the newest bucket and what the rest of the window held when
