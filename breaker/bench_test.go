@@ -29,41 +29,39 @@ var benchModes = []struct {
 	{"failure-count", Config{WindowType: WindowTime, FailureCount: 5, SlowThreshold: time.Second}, true}, // 5 failures within a minute
 }
 
-// benchOurs measures Allow + Done on a closed breaker of cfg, on the
-// success path: the request path's whole cost. With clock, each call
-// reads time.Now() first, as a caller without the time at hand would;
-// without, the time advances by 1µs a call.
-func benchOurs(b *testing.B, cfg Config, clock, parallel bool) {
+// benchOurs measures Allow + Done on a closed breaker of cfg: the request
+// path's whole cost. Every call succeeds, or with mixed one in 100 fails
+// (too few to open the breaker). With clock, each call reads time.Now()
+// first, as a caller without the time at hand would; without, the time
+// advances by 1µs a call.
+func benchOurs(b *testing.B, cfg Config, clock, parallel, mixed bool) {
 	br := newBench(b, cfg)
-	o := endpoint.Outcome{Status: 200, Latency: time.Millisecond}
+	ok := endpoint.Outcome{Status: 200, Latency: time.Millisecond}
+	failed := endpoint.Outcome{Status: 503, Latency: time.Millisecond}
 	b.ReportAllocs()
-	if !parallel {
+	// loop is one goroutine's calls; each has its own clock and count (a
+	// shared one would add a contended atomic to every call).
+	loop := func(next func() bool) {
 		now := mono
-		for b.Loop() {
+		for i := 0; next(); i++ {
 			if clock {
 				now = time.Now()
 			} else {
 				now = now.Add(time.Microsecond)
 			}
+			o := ok
+			if mixed && i%100 == 99 {
+				o = failed
+			}
 			t, _ := br.Allow(now)
 			t.Done(o, now)
 		}
-		return
 	}
-	b.RunParallel(func(pb *testing.PB) {
-		// Each goroutine's own clock: a shared one would add a contended
-		// atomic to every call.
-		now := mono
-		for pb.Next() {
-			if clock {
-				now = time.Now()
-			} else {
-				now = now.Add(time.Microsecond)
-			}
-			t, _ := br.Allow(now)
-			t.Done(o, now)
-		}
-	})
+	if parallel {
+		b.RunParallel(func(pb *testing.PB) { loop(pb.Next) })
+	} else {
+		loop(b.Loop)
+	}
 }
 
 // BenchmarkAllowDone is the rest of our request path; the closed state's

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,10 @@ import (
 // BenchmarkModes measures each of benchModes, serial and on all CPUs
 // (RunParallel), ours and failsafe-go's nearest equivalent side by side so
 // that each pair runs under the same load:
-// BenchmarkModes/MODE/{serial,parallel}/{switchboard,switchboard+now,failsafe-go}.
+// BenchmarkModes/MODE/RUN/{switchboard,switchboard+now,failsafe-go}. RUN
+// is serial or parallel with every call succeeding, as a healthy
+// dependency's; or serial-mixed or parallel-mixed with one call in 100
+// failing (not for failure-count, which that would open).
 // switchboard+now, for the time-window modes only, adds a time.Now() per
 // call, which failsafe-go reads inside for those.
 func BenchmarkModes(b *testing.B) {
@@ -39,37 +43,40 @@ func BenchmarkModes(b *testing.B) {
 		},
 	}
 	for _, m := range benchModes {
-		for _, parallel := range []bool{false, true} {
-			name := m.name + "/serial"
-			if parallel {
-				name = m.name + "/parallel"
+		for _, run := range []string{"serial", "parallel", "serial-mixed", "parallel-mixed"} {
+			parallel := strings.HasPrefix(run, "parallel")
+			mixed := strings.HasSuffix(run, "-mixed")
+			if mixed && m.name == "failure-count" {
+				continue
 			}
-			b.Run(name+"/switchboard", func(b *testing.B) { benchOurs(b, m.cfg, false, parallel) })
+			name := m.name + "/" + run
+			b.Run(name+"/switchboard", func(b *testing.B) { benchOurs(b, m.cfg, false, parallel, mixed) })
 			if m.timed {
-				b.Run(name+"/switchboard+now", func(b *testing.B) { benchOurs(b, m.cfg, true, parallel) })
+				b.Run(name+"/switchboard+now", func(b *testing.B) { benchOurs(b, m.cfg, true, parallel, mixed) })
 			}
-			b.Run(name+"/failsafe-go", func(b *testing.B) { benchFailsafe(b, peers[m.name](), parallel) })
+			b.Run(name+"/failsafe-go", func(b *testing.B) { benchFailsafe(b, peers[m.name](), parallel, mixed) })
 		}
 	}
 }
 
-func benchFailsafe(b *testing.B, cb circuitbreaker.CircuitBreaker[any], parallel bool) {
+func benchFailsafe(b *testing.B, cb circuitbreaker.CircuitBreaker[any], parallel, mixed bool) {
 	b.ReportAllocs()
-	if !parallel {
-		for b.Loop() {
+	loop := func(next func() bool) {
+		for i := 0; next(); i++ {
 			if cb.TryAcquirePermit() {
-				cb.RecordSuccess()
+				if mixed && i%100 == 99 {
+					cb.RecordFailure()
+				} else {
+					cb.RecordSuccess()
+				}
 			}
 		}
-		return
 	}
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if cb.TryAcquirePermit() {
-				cb.RecordSuccess()
-			}
-		}
-	})
+	if parallel {
+		b.RunParallel(func(pb *testing.PB) { loop(pb.Next) })
+	} else {
+		loop(b.Loop)
+	}
 }
 
 // BenchmarkGobreaker is sony/gobreaker's default breaker (5 failures in a

@@ -37,8 +37,9 @@ const cacheLine = 64
 // next slot with one atomic add on seq; the number of calls the window
 // holds is min(seq, len(ring)), so it needs no counter of its own. The
 // failures and slow calls are a running sum in bad, changed only when a
-// slot's flags change: the steady state of successes replacing successes
-// writes nothing but seq.
+// slot's flags change: successes replacing successes write nothing but
+// seq, and a success into a full window of successes writes nothing at
+// all (the healthy steady state, which then costs two loads).
 type countWindow struct {
 	ring []atomic.Uint32 // flags of the call that last took each slot
 	size uint64
@@ -68,6 +69,13 @@ func newCountWindow(n int) countWindow {
 // changed false for a sum it can tell is torn (a field above the total);
 // the next call sees it whole.
 func (w *countWindow) record(flags uint32) (counts, bool) {
+	// A success into a full window of successes changes nothing, wherever
+	// it lands in the ring: skip it, with two loads of a line that then
+	// nobody writes. (Had a failure raced in, this success is ordered
+	// before it, and that order gives the same window.)
+	if flags == 0 && w.bad.Load() == 0 && w.seq.Load() >= w.size {
+		return counts{}, false
+	}
 	n := w.seq.Add(1)
 	slot := &w.ring[(n-1)%w.size]
 	full := n > w.size
