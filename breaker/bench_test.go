@@ -13,8 +13,10 @@ var mono = time.Now()
 
 // benchModes are the configurations the benchmarks measure, one per way of
 // opening the breaker; peers_bench_test.go configures failsafe-go's nearest
-// equivalent of each under the same name. Every mode tracks slow calls too
-// (failsafe-go cannot), so ours do a little more work than the peer's.
+// equivalent of each under the same name. The rate and consecutive modes
+// track slow calls too (failsafe-go cannot), so ours do a little more work
+// than the peer's there; failure-count is configured as its users write it
+// ("5 failures within a minute", nothing else).
 // timed marks the modes whose window is a time window: failsafe-go reads
 // the clock inside for those, so ours are also measured with a time.Now()
 // per call, besides with the time given, as the proxy calls them.
@@ -23,10 +25,10 @@ var benchModes = []struct {
 	cfg   Config
 	timed bool
 }{
-	{"count", Config{SlowThreshold: time.Second}, false},                                                 // rate over the last 100 calls
-	{"time", Config{WindowType: WindowTime, SlowThreshold: time.Second}, true},                           // rate over the last minute
-	{"consecutive", Config{ConsecutiveFailures: 5, SlowThreshold: time.Second}, false},                   // 5 failures in a row
-	{"failure-count", Config{WindowType: WindowTime, FailureCount: 5, SlowThreshold: time.Second}, true}, // 5 failures within a minute
+	{"count", Config{SlowThreshold: time.Second}, false},                               // rate over the last 100 calls
+	{"time", Config{WindowType: WindowTime, SlowThreshold: time.Second}, true},         // rate over the last minute
+	{"consecutive", Config{ConsecutiveFailures: 5, SlowThreshold: time.Second}, false}, // 5 failures in a row
+	{"failure-count", Config{WindowType: WindowTime, FailureCount: 5}, true},           // 5 failures within a minute
 }
 
 // benchOurs measures Allow + Done on a closed breaker of cfg: the request

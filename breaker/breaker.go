@@ -315,6 +315,11 @@ func (p *phase) record(flags uint32, now time.Time) {
 	}
 	var c counts
 	if p.tw != nil {
+		if flags == 0 && !cfg.rates {
+			// Only failure_count (and consecutive_failures, above) can
+			// open the breaker, and a success counts for neither.
+			return
+		}
 		c = p.tw.record(now.UnixNano(), flags)
 	} else {
 		var changed bool

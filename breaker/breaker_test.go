@@ -437,6 +437,16 @@ func TestBreakerFailureCount(t *testing.T) {
 			transitions: []string{"closed→open at 0s: open: 5 failures within 1m0s"},
 		},
 		{
+			name: "time: successes still count for slow_rate alongside failure_count",
+			cfg:  with(timed, func(c *Config) { c.SlowThreshold, c.SlowRate, c.MinRequests = 100*time.Millisecond, 0.5, 4 }),
+			steps: []step{
+				{do: "ok", n: 2, want: Closed},
+				{do: "slow", want: Closed},
+				{do: "slow", want: Open}, // 2 of 4
+			},
+			transitions: []string{"closed→open at 0s: open: slow-call rate 50% over 4 calls (at or over 100ms)"},
+		},
+		{
 			name: "time: a closed breaker starts with an empty window",
 			cfg:  timed,
 			steps: []step{

@@ -97,6 +97,10 @@ func (c Config) Validate() error {
 type settings struct {
 	Config
 	statuses statusSet
+	// rates is whether a rate rule is on (failure_rate, or slow_rate with
+	// slow_threshold): only they need the number of calls in the window,
+	// so without them a time window records failures and nothing else.
+	rates bool
 }
 
 // statusSet is a bitmap of the statuses 0-639, so that classifying an
@@ -217,6 +221,7 @@ func (c Config) build() (settings, error) {
 		return settings{}, err
 	}
 	s.Config = c
+	s.rates = c.FailureRate > 0 || c.SlowThreshold > 0
 	return s, nil
 }
 
