@@ -233,8 +233,10 @@ func TestCountWindowConcurrentRecordingAddsUp(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if n := w.seq.Load(); n != goroutines*each {
-		t.Fatalf("seq %d, want %d calls", n, goroutines*each)
+	// Every failed or slow call takes a slot; a success may be skipped
+	// when the window holds successes only.
+	if n := w.seq.Load(); n < goroutines*each*3/4 || n > goroutines*each {
+		t.Fatalf("seq %d, want between the %d failed or slow calls and all %d", n, goroutines*each*3/4, goroutines*each)
 	}
 	var failures, slow uint64
 	for i := range w.ring {
