@@ -111,7 +111,7 @@ listeners: []
 		lines = append(lines, p.String())
 	}
 	want := []string{
-		`client.yaml:4:15: unknown key "open" in breaker (known: window_type, window_size, window, buckets, min_requests, failure_rate, slow_threshold, slow_rate, consecutive_failures, open_for, max_open_for, half_open_probes, failure_statuses)`,
+		`client.yaml:4:15: unknown key "open" in breaker (known: window_type, window_size, window, buckets, min_requests, failure_rate, failure_count, slow_threshold, slow_rate, consecutive_failures, open_for, max_open_for, half_open_probes, failure_statuses)`,
 		`client.yaml:6:13: match.host is not used by a client: the host of a call names its upstream`,
 		`client.yaml:7:15: route upstream "ordrs" is not defined (defined: orders)`,
 		`client.yaml:8:23: expected an integer, got "0.5"`,
