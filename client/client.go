@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-dev/switchboard/discovery"
+	"github.com/switchboard-dev/switchboard/internal/httpmetrics"
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/registry"
 	"github.com/switchboard-dev/switchboard/upstream"
@@ -215,7 +216,7 @@ type Client struct {
 	transport http.RoundTripper
 	owned     []*http.Transport // transports of the client's own, closed by Close
 	discs     []*discovery.Discovery
-	metrics   *requestMetrics
+	metrics   *httpmetrics.Metrics
 	log       *slog.Logger
 }
 
@@ -254,7 +255,7 @@ func (s *service) await(ctx context.Context) error {
 type route struct {
 	match Match
 	p     *pipeline.Route
-	m     *routeMetrics
+	m     *httpmetrics.Route
 	all   bool // the service's default route: matches everything
 }
 
@@ -295,7 +296,7 @@ func New(opts ...Option) (*Client, error) {
 	)
 	if o.reg != nil {
 		upm, pipem, discm = upstream.NewMetrics(o.reg), pipeline.NewMetrics(o.reg), discovery.NewMetrics(o.reg)
-		c.metrics = newRequestMetrics(o.reg)
+		c.metrics = httpmetrics.New(o.reg)
 	}
 	fail := func(err error) (*Client, error) {
 		c.Close()
@@ -367,13 +368,13 @@ func New(opts ...Option) (*Client, error) {
 			m := r.Match
 			m.Methods = upperAll(m.Methods)
 			m.Headers = canonical(m.Headers)
-			svc.routes = append(svc.routes, &route{match: m, p: p, m: c.metrics.forRoute(rname, name)})
+			svc.routes = append(svc.routes, &route{match: m, p: p, m: c.metrics.Route(listener, rname, name)})
 		}
 		p, err := pipeline.New(name, s.Pipeline, svc.up, transports[name], popts...)
 		if err != nil {
 			return fail(fmt.Errorf("client: service %q: %w", name, err))
 		}
-		svc.routes = append(svc.routes, &route{p: p, all: true, m: c.metrics.forRoute(name, name)})
+		svc.routes = append(svc.routes, &route{p: p, all: true, m: c.metrics.Route(listener, name, name)})
 	}
 	return c, nil
 }

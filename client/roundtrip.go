@@ -68,7 +68,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.call.HashKey, st.call.HasHashKey = k, true
 	}
 	st.start = time.Now()
-	rt.m.start()
+	rt.m.Start()
 	resp, err := rt.p.Do(&st.call, st.start)
 	if err != nil {
 		status := http.StatusBadGateway
@@ -187,7 +187,7 @@ func (st *callState) finish(status int, bodyErr error) {
 	}
 	st.call.Finish(status, bodyErr)
 	closeBody(st.call.Req)
-	st.route.m.done(status, st.start)
+	st.route.m.Done(status, time.Since(st.start).Seconds())
 }
 
 // closeBody closes a request's body, as a RoundTripper must.

@@ -37,23 +37,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	if !normalizeRequest(r) {
 		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
-		t.noRoute.count(http.StatusBadRequest)
+		t.noRoute.Count(http.StatusBadRequest)
 		h.access(t, r, nil, nil, http.StatusBadRequest, start)
 		return
 	}
 	rt := t.match(r)
 	if rt == nil {
 		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
-		t.noRoute.count(http.StatusNotFound)
+		t.noRoute.Count(http.StatusNotFound)
 		h.access(t, r, nil, nil, http.StatusNotFound, start)
 		return
 	}
 	rm := rt.metrics
-	rm.inflight.Inc()
+	rm.Start()
 	res := h.serve(w, r, t, rt, start)
-	rm.inflight.Dec()
-	rm.count(res.status)
-	rm.duration.Observe(time.Since(start).Seconds())
+	rm.Done(res.status, time.Since(start).Seconds())
 	h.access(t, r, rt, res.ep, res.status, start)
 	if res.abort {
 		// The response is already under way and cannot be finished: tell

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/internal/httpmetrics"
 	"github.com/switchboard-dev/switchboard/pipeline"
 )
 
@@ -19,7 +20,7 @@ type Table struct {
 	accessLog bool
 	maxBody   int64
 	idle      time.Duration // bounds an idle protocol-switch tunnel
-	noRoute   *routeMetrics
+	noRoute   *httpmetrics.Route
 	// active counts requests being served on this table, so that the
 	// series its requests count on outlive a reload while they run. A
 	// pointer: the record of a replaced table keeps it, not the table.
@@ -35,7 +36,7 @@ type route struct {
 	methods  []string
 	headers  [][2]string // canonical name, exact value
 	pipe     *pipeline.Route
-	metrics  *routeMetrics
+	metrics  *httpmetrics.Route
 	buffer   *bufferPolicy // nil: bodies are streamed
 	timeout  time.Duration // the route's, which buffering counts against
 }
@@ -48,7 +49,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		accessLog: lc.AccessLog,
 		maxBody:   int64(lc.MaxBodyBytes),
 		idle:      lc.Timeouts.Idle.Std(),
-		noRoute:   m.forRoute(lc.Name, "", ""),
+		noRoute:   m.Route(lc.Name, "", ""),
 		active:    new(atomic.Int64),
 	}
 	for _, rc := range lc.Routes {
@@ -75,7 +76,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		for _, k := range names {
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
-		rt.metrics = m.forRoute(lc.Name, rc.Name, rc.Upstream)
+		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstream)
 		t.routes = append(t.routes, rt)
 	}
 	return t
@@ -85,9 +86,9 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 // count on: its listener and each (route, upstream), the no-route series
 // ("", "") included.
 func (t *Table) Series(fn func(listener, route, upstream string)) {
-	fn(t.listener, t.noRoute.route, t.noRoute.upsName)
+	fn(t.noRoute.Labels())
 	for _, rt := range t.routes {
-		fn(t.listener, rt.metrics.route, rt.metrics.upsName)
+		fn(rt.metrics.Labels())
 	}
 }
 
