@@ -15,8 +15,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/internal/httpmetrics"
+	"github.com/switchboard-dev/switchboard/internal/registryopen"
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/registry"
 	"github.com/switchboard-dev/switchboard/upstream"
@@ -107,6 +109,9 @@ type options struct {
 	reg        prometheus.Registerer
 	log        *slog.Logger
 	owned      []*http.Transport // made by WithConfig, closed by Close
+	// backends are the registries of a YAML configuration's registries
+	// block, opened by New unless the program gives one of the same name.
+	backends map[string]*config.RegistryBackend
 }
 
 // WithService declares the service name (the host of the URLs that call
@@ -215,6 +220,7 @@ type Client struct {
 	base      http.RoundTripper
 	transport http.RoundTripper
 	owned     []*http.Transport // transports of the client's own, closed by Close
+	closers   []func() error    // registry clients New opened, closed by Close
 	discs     []*discovery.Discovery
 	metrics   *httpmetrics.Metrics
 	log       *slog.Logger
@@ -301,6 +307,19 @@ func New(opts ...Option) (*Client, error) {
 	fail := func(err error) (*Client, error) {
 		c.Close()
 		return nil, err
+	}
+	for _, name := range sortedNames(o.backends) {
+		if o.registries[name] != nil || o.views[name] != nil {
+			continue // the program's own wins
+		}
+		d, closer, err := registryopen.Open(o.backends[name], o.log.With("registry", name))
+		if err != nil {
+			return fail(fmt.Errorf("client: registry %q: %w", name, err))
+		}
+		if closer != nil {
+			c.closers = append(c.closers, closer)
+		}
+		o.registries[name] = d
 	}
 	discs := map[string]*discovery.Discovery{}
 	for name, d := range o.views {
@@ -417,6 +436,11 @@ func (c *Client) Close() {
 	}
 	for _, t := range c.owned {
 		t.CloseIdleConnections()
+	}
+	for _, closeRegistry := range c.closers {
+		if err := closeRegistry(); err != nil {
+			c.log.Warn("closing a registry client failed", "error", err)
+		}
 	}
 }
 

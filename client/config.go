@@ -27,7 +27,9 @@ func ParseConfig(data []byte, name string) (*Config, error) { return config.Pars
 // routes that name it (in their order; a call that matches none of them
 // gets the zero pipeline.Config: sent once, plus the safe retries). An
 // upstream with discovery follows the registry its discovery.registry
-// names, which must be given with WithRegistry. The connection settings
+// names: an entry of the registries block, which New opens (and Close
+// closes), or one given with WithRegistry, which wins over an entry of the
+// same name. The connection settings
 // of an upstream (protocol, timeouts, max_idle_per_endpoint, idle_timeout,
 // max_response_header_bytes) shape a transport of its own; the discovery
 // block tunes the discovery caches (cache_dir, empty_grace).
@@ -35,6 +37,12 @@ func WithConfig(cfg *Config) Option {
 	return func(o *options) error {
 		if cfg == nil {
 			return fmt.Errorf("client: nil configuration")
+		}
+		if len(cfg.Registries) > 0 && o.backends == nil {
+			o.backends = map[string]*config.RegistryBackend{}
+		}
+		for name, b := range cfg.Registries {
+			o.backends[name] = b
 		}
 		o.discOpts.CacheDir = cfg.Discovery.CacheDir
 		o.discOpts.EmptyGrace = cfg.Discovery.EmptyGrace.Std()

@@ -115,7 +115,7 @@ listeners: []
 		`client.yaml:6:13: match.host is not used by a client: the host of a call names its upstream`,
 		`client.yaml:7:15: route upstream "ordrs" is not defined (defined: orders)`,
 		`client.yaml:8:23: expected an integer, got "0.5"`,
-		`client.yaml:9:1: unknown key "listeners" at the top level of a client configuration (known: upstreams, routes, discovery)`,
+		`client.yaml:9:1: unknown key "listeners" at the top level of a client configuration (known: upstreams, registries, routes, discovery)`,
 	}
 	if !slices.Equal(lines, want) {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
@@ -175,5 +175,46 @@ upstreams:
 		if st, body := get(t, c.HTTPClient(), "http://"+host+"/"); st != 200 || body != want {
 			t.Errorf("%s: %d %q, want the endpoint to see %s", host, st, body, want)
 		}
+	}
+}
+
+// A registries block is opened by the client itself: an upstream that
+// names its entry discovers through it with nothing given in Go, and a
+// registry given in Go under the same name wins over the entry.
+func TestAYAMLRegistriesBlockIsOpenedByTheClient(t *testing.T) {
+	srv, reg := startRegistry(t)
+	a := newBackend(t, "a", nil)
+	register(t, reg, "orders-svc", "orders-1", a)
+	cfg, err := client.ParseConfig([]byte(`
+registries:
+  fleet: {kind: consul, address: "`+srv.Addr()+`"}
+upstreams:
+  orders:
+    discovery: {registry: fleet, service: orders-svc}
+`), "client.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, client.WithConfig(cfg))
+	testutil.WaitReady(t, c.Upstream("orders").Pool(), 1)
+	if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "a" {
+		t.Fatalf("%d %q", st, body)
+	}
+
+	// The program's own registry of that name is used instead: one that
+	// knows another instance under the service.
+	_, otherReg := startRegistry(t)
+	b := newBackend(t, "b", nil)
+	register(t, otherReg, "orders-svc", "orders-2", b)
+	c2 := newClient(t, client.WithConfig(cfg), client.WithRegistry("fleet", otherReg))
+	testutil.WaitReady(t, c2.Upstream("orders").Pool(), 1)
+	if st, body := get(t, c2.HTTPClient(), "http://orders/"); st != 200 || body != "b" {
+		t.Fatalf("with the program's registry: %d %q, want b's answer", st, body)
+	}
+
+	// A bad entry is reported at its place.
+	_, err = client.ParseConfig([]byte("registries:\n  fleet: {kind: zookeeper}\n"), "client.yaml")
+	if err == nil || !strings.Contains(err.Error(), `client.yaml:2:17: unknown registry kind "zookeeper"`) {
+		t.Fatalf("bad kind: %v", err)
 	}
 }

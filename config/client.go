@@ -13,9 +13,14 @@ import (
 // means in the proxy's file, and is checked the same way.
 type Client struct {
 	// Upstreams are the services the program calls, by name. An upstream
-	// with discovery names, in discovery.registry, a registry the program
-	// hands to the client (client.WithRegistry).
+	// with discovery names, in discovery.registry, an entry of Registries
+	// or a registry the program hands to the client (client.WithRegistry,
+	// which wins over an entry of the same name).
 	Upstreams map[string]*Upstream `yaml:"upstreams"`
+	// Registries are the external registries (consul, etcd, dns, static)
+	// the client opens itself, by name: the keys of the proxy file's
+	// registries block.
+	Registries map[string]*RegistryBackend `yaml:"registries"`
 	// Routes protect the calls to their upstream that match them: the
 	// keys of a listener's route, where match.host is not used (the host
 	// of a call names its upstream) and neither is buffer_requests (the
@@ -71,15 +76,18 @@ func parseClient(file string, data []byte, h sys) (*Client, error) {
 	// The proxy's checks run on a Config that holds the client's values:
 	// the same maps and route list, and the discovery block's positions.
 	cfg := &Config{
-		Upstreams: c.Upstreams,
-		Discovery: c.Discovery,
+		Upstreams:  c.Upstreams,
+		Registries: c.Registries,
+		Discovery:  c.Discovery,
 		Listeners: []Listener{{Name: ClientListener, Routes: c.Routes}},
 	}
 	pos.set(&cfg.Upstreams, pos.of(&c.Upstreams))
+	pos.set(&cfg.Registries, pos.of(&c.Registries))
 	pos.set(&cfg.Discovery, pos.of(&c.Discovery))
 	pos.set(&cfg.Discovery.EmptyGrace, pos.of(&c.Discovery.EmptyGrace))
 	pos.set(&cfg.Discovery.CacheDir, pos.of(&c.Discovery.CacheDir))
 	v := &validator{cfg: cfg, pos: pos, probs: probs, readFile: h.readFile, client: true}
+	v.checkRegistries()
 	v.checkUpstreams()
 	v.checkDiscovery()
 	names := map[string]any{}
@@ -98,6 +106,7 @@ func parseClient(file string, data []byte, h sys) (*Client, error) {
 	}
 	applyDefaults(cfg)
 	c.Discovery = cfg.Discovery
+	c.Registries = cfg.Registries
 	c.File = file
 	return c, nil
 }

@@ -36,9 +36,9 @@ admin: {listen: 127.0.0.1:9901}
 `))
 	got := problemStrings(err)
 	want := []string{
-		`client.yaml:3:5: upstream "orders": discovery.registry is required (name a registry the program gives the client with client.WithRegistry)`,
+		`client.yaml:3:5: upstream "orders": discovery.registry is required (name an entry of registries, or a registry the program gives the client with client.WithRegistry)`,
 		`client.yaml:6:5: buffer_requests is for the proxy: a program holds its own request bodies`,
-		`client.yaml:7:1: unknown key "admin" at the top level of a client configuration (known: upstreams, routes, discovery)`,
+		`client.yaml:7:1: unknown key "admin" at the top level of a client configuration (known: upstreams, registries, routes, discovery)`,
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("problems %q, want %q", got, want)

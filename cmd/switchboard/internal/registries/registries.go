@@ -5,12 +5,9 @@ package registries
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"reflect"
 	"sort"
 	"sync"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/discovery"
+	"github.com/switchboard-dev/switchboard/internal/registryopen"
 	"github.com/switchboard-dev/switchboard/registry"
 	"github.com/switchboard-dev/switchboard/upstream"
 )
@@ -98,7 +96,7 @@ func (m *Manager) Stage(cfg *config.Config) error {
 	for name, rc := range cfg.Registries {
 		rc := rc
 		wants[name] = want{key: [2]any{*rc, cfg.Discovery}, build: func(o discovery.Options) (*backend, error) {
-			d, closer, err := open(rc, m.log.With("registry", o.Registry))
+			d, closer, err := registryopen.Open(rc, m.log.With("registry", o.Registry))
 			if err != nil {
 				return nil, err
 			}
@@ -384,48 +382,6 @@ func (v *view) Close() {
 	if dv != nil {
 		dv.Close()
 	}
-}
-
-// open builds the registry client an entry of registries describes.
-func open(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
-	switch rc.Kind {
-	case "etcd":
-		return openEtcd(rc, log)
-	case "consul":
-		return openConsul(rc, log)
-	case "dns":
-		return openDNS(rc, log)
-	case "static":
-		return openStatic(rc, log)
-	}
-	return nil, nil, fmt.Errorf("unknown registry kind %q", rc.Kind)
-}
-
-// clientTLS builds a *tls.Config from the registry's tls block.
-func clientTLS(t *config.ClientTLS) (*tls.Config, error) {
-	if t == nil {
-		return nil, nil
-	}
-	c := &tls.Config{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file %q holds no PEM certificate", t.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file/key_file: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
-	}
-	return c, nil
 }
 
 func sortedKeys[K int | string, V any](m map[K]V) []K {

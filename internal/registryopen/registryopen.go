@@ -1,9 +1,17 @@
-package registries
+// Package registryopen opens the registry client an entry of a
+// configuration's registries block describes (consul, etcd, dns, static):
+// one place for the proxy (cmd/switchboard) and the Go client (package
+// client), which both read that block.
+package registryopen
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/registry"
@@ -12,6 +20,49 @@ import (
 	etcdreg "github.com/switchboard-dev/switchboard/registry/etcd"
 	staticreg "github.com/switchboard-dev/switchboard/registry/static"
 )
+
+// Open builds the registry client an entry of registries describes, and
+// the function that closes it (nil when there is nothing to close).
+func Open(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
+	switch rc.Kind {
+	case "etcd":
+		return openEtcd(rc, log)
+	case "consul":
+		return openConsul(rc, log)
+	case "dns":
+		return openDNS(rc, log)
+	case "static":
+		return openStatic(rc, log)
+	}
+	return nil, nil, fmt.Errorf("unknown registry kind %q", rc.Kind)
+}
+
+// clientTLS builds a *tls.Config from the registry's tls block.
+func clientTLS(t *config.ClientTLS) (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
+	c := &tls.Config{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if t.CAFile != "" {
+		pem, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.ca_file %q holds no PEM certificate", t.CAFile)
+		}
+		c.RootCAs = pool
+	}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.cert_file/key_file: %w", err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
 
 func openEtcd(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, func() error, error) {
 	tc, err := clientTLS(rc.TLS)
