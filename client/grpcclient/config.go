@@ -80,6 +80,18 @@ type lbConfig struct {
 	hashMethod bool
 	// loadMD is the trailer key a load report comes in (dynamic_weight).
 	loadMD string
+	// latency: the policy reads Outcome.Latency, so a pick reads the
+	// clock (twice: at the pick and in Done).
+	latency bool
+}
+
+// latencyFree are the policies that never read Outcome.Latency. Any other
+// (p2c_ewma, dynamic_weight, a policy registered by the program) gets it.
+var latencyFree = map[string]bool{
+	balance.RoundRobinName: true, balance.WeightedRoundRobinName: true,
+	balance.RandomName: true, balance.WeightedRandomName: true,
+	balance.LeastConnName: true, balance.P2CName: true,
+	balance.ConsistentHashName: true, balance.MaglevName: true,
 }
 
 // hashes reports whether policy reads a hash key.
@@ -109,7 +121,7 @@ func parseConfig(policy string, js []byte) (*lbConfig, error) {
 			field.Errorf("policy", "is %q but the balancer is %s; leave it out", cfg.Policy, name))
 	}
 	cfg.Policy = policy
-	lc := &lbConfig{}
+	lc := &lbConfig{latency: !latencyFree[policy]}
 	if hashes(policy) {
 		src, nm, _ := strings.Cut(cfg.HashKey, ":")
 		switch {

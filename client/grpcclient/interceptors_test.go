@@ -1,0 +1,309 @@
+package grpcclient_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/client/grpcclient"
+	"github.com/switchboard-dev/switchboard/ratelimit"
+	"github.com/switchboard-dev/switchboard/retry"
+)
+
+const unaryMethod = "/grpc.testing.TestService/UnaryCall"
+
+// oneServer registers one server for service and returns a client with
+// the given options.
+func oneServer(t *testing.T, opts ...grpc.DialOption) (*testServer, func(opts ...grpc.CallOption) (string, error)) {
+	s, c := oneServerClient(t, opts...)
+	return s, func(opts ...grpc.CallOption) (string, error) { return call(context.Background(), c, opts...) }
+}
+
+func oneServerClient(t *testing.T, opts ...grpc.DialOption) (*testServer, testgrpc.TestServiceClient) {
+	t.Helper()
+	env := startRegistry(t)
+	s := startServer(t, "a")
+	env.register(t, "orders", s, 0)
+	return s, dial(t, env.builder(t), "orders", lbConfig(balance.RoundRobinName, ""), opts...)
+}
+
+// The breaker opens after the failures its config allows; then calls fail
+// fast without reaching the server, and the fallback answers them, marked
+// degraded in the header and trailer metadata.
+func TestBreakerOpensAndTheFallbackAnswersDegraded(t *testing.T) {
+	br, err := breaker.New(breaker.Config{ConsecutiveFailures: 3, OpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := grpcclient.FallbackStep{Name: "cache", Func: func(_ context.Context, method string, _, reply any, cause error) error {
+		if method != unaryMethod || cause == nil {
+			t.Errorf("fallback got method %q, cause %v", method, cause)
+		}
+		reply.(*testpb.SimpleResponse).ServerId = "cached"
+		return nil
+	}}
+	s, do := oneServer(t, grpc.WithChainUnaryInterceptor(
+		grpcclient.UnaryFallback(0, cached),
+		grpcclient.UnaryBreaker(br, 0),
+	))
+	if id, err := do(); err != nil || id != "a" {
+		t.Fatalf("healthy call: %q, %v", id, err)
+	}
+	s.fail.Store(uint32(codes.Unavailable))
+	for i := range 3 {
+		var header, trailer metadata.MD
+		id, err := do(grpc.Header(&header), grpc.Trailer(&trailer))
+		if err != nil || id != "cached" {
+			t.Fatalf("failing call %d: %q, %v; want the fallback's answer", i, id, err)
+		}
+		for name, md := range map[string]metadata.MD{"header": header, "trailer": trailer} {
+			if r, ok := grpcclient.DegradedReason(md); !ok || r != "cache: code:Unavailable" {
+				t.Fatalf("failing call %d: %s degraded %q, %v; want \"cache: code:Unavailable\"", i, name, r, ok)
+			}
+		}
+	}
+	if got := br.State(time.Now()); got != breaker.Open {
+		t.Fatalf("after 3 failures in a row the breaker is %v; want open", got)
+	}
+	calls := s.calls.Load()
+	var header metadata.MD
+	id, err := do(grpc.Header(&header))
+	if err != nil || id != "cached" {
+		t.Fatalf("call with the breaker open: %q, %v; want the fallback's answer", id, err)
+	}
+	if r, _ := grpcclient.DegradedReason(header); r != "cache: breaker_open" {
+		t.Fatalf("call with the breaker open: degraded %q; want \"cache: breaker_open\"", r)
+	}
+	if n := s.calls.Load() - calls; n != 0 {
+		t.Fatalf("the server got %d calls while the breaker was open", n)
+	}
+}
+
+// Codes that say the request was bad do not open the breaker, and without
+// a fallback an open breaker fails calls with ErrBreakerOpen.
+func TestBreakerCountsOnlyFailureCodes(t *testing.T) {
+	br, err := breaker.New(breaker.Config{ConsecutiveFailures: 2, OpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, do := oneServer(t, grpc.WithUnaryInterceptor(grpcclient.UnaryBreaker(br, grpcclient.CodeSet(codes.Internal))))
+	for _, c := range []codes.Code{codes.NotFound, codes.Unavailable, codes.InvalidArgument, codes.NotFound} {
+		s.fail.Store(uint32(c))
+		if _, err := do(); status.Code(err) != c {
+			t.Fatalf("call failing with %v: %v", c, err)
+		}
+	}
+	if got := br.State(time.Now()); got != breaker.Closed {
+		t.Fatalf("after NotFound, Unavailable (not configured) and InvalidArgument the breaker is %v; want closed", got)
+	}
+	s.fail.Store(uint32(codes.Internal))
+	do()
+	do()
+	if _, err := do(); !errors.Is(err, grpcclient.ErrBreakerOpen) || status.Code(err) != codes.Unavailable {
+		t.Fatalf("after 2 Internal: %v; want ErrBreakerOpen", err)
+	}
+}
+
+// A stream's failure counts when the stream ends with it.
+func TestStreamBreakerCountsFailedStreams(t *testing.T) {
+	br, err := breaker.New(breaker.Config{ConsecutiveFailures: 2, OpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := startRegistry(t)
+	s := startServer(t, "a")
+	env.register(t, "orders", s, 0)
+	c := dial(t, env.builder(t), "orders", lbConfig(balance.RoundRobinName, ""),
+		grpc.WithStreamInterceptor(grpcclient.StreamBreaker(br, 0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recvAll := func() error {
+		st, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+		if err != nil {
+			return err
+		}
+		for {
+			if _, err := st.Recv(); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	if err := recvAll(); err != nil {
+		t.Fatalf("healthy stream: %v", err)
+	}
+	s.fail.Store(uint32(codes.Unavailable))
+	for i := range 2 {
+		if err := recvAll(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("failing stream %d: %v", i, err)
+		}
+	}
+	if _, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{}); !errors.Is(err, grpcclient.ErrBreakerOpen) {
+		t.Fatalf("stream after 2 failures: %v; want ErrBreakerOpen", err)
+	}
+}
+
+func retryInterceptor(t *testing.T, o grpcclient.RetryOptions) grpc.UnaryClientInterceptor {
+	t.Helper()
+	i, err := grpcclient.UnaryRetry(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+var fastBackoff = retry.Policy{BackoffBase: time.Millisecond, BackoffMax: time.Millisecond}
+
+// The retry budget bounds retries when every call fails: 100 calls with
+// 5 attempts each would be 500 calls without it; a 10% budget with a
+// floor of 1 retry allows 11 retries.
+func TestRetryBudgetBoundsRetries(t *testing.T) {
+	p := fastBackoff
+	p.Attempts, p.BudgetPercent, p.MinRetriesPerSecond, p.BudgetWindow = 5, 10, 0.1, 10*time.Second
+	s, do := oneServer(t, grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.RetryOptions{
+		Policy: p, Idempotent: grpcclient.IdempotentMethods(unaryMethod),
+	})))
+	s.fail.Store(uint32(codes.Unavailable))
+	for range 100 {
+		if _, err := do(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("failing call: %v", err)
+		}
+	}
+	// retries + 1 <= 0.1 * requests + 0.1/s * 10s at every withdrawal.
+	if n := s.calls.Load(); n < 105 || n > 111 {
+		t.Fatalf("100 failing calls reached the server %d times; want 100 plus 5 to 11 retries", n)
+	}
+}
+
+// A retry goes to another server than the one that failed.
+func TestRetryGoesToAnotherServer(t *testing.T) {
+	env := startRegistry(t)
+	bad, good := startServer(t, "bad"), startServer(t, "good")
+	env.register(t, "orders", bad, 0)
+	env.register(t, "orders", good, 0)
+	p := fastBackoff
+	p.Attempts = 2
+	c := dial(t, env.builder(t), "orders", lbConfig(balance.RoundRobinName, ""),
+		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.RetryOptions{Policy: p, Idempotent: grpcclient.IdempotentMethods(unaryMethod)})))
+	seen := map[string]bool{}
+	waitUntil(t, c, "both answer", 1, func(id string) bool { seen[id] = true; return len(seen) == 2 })
+	bad.fail.Store(uint32(codes.Unavailable))
+	for i := range 40 {
+		if id, err := call(context.Background(), c); err != nil || id != "good" {
+			t.Fatalf("call %d: %q, %v; want good (the retry of a call that hit bad)", i, id, err)
+		}
+	}
+	if bad.calls.Load() < 10 {
+		t.Fatalf("bad got %d calls; round robin should have sent it about 20 first attempts", bad.calls.Load())
+	}
+}
+
+// Retries never run past the call's deadline, and methods not known to be
+// idempotent are not retried.
+func TestRetryHonoursTheDeadlineAndIdempotency(t *testing.T) {
+	p := retry.Policy{Attempts: 5, BackoffBase: 200 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+	env := startRegistry(t)
+	s := startServer(t, "a")
+	env.register(t, "orders", s, 0)
+	b := env.builder(t)
+	idem := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""),
+		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.RetryOptions{Policy: p, Idempotent: grpcclient.IdempotentMethods(unaryMethod)})))
+	other := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""),
+		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.RetryOptions{Policy: p})))
+	waitUntil(t, idem, "a answers", 1, func(id string) bool { return id == "a" })
+	waitUntil(t, other, "a answers", 1, func(id string) bool { return id == "a" })
+	s.fail.Store(uint32(codes.Unavailable))
+
+	// With a deadline shorter than the backoff there is no time to retry;
+	// backoffs are random up to 200ms, so try a few calls.
+	for range 5 {
+		before := s.calls.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		_, err := idem.UnaryCall(ctx, &testpb.SimpleRequest{})
+		cancel()
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+			t.Fatalf("call with a 5ms deadline: %v", err)
+		}
+		if n := s.calls.Load() - before; n > 1 {
+			t.Fatalf("a call with a 5ms deadline reached the server %d times; a retry would have run past the deadline", n)
+		}
+	}
+	before := s.calls.Load()
+	if _, err := call(context.Background(), other); status.Code(err) != codes.Unavailable {
+		t.Fatalf("non-idempotent call: %v", err)
+	}
+	if n := s.calls.Load() - before; n != 1 {
+		t.Fatalf("a method not marked idempotent reached the server %d times; want 1", n)
+	}
+}
+
+// A token bucket in Reject mode fails calls over the limit with
+// ErrRateLimited, without reaching the server.
+func TestRateLimitRejects(t *testing.T) {
+	s, do := oneServer(t, grpc.WithUnaryInterceptor(grpcclient.UnaryRateLimit(
+		ratelimit.NewTokenBucket(ratelimit.Rate{N: 1, Per: time.Hour}, 2), grpcclient.Reject)))
+	for i := range 2 {
+		if _, err := do(); err != nil {
+			t.Fatalf("call %d within the burst: %v", i, err)
+		}
+	}
+	_, err := do()
+	if !errors.Is(err, grpcclient.ErrRateLimited) || status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("call over the limit: %v; want ErrRateLimited (ResourceExhausted)", err)
+	}
+	if n := s.calls.Load(); n != 2 {
+		t.Fatalf("the server got %d calls; want 2 (the third was limited)", n)
+	}
+}
+
+// In Wait mode calls are delayed to the limiter's pace, and a call whose
+// turn would come after its deadline is rejected at once.
+func TestRateLimitWaits(t *testing.T) {
+	const interval = 40 * time.Millisecond
+	for name, l := range map[string]ratelimit.Limiter{
+		"leaky bucket": ratelimit.NewLeakyBucket(ratelimit.Rate{N: 1, Per: interval}, 10, 0),
+		"token bucket": ratelimit.NewTokenBucket(ratelimit.Rate{N: 1, Per: interval}, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, c := oneServerClient(t, grpc.WithUnaryInterceptor(grpcclient.UnaryRateLimit(l, grpcclient.Wait)))
+			start := time.Now()
+			for i := range 5 {
+				if _, err := call(context.Background(), c); err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+			}
+			// 5 calls at one per 40ms: the 5th goes at least 4 intervals
+			// after the first (minus the first's head start, at most one).
+			if el := time.Since(start); el < 3*interval {
+				t.Fatalf("5 calls at 1 per %v took %v; want at least %v", interval, el, 3*interval)
+			}
+			if s.calls.Load() != 5 {
+				t.Fatalf("server got %d calls; want 5", s.calls.Load())
+			}
+			// Fill the limiter, then a call with a deadline shorter than its
+			// wait is rejected without waiting for the deadline.
+			for range 3 {
+				l.ReserveN(time.Now(), 1)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), interval/4)
+			defer cancel()
+			_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+			if !errors.Is(err, grpcclient.ErrRateLimited) {
+				t.Fatalf("call whose turn comes after its deadline: %v; want ErrRateLimited", err)
+			}
+		})
+	}
+}
