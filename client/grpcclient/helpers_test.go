@@ -198,7 +198,9 @@ func registryInstance(service string, s *testServer) registry.Registration {
 	return registry.Registration{Instance: registry.Instance{ID: s.id, Service: service, Address: "127.0.0.1", Port: s.port}}
 }
 
-func newClient(cc *grpc.ClientConn) testgrpc.TestServiceClient { return testgrpc.NewTestServiceClient(cc) }
+func newClient(cc *grpc.ClientConn) testgrpc.TestServiceClient {
+	return testgrpc.NewTestServiceClient(cc)
+}
 
 func mustParse(t *testing.T, s string) *url.URL {
 	t.Helper()

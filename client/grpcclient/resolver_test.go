@@ -128,4 +128,3 @@ func TestQueryRejectsTargetsWithoutAService(t *testing.T) {
 		t.Fatalf("Query: %+v, %v; want orders with tags a, b", q, err)
 	}
 }
-
