@@ -302,6 +302,11 @@ func TestInlineProblems(t *testing.T) {
 				`10:39: passive.consecutive_failures: must be at least 1, got -1`,
 				`11:24: panic_threshold: must be between 0 and 1, got 1.5`,
 			}},
+		{"health fast interval and max_interval without adaptive", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health:\n      active: {interval: 200ms, timeout: 100ms}\n  v:\n    targets: [{address: 'a:1'}]\n    health:\n      active: {interval: 200ms, allow_fast: true, timeout: 100ms, adaptive: false, max_interval: 1s}\n",
+			[]string{
+				`9:26: active.interval: 200ms is under 1s: probing this often needs allow_fast: true`,
+				`13:98: active.max_interval: 1s is set but adaptive is false (the interval never stretches)`,
+			}},
 		{"health rise 0", listener + "upstreams:\n  u:\n    targets: [{address: 'a:1'}]\n    health: {active: {rise: 0, fall: 0}}\n",
 			[]string{`8:29: rise: must be at least 1, got 0`, `8:38: fall: must be at least 1, got 0`}},
 		{"breaker and fallback", "listeners:\n  - name: web\n    listen: :8080\n    routes:\n      - upstream: u\n        breaker: {failure_rate: 1.5}\n        fallback: {steps: [{type: backup, upstream: nope}]}\n" + upstreams,

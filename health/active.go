@@ -49,8 +49,14 @@ type ActiveConfig struct {
 	GRPCService string `yaml:"grpc_service"`
 
 	// Interval is the time between the end of one check and the start of
-	// the next while the endpoint is healthy. Default 5s.
+	// the next while the endpoint is healthy. Default 5s. Below 1s it needs
+	// AllowFast.
 	Interval time.Duration `yaml:"interval"`
+	// AllowFast permits an Interval under 1s. A sub-second interval is
+	// almost always a test setting that leaked into production: with many
+	// upstreams, proxies and a shared backend, it turns health checks into
+	// the backend's main load. Default false.
+	AllowFast bool `yaml:"allow_fast"`
 	// Timeout bounds one check; it must be below Interval. Default 2s, or
 	// half the interval when that is 2s or less.
 	Timeout time.Duration `yaml:"timeout"`
@@ -72,10 +78,18 @@ type ActiveConfig struct {
 	UnhealthyInterval time.Duration `yaml:"unhealthy_interval"`
 	// MaxBackoff caps the unhealthy backoff. Default 60s.
 	MaxBackoff time.Duration `yaml:"max_backoff"`
-	// MaxInterval turns on the adaptive interval when above Interval: after
-	// every StretchAfter consecutive passes the healthy interval doubles, up
-	// to MaxInterval. Any failure signal (a failed check, or Nudge) snaps it
-	// back to Interval. Default: Interval (off).
+	// Adaptive stretches the healthy interval of an endpoint that keeps
+	// passing: after every StretchAfter consecutive passes the interval
+	// doubles, up to MaxInterval. Any failure signal (a failed check, or
+	// Nudge from passive health) snaps it back to Interval. Default (nil)
+	// true; false turns it off, which is why it is a pointer.
+	Adaptive *bool `yaml:"adaptive"`
+	// MaxInterval is the longest the adaptive interval stretches to.
+	// Default 4×Interval, but at most 1m (and never below Interval): a
+	// silent failure of a long-healthy endpoint is then found within
+	// MaxInterval + (Fall-1)×Interval (30s at the defaults, against 15s
+	// with adaptive false), while its steady probe load drops to a
+	// quarter. It must not be set with adaptive: false.
 	MaxInterval time.Duration `yaml:"max_interval"`
 	// StretchAfter is how many consecutive passes stretch the adaptive
 	// interval once. Default 10.
@@ -93,6 +107,12 @@ const (
 	DefaultJitter       = 0.1
 	DefaultMaxBackoff   = 60 * time.Second
 	DefaultStretchAfter = 10
+	// DefaultMaxIntervalFactor and DefaultMaxIntervalCap make the default
+	// MaxInterval: min(4×Interval, 1m), and at least Interval.
+	DefaultMaxIntervalFactor = 4
+	DefaultMaxIntervalCap    = time.Minute
+	// FastInterval is the shortest Interval allowed without AllowFast.
+	FastInterval = time.Second
 )
 
 // DefaultActiveConfig returns the defaults documented on ActiveConfig, all
@@ -133,6 +153,15 @@ func (c ActiveConfig) WithDefaults() ActiveConfig {
 	}
 	if c.StretchAfter == 0 {
 		c.StretchAfter = DefaultStretchAfter
+	}
+	if c.Adaptive == nil {
+		c.Adaptive = new(true)
+	}
+	if c.MaxInterval == 0 {
+		c.MaxInterval = c.Interval
+		if *c.Adaptive {
+			c.MaxInterval = max(min(DefaultMaxIntervalFactor*c.Interval, DefaultMaxIntervalCap), c.Interval)
+		}
 	}
 	return c
 }
@@ -183,6 +212,12 @@ func (c ActiveConfig) Validate() error {
 	}
 	if c.Interval >= 0 && c.MaxInterval > 0 && d.MaxInterval < d.Interval {
 		bad("max_interval", "%v must be at least interval %v", d.MaxInterval, d.Interval)
+	}
+	if c.Interval > 0 && c.Interval < FastInterval && !c.AllowFast {
+		bad("interval", "%v is under %v: probing this often needs allow_fast: true", c.Interval, FastInterval)
+	}
+	if c.Adaptive != nil && !*c.Adaptive && c.MaxInterval > 0 && c.MaxInterval != d.Interval {
+		bad("max_interval", "%v is set but adaptive is false (the interval never stretches)", c.MaxInterval)
 	}
 	return errors.Join(errs...)
 }
@@ -333,8 +368,8 @@ func (s *schedule) jitter(d time.Duration) time.Duration {
 // was running when its endpoint left may still report once.
 type OnChangeFunc func(ep *endpoint.Endpoint, healthy bool, reason string, now time.Time)
 
-// Monitor runs active checks for a changing set of endpoints, one goroutine
-// each, and reports verdict changes to its OnChangeFunc.
+// Monitor runs active checks for a changing set of endpoints and reports
+// verdict changes to its OnChangeFunc.
 //
 // The Monitor never calls SetStatus: an endpoint's state also depends on
 // passive health, its breaker and draining, so the integrator combines the
@@ -344,9 +379,23 @@ type OnChangeFunc func(ep *endpoint.Endpoint, healthy bool, reason string, now t
 // already Unhealthy, so adding endpoints does not empty a pool while the
 // first checks run. Each check gets its own Timeout; a Checker that ignores
 // its context delays only its own endpoint (and Close).
+//
+// # One probe per address
+//
+// Monitors whose checker is built from their config (no WithChecker) share
+// probes process-wide: every Monitor that checks the same address with an
+// equal ActiveConfig (after defaults: the check, its timeout and its
+// schedule alike) subscribes to one probe stream, and each sees every
+// result. Two upstreams listing the same backend, or a reload's old and
+// new upstream, probe it once. Each subscriber keeps its own verdict and
+// callbacks; a Nudge from any of them applies to the stream. The stream
+// runs while it has subscribers and stops when the last one leaves. Configs
+// that differ in anything, even the interval, probe separately: no Monitor
+// is ever probed on a schedule other than its own.
 type Monitor struct {
 	cfg      ActiveConfig
 	checker  Checker
+	shared   bool // checker built from cfg: probes are shared (sharedStreams)
 	kind     string
 	onChange OnChangeFunc
 	onPass   func(ep *endpoint.Endpoint, now time.Time)
@@ -363,16 +412,23 @@ type Monitor struct {
 	running atomic.Int64 // probe goroutines alive, for tests
 }
 
+// probe is one endpoint of a Monitor: its subscription to a stream.
 type probe struct {
 	ep     *endpoint.Endpoint
 	cancel context.CancelFunc
-	nudge  chan struct{}
+
+	mu sync.Mutex // held while a result is delivered, and to turn it off
+	// stream is set while subscribed (guarded by mu).
+	stream *stream
+	off    bool // no more deliveries
+	t      tracker
 }
 
 // Option changes a Monitor's defaults.
 type Option func(*Monitor)
 
-// WithChecker replaces the checker built from the config's Type.
+// WithChecker replaces the checker built from the config's Type. Such a
+// Monitor's probes are its own, never shared with other Monitors.
 func WithChecker(c Checker) Option { return func(m *Monitor) { m.checker = c } }
 
 // WithLogger sets the logger for verdict changes (default slog.Default()).
@@ -391,8 +447,9 @@ func WithOnPass(fn func(ep *endpoint.Endpoint, now time.Time)) Option {
 func withClock(c clock.Clock) Option { return func(m *Monitor) { m.clock = c } }
 
 // NewMonitor returns a Monitor for cfg (its defaults filled in) that
-// reports verdicts to onChange. onChange is called from the endpoints'
-// goroutines, one call at a time per endpoint; it must not block for long.
+// reports verdicts to onChange. onChange is called from the checks'
+// goroutines, one call at a time per endpoint; it must not block for long,
+// nor close the Monitor.
 func NewMonitor(cfg ActiveConfig, onChange OnChangeFunc, opts ...Option) (*Monitor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -408,6 +465,7 @@ func NewMonitor(cfg ActiveConfig, onChange OnChangeFunc, opts ...Option) (*Monit
 			return nil, err
 		}
 		m.checker = c
+		m.shared = true
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -430,7 +488,8 @@ func (m *Monitor) Start(ctx context.Context) {
 	}
 }
 
-// Close stops every check and waits for their goroutines to end.
+// Close stops every check and waits for their goroutines to end. A shared
+// probe stream keeps running for its other subscribers.
 func (m *Monitor) Close() {
 	m.mu.Lock()
 	m.closed = true
@@ -460,7 +519,7 @@ func (m *Monitor) Sync(endpoints []*endpoint.Endpoint) {
 			}
 			m.stopLocked(p)
 		}
-		p := &probe{ep: ep, nudge: make(chan struct{}, 1)}
+		p := &probe{ep: ep}
 		m.probes[ep.Address()] = p
 		if m.ctx != nil {
 			m.launchLocked(p)
@@ -485,8 +544,14 @@ func (m *Monitor) Nudge(addr string) {
 	if p == nil {
 		return
 	}
+	p.mu.Lock()
+	s := p.stream
+	p.mu.Unlock()
+	if s == nil {
+		return
+	}
 	select {
-	case p.nudge <- struct{}{}:
+	case s.nudge <- struct{}{}:
 	default: // one pending nudge is enough
 	}
 }
@@ -505,52 +570,35 @@ func (m *Monitor) launchLocked(p *probe) {
 	go m.run(ctx, p)
 }
 
+// run subscribes p to its probe stream for as long as ctx lasts.
 func (m *Monitor) run(ctx context.Context, p *probe) {
 	defer m.wg.Done()
 	defer m.running.Add(-1)
+	healthy := p.ep.State() != endpoint.Unhealthy
+	p.t = tracker{rise: m.cfg.Rise, fall: m.cfg.Fall, kind: m.kind, healthy: healthy}
+	s := m.subscribe(p, healthy)
+	<-ctx.Done()
+	s.unsubscribe(p)
+}
 
-	t := &tracker{rise: m.cfg.Rise, fall: m.cfg.Fall, kind: m.kind, healthy: p.ep.State() != endpoint.Unhealthy}
-	s := newSchedule(m.cfg, nil)
-	wait := s.first()
-	due := m.clock.Now().Add(wait)
-	timer := m.clock.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.nudge:
-			s.nudge()
-			// Only a healthy endpoint's wait is brought forward: an
-			// unhealthy one keeps its backoff, which protects the host.
-			if now := m.clock.Now(); t.healthy && due.Sub(now) > m.cfg.Interval {
-				wait = s.jitter(m.cfg.Interval)
-				due = now.Add(wait)
-				timer.Stop()
-				timer.Reset(wait)
-			}
-		case <-timer.C():
-			cctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
-			err := m.checker.Check(cctx, p.ep.Address())
-			cancel()
-			if ctx.Err() != nil {
-				return // stopped mid-check: the result says nothing
-			}
-			if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
-				err = fmt.Errorf("timeout after %v: %w", m.cfg.Timeout, err)
-			}
-			now := m.clock.Now()
-			if changed, reason := t.observe(err); changed {
-				m.log.Info("active health verdict", "endpoint", p.ep.Address(), "healthy", t.healthy, "reason", reason)
-				if m.onChange != nil {
-					m.onChange(p.ep, t.healthy, reason, now)
-				}
-			} else if err == nil && t.healthy && m.onPass != nil {
-				m.onPass(p.ep, now)
-			}
-			wait = s.next(err == nil, t.healthy)
-			due = now.Add(wait)
-			timer.Reset(wait)
-		}
+// deliver hands one check result to p: its own verdict, and the callbacks.
+func (m *Monitor) deliver(p *probe, err error, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.off {
+		return
+	}
+	if changed, reason := p.t.observe(err); changed {
+		m.report(p, reason, now)
+	} else if err == nil && p.t.healthy && m.onPass != nil {
+		m.onPass(p.ep, now)
+	}
+}
+
+// report logs p's new verdict and hands it to onChange; p.mu is held.
+func (m *Monitor) report(p *probe, reason string, now time.Time) {
+	m.log.Info("active health verdict", "endpoint", p.ep.Address(), "healthy", p.t.healthy, "reason", reason)
+	if m.onChange != nil {
+		m.onChange(p.ep, p.t.healthy, reason, now)
 	}
 }

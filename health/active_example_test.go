@@ -17,6 +17,7 @@ import (
 func ExampleMonitor() {
 	cfg := health.DefaultActiveConfig()
 	cfg.Interval = 10 * time.Millisecond
+	cfg.AllowFast = true // under 1s: a test's interval
 	cfg.Timeout = 5 * time.Millisecond
 	cfg.Jitter = new(0.0) // no jitter: the output's order is fixed
 

@@ -40,6 +40,12 @@ func TestValidate(t *testing.T) {
 		{"max interval below interval", func(c *ActiveConfig) { c.MaxInterval = time.Second }, "max_interval: 1s must be at least interval 5s"},
 		{"backoff below unhealthy interval", func(c *ActiveConfig) { c.UnhealthyInterval = 2 * time.Minute }, "max_backoff: 1m0s must be at least unhealthy_interval 2m0s"},
 		{"bad status", func(c *ActiveConfig) { c.ExpectStatus = "2xx" }, `expect_status: status range "2xx": "2xx" is not a status code (100-599)`},
+		{"fast interval", func(c *ActiveConfig) { c.Interval, c.Timeout = 500*time.Millisecond, 100*time.Millisecond }, "interval: 500ms is under 1s: probing this often needs allow_fast: true"},
+		{"fast interval allowed", func(c *ActiveConfig) {
+			c.Interval, c.Timeout, c.MaxInterval, c.AllowFast = 500*time.Millisecond, 100*time.Millisecond, 0, true
+		}, ""},
+		{"interval of 1s", func(c *ActiveConfig) { c.Interval, c.Timeout, c.MaxInterval = time.Second, 100*time.Millisecond, 0 }, ""},
+		{"max interval without adaptive", func(c *ActiveConfig) { c.Adaptive, c.MaxInterval = new(false), time.Minute }, "max_interval: 1m0s is set but adaptive is false (the interval never stretches)"},
 		{"every problem", func(c *ActiveConfig) { c.Type, c.Rise = "icmp", -1 }, `type: unknown check type "icmp" (want "http", "tcp" or "grpc")` + "\nrise: must be at least 1, got -1"},
 	}
 	for _, tt := range tests {
@@ -62,7 +68,7 @@ func TestZeroActiveConfigTakesTheDefaults(t *testing.T) {
 	want := ActiveConfig{
 		Type: TypeHTTP, Method: "GET", Path: "/", ExpectStatus: "200-399",
 		Interval: 5 * time.Second, Timeout: 2 * time.Second, Rise: 2, Fall: 3, Jitter: new(0.1),
-		MaxBackoff: 60 * time.Second, StretchAfter: 10,
+		MaxBackoff: 60 * time.Second, StretchAfter: 10, Adaptive: new(true), MaxInterval: 20 * time.Second,
 	}
 	if got := (ActiveConfig{}).WithDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("ActiveConfig{}.WithDefaults() =\n %+v, want\n %+v", got, want)
@@ -106,9 +112,12 @@ func TestTrackerRiseAndFall(t *testing.T) {
 	}
 }
 
+// noJitter is the defaults without jitter, allowing the short intervals
+// that tests set.
 func noJitter() ActiveConfig {
 	c := DefaultActiveConfig()
 	c.Jitter = new(0.0)
+	c.AllowFast = true
 	return c
 }
 
@@ -189,12 +198,48 @@ func TestScheduleAdaptiveIntervalStretchesAndSnapsBack(t *testing.T) {
 	}
 }
 
-func TestScheduleAdaptiveIntervalOffByDefault(t *testing.T) {
-	s := newSchedule(noJitter(), nil)
+func TestScheduleAdaptiveIntervalOnByDefaultUpTo4xInterval(t *testing.T) {
+	c := ActiveConfig{Jitter: new(0.0)}.WithDefaults()
+	s := newSchedule(c, nil)
+	var waits []time.Duration
+	for range 40 {
+		waits = append(waits, s.next(true, true))
+	}
+	// Every 10 passes the wait doubles: 5s, 10s, 20s, and no further.
+	for i, w := range waits {
+		want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 20 * time.Second}[i/10]
+		if i%10 == 9 && i/10 < 2 {
+			want *= 2 // the 10th pass stretches the wait it returns
+		}
+		if w != want {
+			t.Fatalf("pass %d: wait %v, want %v (waits %v)", i+1, w, want, waits)
+		}
+	}
+}
+
+func TestScheduleAdaptiveFalseKeepsTheIntervalFixed(t *testing.T) {
+	c := noJitter()
+	c.Adaptive = new(false)
+	c.MaxInterval = 0
+	s := newSchedule(c.WithDefaults(), nil)
 	for i := range 100 {
 		if got := s.next(true, true); got != 5*time.Second {
 			t.Fatalf("pass %d: wait %v, want the fixed 5s interval", i, got)
 		}
+	}
+}
+
+func TestDefaultMaxInterval(t *testing.T) {
+	for interval, want := range map[time.Duration]time.Duration{
+		time.Second: 4 * time.Second, 5 * time.Second: 20 * time.Second, 15 * time.Second: time.Minute,
+		30 * time.Second: time.Minute, 2 * time.Minute: 2 * time.Minute,
+	} {
+		if got := (ActiveConfig{Interval: interval}).WithDefaults().MaxInterval; got != want {
+			t.Errorf("default max_interval with interval %v = %v, want %v (4x, at most 1m, at least the interval)", interval, got, want)
+		}
+	}
+	if got := (ActiveConfig{Interval: 5 * time.Second, Adaptive: new(false)}).WithDefaults().MaxInterval; got != 5*time.Second {
+		t.Errorf("max_interval with adaptive false = %v, want the interval 5s", got)
 	}
 }
 
@@ -224,7 +269,7 @@ func TestJitterSpreadsFirstChecks(t *testing.T) {
 }
 
 func TestJitterVariesEachWaitWithinBounds(t *testing.T) {
-	c := DefaultActiveConfig()
+	c := ActiveConfig{Adaptive: new(false)}.WithDefaults() // a fixed base to jitter
 	s := newSchedule(c, rand.New(rand.NewPCG(3, 4)).Float64)
 	seen := map[time.Duration]bool{}
 	for range 100 {

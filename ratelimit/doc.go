@@ -7,7 +7,9 @@
 // Every algorithm implements Limiter. Its methods take the current time as
 // a parameter (AllowN(now, n)), so tests and simulations need no clock;
 // Allow() wrappers call time.Now. Most callers should use New with a Config,
-// or NewKeyed for one limiter per client.
+// or NewKeyed for one limiter per client. A caller that would rather wait
+// for its turn than be refused uses Wait, which for a token bucket queues
+// waiters in arrival order as golang.org/x/time/rate's Limiter.Wait does.
 //
 //   - token_bucket (TokenBucket): a bucket of Burst tokens refilled at Rate;
 //     each request takes one. Allows bursts up to Burst, then Rate on

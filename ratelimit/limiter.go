@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -56,20 +57,100 @@ type Limiter interface {
 	ReserveN(now time.Time, n int) Result
 }
 
-// ErrLimited is returned by Wait when the limiter rejects the events.
+// ErrLimited is returned by Wait when the limiter rejects the events and
+// waiting would not help: a leaky bucket's queue is full, or n is more than
+// the limiter's capacity (the error then says so and wraps ErrLimited).
 var ErrLimited = errors.New("ratelimit: rate limit exceeded")
 
-// Wait reserves n events on l at time.Now() and sleeps for the reservation's
-// Delay, returning early with ctx's error if ctx ends first (the reserved
-// slot is then lost, not returned to the limiter). When l rejects the events
-// Wait returns at once with ErrLimited and the Result, whose RetryAfter says
-// when to try again.
+// Wait blocks until l admits n events, or until ctx ends. It is the call
+// for code that would rather wait its turn than be refused: a job runner,
+// a client pacing its own calls. It reads the clock with time.Now.
+//
+// What waiting means depends on the algorithm:
+//
+//   - TokenBucket: Wait reserves the n tokens at once, in arrival order,
+//     and sleeps until they are due, as golang.org/x/time/rate's
+//     Limiter.Wait does. Concurrent waiters are served first come, first
+//     served, and together never exceed the bucket's rate. If ctx ends
+//     before the tokens are due, or has a deadline that would end it
+//     first, the tokens are given back (to the extent no later waiter's
+//     reservation depends on them) and Wait returns ctx's error at once
+//     (wrapping context.DeadlineExceeded for a deadline too short to
+//     wait for).
+//   - LeakyBucket: Wait takes a place in the queue (ReserveN) and sleeps
+//     for its Delay. A full queue, or a wait beyond MaxWait, is refused
+//     with ErrLimited: the queue's bound is the point of the algorithm.
+//     A place left when ctx ends is not given back.
+//   - FixedWindow, SlidingWindow, SlidingLog and any other Limiter: Wait
+//     tries, and on a rejection sleeps for its RetryAfter (the window
+//     edge, or when enough of the window has slid by) and tries again,
+//     unless ctx's deadline comes first. Waiters are not queued: after a
+//     sleep, a newcomer may take the room first.
+//
+// n larger than the limiter's capacity (Result.Limit) can never be
+// admitted: Wait returns at once with an error wrapping ErrLimited. n = 0
+// returns at once. The Result is the admitting decision (or the one that
+// ended the wait).
 func Wait(ctx context.Context, l Limiter, n int) (Result, error) {
-	res := l.ReserveN(time.Now(), n)
-	if !res.Allowed {
-		return res, ErrLimited
+	return waitOn(ctx, clock.Real, l, n)
+}
+
+// waitOn is Wait on the Clock c: tests pass a clock.Fake.
+func waitOn(ctx context.Context, c clock.Clock, l Limiter, n int) (Result, error) {
+	checkN(n)
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
 	}
-	return res, Sleep(ctx, res.Delay)
+	for {
+		now := c.Now()
+		budget := InfDuration // how long ctx lets us wait
+		if dl, ok := ctx.Deadline(); ok {
+			budget = dl.Sub(now)
+		}
+		switch l := l.(type) {
+		case *TokenBucket:
+			res, end := l.reserveN(now, n, budget)
+			if !res.Allowed {
+				return res, waitError(res, n, budget)
+			}
+			if err := clock.SleepOn(ctx, c, res.Delay); err != nil {
+				l.cancel(c.Now(), end, n)
+				return res, err
+			}
+			return res, nil
+		case *LeakyBucket:
+			res := l.ReserveN(now, n)
+			if !res.Allowed {
+				return res, waitError(res, n, InfDuration)
+			}
+			return res, clock.SleepOn(ctx, c, res.Delay)
+		default:
+			res := l.ReserveN(now, n)
+			if res.Allowed {
+				return res, clock.SleepOn(ctx, c, res.Delay)
+			}
+			if res.RetryAfter == InfDuration || res.RetryAfter > budget {
+				return res, waitError(res, n, budget)
+			}
+			if err := clock.SleepOn(ctx, c, res.RetryAfter); err != nil {
+				return res, err
+			}
+		}
+	}
+}
+
+// waitError is Wait's error for a rejection res of n events when ctx
+// allows waiting for budget.
+func waitError(res Result, n int, budget time.Duration) error {
+	switch {
+	case res.RetryAfter == InfDuration:
+		return fmt.Errorf("ratelimit: wait for %d events: more than the limit of %d: %w", n, res.Limit, ErrLimited)
+	case res.RetryAfter > budget && budget != InfDuration:
+		return fmt.Errorf("ratelimit: wait for %d events: the wait of %v would pass the context's deadline: %w",
+			n, res.RetryAfter, context.DeadlineExceeded)
+	default:
+		return ErrLimited
+	}
 }
 
 // Sleep waits for d on a timer, or until ctx ends, in which case it returns

@@ -124,8 +124,62 @@ func (g *gcra) other(tat, t int64, n int) Result {
 	return res
 }
 
-// ReserveN is AllowN: a token bucket rejects rather than delays.
+// ReserveN is AllowN: a token bucket rejects rather than delays. Wait is
+// the way to wait for tokens.
 func (b *TokenBucket) ReserveN(now time.Time, n int) Result { return b.AllowN(now, n) }
+
+// reserveN takes n tokens at now if they are due within maxWait: in GCRA
+// terms, tat may run up to maxWait past the bucket's capacity, and the
+// Result's Delay is how far it does. It returns the Result and, when
+// admitted, the tat it set, for cancel. A rejection changes nothing; its
+// RetryAfter is the wait the n tokens would need (InfDuration for n >
+// burst).
+func (b *TokenBucket) reserveN(now time.Time, n int, maxWait time.Duration) (Result, int64) {
+	checkN(n)
+	t := clock.Nanos(now)
+	g := &b.g
+	for {
+		tat := b.tat.Load()
+		if n > g.burst || n == 0 {
+			return g.other(tat, t, n), tat
+		}
+		next := max(tat, t) + int64(n)*g.interval
+		delay := max(next-t-g.capacity, 0)
+		if delay > int64(maxWait) {
+			return g.other(tat, t, n), tat
+		}
+		if b.tat.CompareAndSwap(tat, next) {
+			return Result{
+				Allowed:    true,
+				Limit:      g.burst,
+				Remaining:  int(max(g.capacity-(next-t), 0) / g.interval),
+				ResetAfter: time.Duration(next - t),
+				Delay:      time.Duration(delay),
+			}, next
+		}
+	}
+}
+
+// cancel gives back, at now, the n tokens a reserveN that set tat to end
+// took, unless they are already due. As with x/time/rate's
+// Reservation.Cancel, tokens that reservations made after it have been
+// counted on stay taken: the give-back is n intervals less however far tat
+// has moved past end since, so no later waiter's turn moves and the bucket
+// never admits more than its rate.
+func (b *TokenBucket) cancel(now time.Time, end int64, n int) {
+	t := clock.Nanos(now)
+	g := &b.g
+	if end-g.capacity <= t { // the tokens were due: the caller had them
+		return
+	}
+	for {
+		tat := b.tat.Load()
+		back := int64(n)*g.interval - max(tat-end, 0)
+		if back <= 0 || b.tat.CompareAndSwap(tat, tat-back) {
+			return
+		}
+	}
+}
 
 // idle: once tat has passed, the bucket is full, like a new one.
 func (b *TokenBucket) idle(now time.Time) bool { return b.tat.Load() <= clock.Nanos(now) }

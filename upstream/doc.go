@@ -26,4 +26,10 @@
 // used; Discard drops it. The upstream owns its goroutines (checks, the
 // ejection clock, a balancer's background work) and its view, and stops
 // them on Close.
+//
+// Active checks are probed once per address per process: upstreams (of
+// the proxy, of the Go client, or a reload's old and new one) whose active
+// check settings are equal share one probe stream of package health, and
+// each folds its results into its own endpoints' states (see
+// health.Monitor).
 package upstream

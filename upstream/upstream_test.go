@@ -265,7 +265,7 @@ func TestAPassingActiveCheckEndsAnEjectionItNeverSawFail(t *testing.T) {
 			c.Close()
 		}
 	}()
-	active := &health.ActiveConfig{Type: "tcp", Interval: 50 * time.Millisecond, Timeout: 40 * time.Millisecond}
+	active := &health.ActiveConfig{Type: "tcp", Interval: 50 * time.Millisecond, AllowFast: true, Timeout: 40 * time.Millisecond}
 	u, err := upstream.New("app", upstream.Config{Targets: targets(ln.Addr().String(), "b:1"),
 		Health: upstream.Health{Active: active, Passive: &health.PassiveConfig{ConsecutiveFailures: 1, BaseEjection: time.Minute}}})
 	if err != nil {

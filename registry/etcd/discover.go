@@ -42,6 +42,13 @@ type entry struct {
 
 // decode turns one key-value into an entry, logging a value it cannot use.
 // The key's last two segments fill in a missing service or ID.
+//
+// Two value layouts are read (see the package doc): switchboard's own, the
+// registry.Instance as JSON, and the one Python fleets write under
+// /services/<service>/<host>:<port>, {"host": ..., "port": ...} with
+// optional "weight", "tags", "meta" and "zone". A value with "host" and no
+// "address" is the second; its ID is the key's last segment, host:port in
+// that layout.
 func (r *Registry) decode(kv *mvccpb.KeyValue) entry {
 	e := entry{modRev: kv.ModRevision}
 	key := string(kv.Key)
@@ -49,9 +56,24 @@ func (r *Registry) decode(kv *mvccpb.KeyValue) entry {
 		r.log.Warn("etcd: skipping an instance value over the size limit", "key", key, "bytes", len(kv.Value), "limit", maxValueBytes)
 		return e
 	}
-	if err := json.Unmarshal(kv.Value, &e.inst); err != nil {
+	var v wireInstance
+	if err := json.Unmarshal(kv.Value, &v); err != nil {
 		r.log.Warn("etcd: skipping an instance that is not valid JSON", "key", key, "error", err)
 		return e
+	}
+	e.inst = v.Instance
+	if e.inst.Address == "" {
+		e.inst.Address = v.Host
+	}
+	if len(v.Meta) > 0 {
+		e.inst.Meta = make(map[string]string, len(v.Meta))
+		for k, raw := range v.Meta {
+			var str string
+			if json.Unmarshal(raw, &str) != nil {
+				str = string(raw) // a number, bool or object, as its JSON text
+			}
+			e.inst.Meta[k] = str
+		}
 	}
 	segs := strings.Split(key, "/")
 	if e.inst.ID == "" {
@@ -66,6 +88,15 @@ func (r *Registry) decode(kv *mvccpb.KeyValue) entry {
 	}
 	e.ok = true
 	return e
+}
+
+// wireInstance is a value of either layout: registry.Instance's fields,
+// plus the Python layout's "host", and "meta" whose values may be any JSON
+// (Python writes numbers and booleans as they are).
+type wireInstance struct {
+	registry.Instance
+	Host string                     `json:"host"`
+	Meta map[string]json.RawMessage `json:"meta"`
 }
 
 // selectInstances is the query's view of a service's entries, sorted by ID.

@@ -59,7 +59,8 @@ type Config struct {
 	// Endpoints are etcd client URLs or host:port pairs. Required.
 	Endpoints []string
 	// Prefix is prepended to every key. Default "/switchboard"; a trailing
-	// "/" is dropped.
+	// "/" is dropped, so "/" means no prefix: keys /services/<service>/<id>,
+	// where Python fleets write theirs (see the package doc).
 	Prefix string
 	// Username and Password authenticate to etcd when Username is set.
 	Username string

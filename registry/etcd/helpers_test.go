@@ -83,13 +83,19 @@ func (l *logRecorder) waitFor(t *testing.T, substr string, after int, limit time
 
 func newTestRegistry(t *testing.T, addr string, logs *logRecorder) *Registry {
 	t.Helper()
+	return newTestRegistryAt(t, addr, "/test", logs)
+}
+
+// newTestRegistryAt is newTestRegistry with the given key prefix.
+func newTestRegistryAt(t *testing.T, addr, prefix string, logs *logRecorder) *Registry {
+	t.Helper()
 	var h slog.Handler = slog.NewTextHandler(io.Discard, nil)
 	if logs != nil {
 		h = logs
 	}
 	r, err := New(Config{
 		Endpoints:      []string{addr},
-		Prefix:         "/test",
+		Prefix:         prefix,
 		DialTimeout:    2 * time.Second,
 		RequestTimeout: 2 * time.Second,
 		Logger:         slog.New(h),

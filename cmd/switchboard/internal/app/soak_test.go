@@ -358,7 +358,7 @@ upstreams:
     balance: {policy: weighted_round_robin}
     idle_timeout: %s
     health:
-      active: {type: http, path: /healthz, interval: 100ms, timeout: 80ms, rise: 2, fall: 2, max_backoff: 200ms}
+      active: {type: http, path: /healthz, interval: 100ms, allow_fast: true, timeout: 80ms, rise: 2, fall: 2, max_backoff: 200ms}
     targets:
 `, []string{"20s", "25s"}[gen%2], retry, retry, c.idleTimeout(gen))
 	for i, addr := range c.static {

@@ -152,7 +152,7 @@ func TestBackendDeathUnderLoadIsInvisible(t *testing.T) {
 	a, b, c := newRestartable(t, "a"), newRestartable(t, "b"), newRestartable(t, "c")
 	// max_backoff keeps the dead host's probes at most 200ms apart, so that
 	// its return is seen within rise x interval plus one backoff.
-	p := startProxy(t, healthYAML(`      active: {type: tcp, interval: 100ms, timeout: 50ms, rise: 2, fall: 2, jitter: 0.1, max_backoff: 200ms}
+	p := startProxy(t, healthYAML(`      active: {type: tcp, interval: 100ms, allow_fast: true, timeout: 50ms, rise: 2, fall: 2, jitter: 0.1, max_backoff: 200ms}
       passive: {consecutive_failures: 3, base_ejection: 30s}`, a.addr, b.addr, c.addr))
 
 	const clients, loadFor = 32, 20 * time.Second
@@ -304,7 +304,7 @@ func TestActiveCheckTakesOutAndBringsBack(t *testing.T) {
 	a, b := newRestartable(t, "a"), newRestartable(t, "b")
 	// A timeout well above a loaded -race run's answer time: a check that
 	// timed out would judge the endpoint for the wrong reason.
-	p := startProxy(t, healthYAML(`      active: {type: http, path: /healthz, interval: 250ms, timeout: 200ms, rise: 2, fall: 2}`, a.addr, b.addr))
+	p := startProxy(t, healthYAML(`      active: {type: http, path: /healthz, interval: 250ms, allow_fast: true, timeout: 200ms, rise: 2, fall: 2}`, a.addr, b.addr))
 	b.fail.Store(true)
 	st := p.waitState(b.addr, 5*time.Second, endpoint.Unhealthy)
 	if !strings.Contains(st.Reason, "500") {
@@ -323,7 +323,7 @@ func TestNoHealthyEndpointAndPanicMode(t *testing.T) {
 	a, b := newRestartable(t, "a"), newRestartable(t, "b")
 	a.fail.Store(true)
 	b.fail.Store(true)
-	yaml := healthYAML(`      active: {type: http, interval: 50ms, timeout: 40ms, fall: 1, rise: 1}`, a.addr, b.addr)
+	yaml := healthYAML(`      active: {type: http, interval: 50ms, allow_fast: true, timeout: 40ms, fall: 1, rise: 1}`, a.addr, b.addr)
 	p := startProxy(t, yaml)
 	p.waitState(a.addr, 3*time.Second, endpoint.Unhealthy)
 	p.waitState(b.addr, 3*time.Second, endpoint.Unhealthy)
@@ -358,7 +358,7 @@ func TestAdaptiveCheckIntervalStretchesAndSnapsBack(t *testing.T) {
 		}
 		io.WriteString(w, "b")
 	})
-	startProxy(t, healthYAML(`      active: {type: http, path: /healthz, interval: 20ms, timeout: 15ms, max_interval: 320ms, stretch_after: 2, jitter: 0, fall: 3}`, b.addr()))
+	startProxy(t, healthYAML(`      active: {type: http, path: /healthz, interval: 20ms, allow_fast: true, timeout: 15ms, max_interval: 320ms, stretch_after: 2, jitter: 0, fall: 3}`, b.addr()))
 	next := func() time.Time {
 		select {
 		case at := <-checks:
