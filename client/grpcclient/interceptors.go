@@ -251,9 +251,10 @@ type LimitMode uint8
 const (
 	// Reject fails the call at once with ErrRateLimited.
 	Reject LimitMode = iota
-	// Wait delays the call until the limiter admits it (a leaky bucket's
-	// slot, a token bucket's next token), or fails it with ErrRateLimited
-	// when that would be after the call's deadline.
+	// Wait delays the call until the limiter admits it, as ratelimit.Wait
+	// does (a token bucket's tokens, a leaky bucket's slot, a window's
+	// room), or fails it with ErrRateLimited when the wait would outlast
+	// the call's deadline or the limiter refuses (a full leaky bucket).
 	Wait
 )
 
@@ -280,33 +281,21 @@ func StreamRateLimit(l ratelimit.Limiter, mode LimitMode) grpc.StreamClientInter
 }
 
 func admit(ctx context.Context, l ratelimit.Limiter, mode LimitMode) error {
-	for {
-		now := time.Now()
-		var res ratelimit.Result
-		if mode == Wait {
-			res = l.ReserveN(now, 1)
-		} else {
-			res = l.AllowN(now, 1)
+	if mode == Reject {
+		if !l.AllowN(time.Now(), 1).Allowed {
+			return ErrRateLimited
 		}
-		wait := res.Delay
-		if !res.Allowed {
-			if mode == Reject || res.RetryAfter == ratelimit.InfDuration {
-				return ErrRateLimited
-			}
-			wait = res.RetryAfter
-		}
-		if wait > 0 {
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-				return ErrRateLimited
-			}
-			if err := ratelimit.Sleep(ctx, wait); err != nil {
-				return status.FromContextError(err).Err()
-			}
-		}
-		if res.Allowed {
-			return nil
-		}
+		return nil
 	}
+	// ratelimit.Wait knows how each algorithm waits, and refuses at once
+	// a wait that the call's deadline would cut short.
+	if _, err := ratelimit.Wait(ctx, l, 1); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		return ErrRateLimited
+	}
+	return nil
 }
 
 // ---- fallback ----
