@@ -307,3 +307,24 @@ func TestRateLimitWaits(t *testing.T) {
 		})
 	}
 }
+
+// Stream creation goes through the limiter too.
+func TestStreamRateLimitRejects(t *testing.T) {
+	s, c := oneServerClient(t, grpc.WithStreamInterceptor(grpcclient.StreamRateLimit(
+		ratelimit.NewTokenBucket(ratelimit.Rate{N: 1, Per: time.Hour}, 1), grpcclient.Reject)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("first stream: %v", err)
+	}
+	if _, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{}); !errors.Is(err, grpcclient.ErrRateLimited) {
+		t.Fatalf("second stream: %v; want ErrRateLimited", err)
+	}
+	if n := s.calls.Load(); n != 1 {
+		t.Fatalf("the server saw %d streams; want 1", n)
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 
 	"github.com/switchboard-dev/switchboard/balance"
@@ -150,4 +151,22 @@ func BenchmarkPick(b *testing.B) {
 			})
 		})
 	}
+	// The key from outgoing metadata: FromOutgoingContext copies it.
+	p := readyPicker(b, balance.ConsistentHashName, benchConfig(balance.ConsistentHashName), 10)
+	mdCtxs := make([]context.Context, 64)
+	for i := range mdCtxs {
+		mdCtxs[i] = metadata.AppendToOutgoingContext(context.Background(), "x-user", fmt.Sprint("user-", i))
+	}
+	b.Run("consistent_hash_metadata_key/serial", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			r, err := p.Pick(balancer.PickInfo{FullMethodName: benchMethod, Ctx: mdCtxs[i&63]})
+			i++
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.Done(balancer.DoneInfo{})
+		}
+	})
 }
