@@ -7,7 +7,7 @@ import (
 )
 
 // Attributes are what the switchboard balancers read from a resolved
-// address besides its host:port. The switchboard resolver sets them from
+// endpoint besides its address. The switchboard resolver sets them from
 // the registry's instance; another resolver can set them with
 // SetAttributes.
 type Attributes struct {
@@ -22,7 +22,7 @@ type Attributes struct {
 }
 
 // Equal reports whether a and o (an Attributes) are the same; gRPC
-// compares address attributes with it.
+// compares endpoint attributes with it.
 func (a Attributes) Equal(o any) bool {
 	b, ok := o.(Attributes)
 	return ok && a.ID == b.ID && max(a.Weight, 1) == max(b.Weight, 1) && a.Zone == b.Zone && maps.Equal(a.Meta, b.Meta)
@@ -30,15 +30,14 @@ func (a Attributes) Equal(o any) bool {
 
 type attrKey struct{}
 
-// SetAttributes returns a with at among its balancer attributes, which
-// gRPC hands to the balancer without using them to tell connections apart.
-func SetAttributes(a resolver.Address, at Attributes) resolver.Address {
-	a.BalancerAttributes = a.BalancerAttributes.WithValue(attrKey{}, at)
-	return a
+// SetAttributes returns ep with at among its attributes.
+func SetAttributes(ep resolver.Endpoint, at Attributes) resolver.Endpoint {
+	ep.Attributes = ep.Attributes.WithValue(attrKey{}, at)
+	return ep
 }
 
-// AttributesOf returns the Attributes SetAttributes put on a.
-func AttributesOf(a resolver.Address) (Attributes, bool) {
-	at, ok := a.BalancerAttributes.Value(attrKey{}).(Attributes)
+// AttributesOf returns the Attributes SetAttributes put on ep.
+func AttributesOf(ep resolver.Endpoint) (Attributes, bool) {
+	at, ok := ep.Attributes.Value(attrKey{}).(Attributes)
 	return at, ok
 }

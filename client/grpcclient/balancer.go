@@ -41,13 +41,15 @@ func (b lbBuilder) ParseConfig(js json.RawMessage) (serviceconfig.LoadBalancingC
 	return parseConfig(b.policy, js)
 }
 
-func (b lbBuilder) Build(cc balancer.ClientConn, _ balancer.BuildOptions) balancer.Balancer {
+func (b lbBuilder) Build(cc balancer.ClientConn, opts balancer.BuildOptions) balancer.Balancer {
+	target := opts.Target.URL.String()
 	return &lb{
 		cc:     cc,
 		policy: b.policy,
+		target: target,
 		subs:   map[string]*subConn{},
 		byConn: map[balancer.SubConn]*subConn{},
-		logger: slog.Default().With("target", cc.Target(), "balancer", b.Name()),
+		logger: slog.Default().With("target", target, "balancer", b.Name()),
 	}
 }
 
@@ -67,6 +69,7 @@ type subConn struct {
 type lb struct {
 	cc     balancer.ClientConn
 	policy string
+	target string // for error messages
 	logger *slog.Logger
 
 	cfg       *lbConfig
@@ -107,18 +110,19 @@ func (b *lb) UpdateClientConnState(s balancer.ClientConnState) error {
 		}
 	}
 
-	addrs := addresses(s.ResolverState)
-	seen := make(map[string]*subConn, len(addrs))
-	order := make([]*subConn, 0, len(addrs))
-	for _, a := range addrs {
+	eps := endpoints(s.ResolverState)
+	seen := make(map[string]*subConn, len(eps))
+	order := make([]*subConn, 0, len(eps))
+	for _, r := range eps {
+		a, spec := r.addr, r.spec
 		if _, dup := seen[a.Addr]; dup {
 			continue
 		}
-		spec := specOf(a)
 		e := b.subs[a.Addr]
 		switch {
 		case e == nil:
 			e = &subConn{spec: spec, ep: endpoint.New(spec), state: connectivity.Idle}
+			//lint:ignore SA1019 one address per SubConn, as the deprecation asks for
 			sc, err := b.cc.NewSubConn([]resolver.Address{a}, balancer.NewSubConnOptions{
 				StateListener: func(st balancer.SubConnState) { b.updateState(e, st) },
 			})
@@ -154,31 +158,27 @@ func (b *lb) UpdateClientConnState(s balancer.ClientConnState) error {
 	return nil
 }
 
-// addresses lists the resolved addresses, from Endpoints (one address
-// each: the first) or, from an older resolver, Addresses.
-func addresses(s resolver.State) []resolver.Address {
-	if len(s.Endpoints) == 0 {
-		return s.Addresses
-	}
-	out := make([]resolver.Address, 0, len(s.Endpoints))
+// resolved is one resolved endpoint: its (first) address and what the
+// balancer reads from its attributes.
+type resolved struct {
+	addr resolver.Address
+	spec endpoint.Spec
+}
+
+// endpoints lists the resolved endpoints, one address each (the first:
+// the switchboard resolver gives one per instance). gRPC fills Endpoints
+// from Addresses for resolvers that set only those.
+func endpoints(s resolver.State) []resolved {
+	out := make([]resolved, 0, len(s.Endpoints))
 	for _, ep := range s.Endpoints {
 		if len(ep.Addresses) == 0 {
 			continue
 		}
+		at, _ := AttributesOf(ep)
 		a := ep.Addresses[0]
-		if _, ok := AttributesOf(a); !ok && ep.Attributes != nil {
-			if at, ok := ep.Attributes.Value(attrKey{}).(Attributes); ok {
-				a = SetAttributes(a, at)
-			}
-		}
-		out = append(out, a)
+		out = append(out, resolved{addr: a, spec: endpoint.Spec{Address: a.Addr, Weight: at.Weight, Zone: at.Zone, Meta: at.Meta}})
 	}
 	return out
-}
-
-func specOf(a resolver.Address) endpoint.Spec {
-	at, _ := AttributesOf(a)
-	return endpoint.Spec{Address: a.Addr, Weight: at.Weight, Zone: at.Zone, Meta: at.Meta}
 }
 
 func sameSpec(a, b endpoint.Spec) bool {
@@ -242,7 +242,7 @@ func (b *lb) publish() {
 		if why == nil {
 			why = fmt.Errorf("no instance is reachable; last error: %v", lastErr)
 		}
-		p.err = status.Errorf(codes.Unavailable, "grpcclient: %s: %v", b.cc.Target(), why)
+		p.err = status.Errorf(codes.Unavailable, "grpcclient: %s: %v", b.target, why)
 	}
 	b.cc.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
 }
@@ -254,7 +254,7 @@ func (b *lb) ResolverError(err error) {
 	b.resolverErr = err
 	if b.bal == nil {
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
-			Picker: &picker{err: status.Errorf(codes.Unavailable, "grpcclient: %s: %v", b.cc.Target(), err)}})
+			Picker: &picker{err: status.Errorf(codes.Unavailable, "grpcclient: %s: %v", b.target, err)}})
 		return
 	}
 	b.publish()

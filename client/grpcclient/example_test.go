@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -29,11 +28,11 @@ type exampleServer struct {
 	fail codes.Code
 }
 
-func (s *exampleServer) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+func (s *exampleServer) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	if s.fail != codes.OK {
 		return nil, status.Error(s.fail, s.id+" is failing")
 	}
-	return &testpb.SimpleResponse{ServerId: s.id}, nil
+	return &testgrpc.SimpleResponse{ServerId: s.id}, nil
 }
 
 // serve starts s and registers it in reg as an instance of service.
@@ -83,7 +82,7 @@ func Example() {
 	// Round robin spreads over the connected servers: call until both
 	// are, then count.
 	for seen := map[string]bool{}; len(seen) < 2; {
-		r, err := orders.UnaryCall(ctx, &testpb.SimpleRequest{})
+		r, err := orders.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 		if err != nil {
 			panic(err)
 		}
@@ -91,7 +90,7 @@ func Example() {
 	}
 	count := map[string]int{}
 	for range 10 {
-		r, err := orders.UnaryCall(ctx, &testpb.SimpleRequest{})
+		r, err := orders.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 		if err != nil {
 			panic(err)
 		}
@@ -113,7 +112,7 @@ func ExampleUnaryFallback() {
 
 	br, _ := breaker.New(breaker.Config{ConsecutiveFailures: 2, OpenFor: time.Minute})
 	lastKnown := grpcclient.FallbackStep{Name: "last_known", Func: func(_ context.Context, _ string, _, reply any, _ error) error {
-		reply.(*testpb.SimpleResponse).ServerId = "yesterday's prices"
+		reply.(*testgrpc.SimpleResponse).ServerId = "yesterday's prices"
 		return nil
 	}}
 	cc, _ := grpc.NewClient("switchboard:///prices",
@@ -129,7 +128,7 @@ func ExampleUnaryFallback() {
 
 	for range 3 {
 		var header metadata.MD
-		r, err := prices.UnaryCall(context.Background(), &testpb.SimpleRequest{}, grpc.Header(&header))
+		r, err := prices.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}, grpc.Header(&header))
 		reason, _ := grpcclient.DegradedReason(header)
 		fmt.Printf("%q, err %v, degraded %q\n", r.GetServerId(), err, reason)
 	}
@@ -160,7 +159,7 @@ func ExampleWithHashKey() {
 	// three are.
 	for i, seen := 0, map[string]bool{}; len(seen) < 3; i++ {
 		ctx := grpcclient.WithHashKey(context.Background(), fmt.Sprint("warm-up-", i))
-		r, err := carts.UnaryCall(ctx, &testpb.SimpleRequest{})
+		r, err := carts.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 		if err != nil {
 			panic(err)
 		}
@@ -169,7 +168,7 @@ func ExampleWithHashKey() {
 	ctx := grpcclient.WithHashKey(context.Background(), "user-42")
 	servers := map[string]bool{}
 	for range 10 {
-		r, err := carts.UnaryCall(ctx, &testpb.SimpleRequest{})
+		r, err := carts.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 		if err != nil {
 			panic(err)
 		}

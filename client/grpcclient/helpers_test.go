@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-dev/switchboard/client/grpcclient"
@@ -52,7 +50,7 @@ func startServer(t *testing.T, id string) *testServer {
 	return s
 }
 
-func (s *testServer) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+func (s *testServer) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	s.calls.Add(1)
 	if d := time.Duration(s.delay.Load()); d > 0 {
 		t := time.NewTimer(d) // the server's own slowness, not a test's wait
@@ -66,15 +64,15 @@ func (s *testServer) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*t
 	if c := codes.Code(s.fail.Load()); c != codes.OK {
 		return nil, status.Error(c, "injected by "+s.id)
 	}
-	return &testpb.SimpleResponse{ServerId: s.id}, nil
+	return &testgrpc.SimpleResponse{ServerId: s.id}, nil
 }
 
-func (s *testServer) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest, stream testgrpc.TestService_StreamingOutputCallServer) error {
+func (s *testServer) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest, stream testgrpc.TestService_StreamingOutputCallServer) error {
 	s.calls.Add(1)
 	if c := codes.Code(s.fail.Load()); c != codes.OK {
 		return status.Error(c, "injected by "+s.id)
 	}
-	return stream.Send(&testpb.StreamingOutputCallResponse{})
+	return stream.Send(&testgrpc.StreamingOutputCallResponse{})
 }
 
 // registryEnv is the embedded registry over HTTP and a Consul client of
@@ -165,7 +163,7 @@ func lbConfig(policy, cfg string) string {
 func call(ctx context.Context, c testgrpc.TestServiceClient, opts ...grpc.CallOption) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	r, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}, opts...)
+	r, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, opts...)
 	if err != nil {
 		return "", err
 	}
@@ -191,8 +189,6 @@ func waitUntil(t *testing.T, c testgrpc.TestServiceClient, what string, n int, w
 		}
 	}
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }
 
 func registryInstance(service string, s *testServer) registry.Registration {
 	return registry.Registration{Instance: registry.Instance{ID: s.id, Service: service, Address: "127.0.0.1", Port: s.port}}

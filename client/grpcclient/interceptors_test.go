@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -50,7 +49,7 @@ func TestBreakerOpensAndTheFallbackAnswersDegraded(t *testing.T) {
 		if method != unaryMethod || cause == nil {
 			t.Errorf("fallback got method %q, cause %v", method, cause)
 		}
-		reply.(*testpb.SimpleResponse).ServerId = "cached"
+		reply.(*testgrpc.SimpleResponse).ServerId = "cached"
 		return nil
 	}}
 	s, do := oneServer(t, grpc.WithChainUnaryInterceptor(
@@ -129,7 +128,7 @@ func TestStreamBreakerCountsFailedStreams(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	recvAll := func() error {
-		st, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+		st, err := c.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
 		if err != nil {
 			return err
 		}
@@ -151,7 +150,7 @@ func TestStreamBreakerCountsFailedStreams(t *testing.T) {
 			t.Fatalf("failing stream %d: %v", i, err)
 		}
 	}
-	if _, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{}); !errors.Is(err, grpcclient.ErrBreakerOpen) {
+	if _, err := c.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{}); !errors.Is(err, grpcclient.ErrBreakerOpen) {
 		t.Fatalf("stream after 2 failures: %v; want ErrBreakerOpen", err)
 	}
 }
@@ -232,7 +231,7 @@ func TestRetryHonoursTheDeadlineAndIdempotency(t *testing.T) {
 	for range 5 {
 		before := s.calls.Load()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		_, err := idem.UnaryCall(ctx, &testpb.SimpleRequest{})
+		_, err := idem.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 		cancel()
 		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
 			t.Fatalf("call with a 5ms deadline: %v", err)
@@ -300,7 +299,7 @@ func TestRateLimitWaits(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), interval/4)
 			defer cancel()
-			_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+			_, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 			if !errors.Is(err, grpcclient.ErrRateLimited) {
 				t.Fatalf("call whose turn comes after its deadline: %v; want ErrRateLimited", err)
 			}
@@ -314,14 +313,14 @@ func TestStreamRateLimitRejects(t *testing.T) {
 		ratelimit.NewTokenBucket(ratelimit.Rate{N: 1, Per: time.Hour}, 1), grpcclient.Reject)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+	st, err := c.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Recv(); err != nil {
 		t.Fatalf("first stream: %v", err)
 	}
-	if _, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{}); !errors.Is(err, grpcclient.ErrRateLimited) {
+	if _, err := c.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{}); !errors.Is(err, grpcclient.ErrRateLimited) {
 		t.Fatalf("second stream: %v; want ErrRateLimited", err)
 	}
 	if n := s.calls.Load(); n != 1 {

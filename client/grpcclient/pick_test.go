@@ -57,8 +57,8 @@ func readyPicker(tb testing.TB, policy, cfgJSON string, n int) balancer.Picker {
 	tb.Cleanup(b.Close)
 	var st resolver.State
 	for i := range n {
-		a := SetAttributes(resolver.Address{Addr: fmt.Sprintf("10.0.%d.%d:443", i/250, i%250+1)}, Attributes{Weight: i%5 + 1})
-		st.Endpoints = append(st.Endpoints, resolver.Endpoint{Addresses: []resolver.Address{a}})
+		a := resolver.Address{Addr: fmt.Sprintf("10.0.%d.%d:443", i/250, i%250+1)}
+		st.Endpoints = append(st.Endpoints, SetAttributes(resolver.Endpoint{Addresses: []resolver.Address{a}}, Attributes{Weight: i%5 + 1}))
 	}
 	if err := b.UpdateClientConnState(balancer.ClientConnState{ResolverState: st, BalancerConfig: cfg}); err != nil {
 		tb.Fatal(err)

@@ -169,15 +169,17 @@ func (r *viewResolver) push(s discovery.Snapshot) {
 			r.logger.Info("grpcclient: registry view is fresh again", "instances", len(s.Instances))
 		}
 	}
+	// Endpoints carry the attributes; Addresses are for balancers that
+	// still read only those.
 	st := resolver.State{
 		Endpoints: make([]resolver.Endpoint, len(s.Instances)),
 		Addresses: make([]resolver.Address, len(s.Instances)),
 	}
 	for i, in := range s.Instances {
-		a := SetAttributes(resolver.Address{Addr: in.HostPort()},
-			Attributes{ID: in.ID, Weight: in.Weight, Zone: in.Zone, Meta: in.Meta})
+		a := resolver.Address{Addr: in.HostPort()}
 		st.Addresses[i] = a
-		st.Endpoints[i] = resolver.Endpoint{Addresses: []resolver.Address{a}}
+		st.Endpoints[i] = SetAttributes(resolver.Endpoint{Addresses: []resolver.Address{a}},
+			Attributes{ID: in.ID, Weight: in.Weight, Zone: in.Zone, Meta: in.Meta})
 	}
 	// An error here is the balancer refusing an empty list; it has put up
 	// a picker that says so.

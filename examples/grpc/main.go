@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
-	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/breaker"
@@ -40,8 +39,8 @@ type server struct {
 	id string
 }
 
-func (s *server) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
-	return &testpb.SimpleResponse{ServerId: s.id}, nil
+func (s *server) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{ServerId: s.id}, nil
 }
 
 func main() {
@@ -174,7 +173,7 @@ func run() error {
 func calls(ctx context.Context, c testgrpc.TestServiceClient, n int) (map[string]int, error) {
 	seen := map[string]int{}
 	for range n {
-		r, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+		r, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 		if err != nil {
 			return nil, err
 		}
