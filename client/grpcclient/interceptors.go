@@ -118,6 +118,9 @@ type RetryOptions struct {
 	// and gRPC already retries, transparently, calls that never left the
 	// client. Default: no method (unless Policy.RetryNonIdempotent).
 	Idempotent func(method string) bool
+
+	// rnd replaces the backoff's random source (tests).
+	rnd func(n int64) int64
 }
 
 // IdempotentMethods returns an Idempotent func true for exactly these
@@ -136,13 +139,14 @@ type retrier struct {
 	budget     *retry.Budget
 	codes      Codes
 	idempotent func(string) bool
+	rnd        func(int64) int64
 }
 
 func newRetrier(o RetryOptions) (*retrier, error) {
 	if err := o.Policy.Validate(); err != nil {
 		return nil, err
 	}
-	r := &retrier{p: o.Policy.WithDefaults(), budget: o.Budget, codes: o.Codes, idempotent: o.Idempotent}
+	r := &retrier{p: o.Policy.WithDefaults(), budget: o.Budget, codes: o.Codes, idempotent: o.Idempotent, rnd: o.rnd}
 	r.conds = r.p.Conditions()
 	if r.budget == nil {
 		r.budget = retry.NewBudget(r.p)
@@ -232,7 +236,7 @@ func (r *retrier) again(ctx context.Context, attempt int, err error, perTry bool
 	if !worth {
 		return false
 	}
-	wait := r.p.Backoff(attempt, nil)
+	wait := r.p.Backoff(attempt, r.rnd)
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wait {
 		return false
 	}

@@ -210,42 +210,43 @@ func TestRetryGoesToAnotherServer(t *testing.T) {
 	}
 }
 
-// Retries never run past the call's deadline, and methods not known to be
-// idempotent are not retried.
+// Retries never run past the call's deadline: a retry whose backoff would
+// end after it is not made, and the call returns its error at once rather
+// than at the deadline. Methods not known to be idempotent are not retried.
 func TestRetryHonoursTheDeadlineAndIdempotency(t *testing.T) {
-	p := retry.Policy{Attempts: 5, BackoffBase: 200 * time.Millisecond, BackoffMax: 200 * time.Millisecond}
+	p := retry.Policy{Attempts: 3, BackoffBase: 300 * time.Millisecond, BackoffMax: 300 * time.Millisecond}
+	ceiling := func(n int64) int64 { return n - 1 } // every backoff is 300ms
 	env := startRegistry(t)
 	s := startServer(t, "a")
 	env.register(t, "orders", s, 0)
 	b := env.builder(t)
 	idem := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""),
-		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.RetryOptions{Policy: p, Idempotent: grpcclient.IdempotentMethods(unaryMethod)})))
+		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.WithBackoffRand(
+			grpcclient.RetryOptions{Policy: p, Idempotent: grpcclient.IdempotentMethods(unaryMethod)}, ceiling))))
 	other := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""),
-		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.RetryOptions{Policy: p})))
+		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.WithBackoffRand(grpcclient.RetryOptions{Policy: p}, ceiling))))
 	waitUntil(t, idem, "a answers", 1, func(id string) bool { return id == "a" })
 	waitUntil(t, other, "a answers", 1, func(id string) bool { return id == "a" })
 	s.fail.Store(uint32(codes.Unavailable))
 
-	// With a deadline shorter than the backoff there is no time to retry;
-	// backoffs are random up to 200ms, so try a few calls.
-	for range 5 {
+	attempts := func(c testgrpc.TestServiceClient, timeout time.Duration) (int64, error) {
 		before := s.calls.Load()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
-		_, err := idem.UnaryCall(ctx, &testgrpc.SimpleRequest{})
-		cancel()
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
-			t.Fatalf("call with a 5ms deadline: %v", err)
-		}
-		if n := s.calls.Load() - before; n > 1 {
-			t.Fatalf("a call with a 5ms deadline reached the server %d times; a retry would have run past the deadline", n)
-		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+		return s.calls.Load() - before, err
 	}
-	before := s.calls.Load()
-	if _, err := call(context.Background(), other); status.Code(err) != codes.Unavailable {
-		t.Fatalf("non-idempotent call: %v", err)
+	// Time for both retries: 3 attempts.
+	if n, err := attempts(idem, 10*time.Second); n != 3 || status.Code(err) != codes.Unavailable {
+		t.Fatalf("with a 10s deadline: %d attempts, %v; want 3, Unavailable", n, err)
 	}
-	if n := s.calls.Load() - before; n != 1 {
-		t.Fatalf("a method not marked idempotent reached the server %d times; want 1", n)
+	// A deadline shorter than the backoff: no retry, and the server's own
+	// error at once, not DeadlineExceeded.
+	if n, err := attempts(idem, 150*time.Millisecond); n != 1 || status.Code(err) != codes.Unavailable {
+		t.Fatalf("with a 150ms deadline and 300ms backoffs: %d attempts, %v; want 1, Unavailable", n, err)
+	}
+	if n, err := attempts(other, 10*time.Second); n != 1 || status.Code(err) != codes.Unavailable {
+		t.Fatalf("a method not marked idempotent: %d attempts, %v; want 1, Unavailable", n, err)
 	}
 }
 
