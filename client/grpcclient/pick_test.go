@@ -2,16 +2,21 @@ package grpcclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"math/rand/v2"
 	"testing"
 
 	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
 )
 
 // fakeCC is a balancer.ClientConn whose SubConns are driven by the test:
@@ -91,6 +96,9 @@ func keyedContexts(n int) []context.Context {
 	return ctxs
 }
 
+// answered is the DoneInfo of a call that succeeded.
+var answered = balancer.DoneInfo{BytesSent: true, BytesReceived: true}
+
 const benchMethod = "/grpc.testing.TestService/UnaryCall"
 
 // A pick and its Done allocate nothing, for every policy (hashing ones
@@ -106,7 +114,7 @@ func TestPickAndDoneDoNotAllocate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.Done(balancer.DoneInfo{})
+			r.Done(answered)
 		})
 		if allocs != 0 {
 			t.Errorf("%s: %.1f allocations per Pick+Done; want 0", policy, allocs)
@@ -133,7 +141,7 @@ func BenchmarkPick(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				r.Done(balancer.DoneInfo{})
+				r.Done(answered)
 			}
 		})
 		b.Run(policy+"/parallel", func(b *testing.B) {
@@ -146,7 +154,7 @@ func BenchmarkPick(b *testing.B) {
 					if err != nil {
 						panic(err)
 					}
-					r.Done(balancer.DoneInfo{})
+					r.Done(answered)
 				}
 			})
 		})
@@ -166,7 +174,75 @@ func BenchmarkPick(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			r.Done(balancer.DoneInfo{})
+			r.Done(answered)
 		}
 	})
+}
+
+// Done reports each call's outcome to the endpoint it was picked for:
+// failure codes count against it, other codes and a pick that gRPC gives
+// back unused do not, and the in-flight count returns to zero.
+func TestDoneReportsTheOutcome(t *testing.T) {
+	p := readyPicker(t, balance.RoundRobinName, "{}", 1).(*picker)
+	var ep *endpoint.Endpoint
+	for e := range p.scs {
+		ep = e
+	}
+	for _, tc := range []struct {
+		name     string
+		di       balancer.DoneInfo
+		failures uint64
+	}{
+		{"success", answered, 0},
+		{"NotFound", balancer.DoneInfo{Err: status.Error(codes.NotFound, "no"), BytesSent: true, BytesReceived: true}, 0},
+		{"Unavailable", balancer.DoneInfo{Err: status.Error(codes.Unavailable, "down"), BytesSent: true}, 1},
+		{"Internal", balancer.DoneInfo{Err: status.Error(codes.Internal, "bug"), BytesSent: true, BytesReceived: true}, 1},
+		{"Canceled", balancer.DoneInfo{Err: status.Error(codes.Canceled, "gone"), BytesSent: true}, 0},
+		{"given back unused", balancer.DoneInfo{}, 0},
+	} {
+		before := ep.Failures()
+		r, err := p.Pick(balancer.PickInfo{FullMethodName: benchMethod, Ctx: context.Background()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ep.InFlight() != 1 {
+			t.Fatalf("%s: in flight after the pick %d; want 1", tc.name, ep.InFlight())
+		}
+		r.Done(tc.di)
+		if ep.InFlight() != 0 || ep.Failures()-before != tc.failures {
+			t.Fatalf("%s: in flight %d, failures +%d; want 0, +%d", tc.name, ep.InFlight(), ep.Failures()-before, tc.failures)
+		}
+	}
+}
+
+// The picker's answer while nothing is ready: wait while subchannels
+// connect, Unavailable with the reason once none can be reached or the
+// resolver has none.
+func TestPickerWithoutReadyEndpoints(t *testing.T) {
+	bb := balancer.Get(BalancerName(balance.RoundRobinName))
+	cc := &fakeCC{}
+	b := bb.Build(cc, balancer.BuildOptions{})
+	defer b.Close()
+	a := resolver.Address{Addr: "10.0.0.1:443"}
+	st := resolver.State{Endpoints: []resolver.Endpoint{{Addresses: []resolver.Address{a}}}}
+	if err := b.UpdateClientConnState(balancer.ClientConnState{ResolverState: st}); err != nil {
+		t.Fatal(err)
+	}
+	pick := func() error {
+		_, err := cc.picker.Pick(balancer.PickInfo{Ctx: context.Background()})
+		return err
+	}
+	if err := pick(); err != balancer.ErrNoSubConnAvailable || cc.state != connectivity.Connecting {
+		t.Fatalf("while connecting: %v, %v; want ErrNoSubConnAvailable, CONNECTING", err, cc.state)
+	}
+	cc.subs[0].listener(balancer.SubConnState{ConnectivityState: connectivity.TransientFailure, ConnectionError: errors.New("connection refused")})
+	if err := pick(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") || cc.state != connectivity.TransientFailure {
+		t.Fatalf("all failing: %v, %v; want Unavailable naming the connection error, TRANSIENT_FAILURE", err, cc.state)
+	}
+	if err := b.UpdateClientConnState(balancer.ClientConnState{}); err != balancer.ErrBadResolverState {
+		t.Fatalf("an empty resolver state: %v; want ErrBadResolverState", err)
+	}
+	if err := pick(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no instances") {
+		t.Fatalf("no instances: %v; want Unavailable saying so", err)
+	}
 }

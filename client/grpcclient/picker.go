@@ -58,6 +58,11 @@ func (pk *pick) finish(di balancer.DoneInfo) {
 		lat = time.Duration(clock.NowNanos(clock.Real) - pk.start)
 	}
 	o := Outcome(di.Err, lat, 0)
+	if di.Err == nil && !di.BytesSent && !di.BytesReceived {
+		// gRPC gives a pick back this way when the SubConn's transport
+		// went away before the call could use it: nothing happened.
+		o = endpoint.Outcome{Canceled: true}
+	}
 	if pk.loadMD != "" && di.Trailer != nil {
 		if v := di.Trailer.Get(pk.loadMD); len(v) > 0 {
 			o.LoadReport = v[0]
