@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/balancer"
