@@ -169,3 +169,27 @@ func TestServiceConfigRendersTheBalanceKeys(t *testing.T) {
 	}
 	cc.Close()
 }
+
+// The registry's weights reach the balancer: weighted_round_robin over
+// weights 1, 2, 3 answers 10, 20 and 30 of 60 calls.
+func TestRegistryWeightsReachTheBalancer(t *testing.T) {
+	env := startRegistry(t)
+	servers := []*testServer{startServer(t, "a"), startServer(t, "b"), startServer(t, "c")}
+	for i, s := range servers {
+		env.register(t, "orders", s, i+1)
+	}
+	c := dial(t, env.builder(t), "orders", lbConfig(balance.WeightedRoundRobinName, ""))
+	seen := map[string]bool{}
+	waitUntil(t, c, "all three answer", 1, func(id string) bool { seen[id] = true; return len(seen) == 3 })
+	got := map[string]int{}
+	for i := range 60 {
+		id, err := call(context.Background(), c)
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		got[id]++
+	}
+	if got["a"] != 10 || got["b"] != 20 || got["c"] != 30 {
+		t.Fatalf("60 calls over weights 1, 2, 3: %v; want a:10 b:20 c:30", got)
+	}
+}
