@@ -128,3 +128,25 @@ func TestQueryRejectsTargetsWithoutAService(t *testing.T) {
 		t.Fatalf("Query: %+v, %v; want orders with tags a, b", q, err)
 	}
 }
+
+// With a registry that never answers (and no cache), calls fail with
+// Unavailable and the registry's error once ReportAfter has passed,
+// instead of waiting for their deadline.
+func TestResolverReportsARegistryThatNeverAnswered(t *testing.T) {
+	env := startRegistry(t)
+	env.srv.Close()
+	b, err := grpcclient.NewResolverBuilder(env.reg, grpcclient.ResolverOptions{Logger: quiet(), ReportAfter: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""))
+	start := time.Now()
+	_, err = call(context.Background(), c)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no answer from the registry") {
+		t.Fatalf("call with the registry down from the start: %v; want Unavailable saying the registry has not answered", err)
+	}
+	if el := time.Since(start); el > 8*time.Second {
+		t.Fatalf("the call failed after %v; want well before its 10s deadline", el)
+	}
+}
