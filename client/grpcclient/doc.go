@@ -27,7 +27,7 @@
 //
 // Only passing instances are resolved (ResolverOptions.IncludeUnhealthy
 // changes that); switchboard:///orders?tag=v2 keeps the instances tagged
-// v2. Each address carries the instance's weight, zone, metadata and ID as
+// v2. Each resolved endpoint carries the instance's weight, zone, metadata and ID as
 // Attributes, which the balancers read; another resolver can set them with
 // SetAttributes.
 //
