@@ -75,9 +75,10 @@
 //     an endpoint not yet tried.
 //   - UnaryRateLimit, StreamRateLimit: any ratelimit.Limiter; over the
 //     limit a call is rejected with ErrRateLimited or waits (LimitMode).
-//   - UnaryFallback: a chain of FallbackSteps that answer a failed call;
-//     the answer is marked degraded in the call's header and trailer
-//     metadata (MetadataDegraded; read it with DegradedReason).
+//   - UnaryFallback, StreamFallback: a chain of steps that answer a failed
+//     call (a stream that failed before its first message); the answer is
+//     marked degraded in the call's header and trailer metadata
+//     (MetadataDegraded; read it with DegradedReason).
 //
 // Chain them outermost first, as the proxy's pipeline orders them:
 //

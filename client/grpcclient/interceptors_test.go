@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -326,5 +327,78 @@ func TestStreamRateLimitRejects(t *testing.T) {
 	}
 	if n := s.calls.Load(); n != 1 {
 		t.Fatalf("the server saw %d streams; want 1", n)
+	}
+}
+
+// A server-streaming call that fails before its first message is
+// answered by the stream fallback, marked degraded; so is one the open
+// breaker refuses, and the fallback sees the call's request either way.
+func TestStreamFallbackAnswersFailedStreams(t *testing.T) {
+	br, err := breaker.New(breaker.Config{ConsecutiveFailures: 2, OpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay := grpcclient.StreamFallbackStep{Name: "replay", Func: func(ctx context.Context, _ *grpc.StreamDesc, method string, req any, cause error) (grpc.ClientStream, error) {
+		if method != "/grpc.testing.TestService/StreamingOutputCall" || cause == nil {
+			t.Errorf("stream fallback got method %q, cause %v", method, cause)
+		}
+		r, ok := req.(*testgrpc.StreamingOutputCallRequest)
+		if !ok || r.GetPayload().GetBody() == nil {
+			t.Errorf("stream fallback got request %v; want the call's", req)
+		}
+		n := 0
+		return grpcclient.FallbackStream(ctx, func(m any) error {
+			if n == 2 {
+				return io.EOF
+			}
+			n++
+			m.(*testgrpc.StreamingOutputCallResponse).Payload = &testgrpc.Payload{Body: []byte("cached")}
+			return nil
+		}), nil
+	}}
+	env := startRegistry(t)
+	s := startServer(t, "a")
+	env.register(t, "orders", s, 0)
+	c := dial(t, env.builder(t), "orders", lbConfig(balance.RoundRobinName, ""),
+		grpc.WithChainStreamInterceptor(grpcclient.StreamFallback(0, replay), grpcclient.StreamBreaker(br, 0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// recvAll returns the bodies received, the stream's degraded mark and
+	// its error.
+	recvAll := func() ([]string, string, error) {
+		st, err := c.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{Payload: &testgrpc.Payload{Body: []byte("q")}})
+		if err != nil {
+			return nil, "", err
+		}
+		var bodies []string
+		for {
+			m, err := st.Recv()
+			if err != nil {
+				r, _ := grpcclient.DegradedReason(st.Trailer())
+				if err == io.EOF {
+					err = nil
+				}
+				return bodies, r, err
+			}
+			bodies = append(bodies, string(m.GetPayload().GetBody()))
+		}
+	}
+	if bodies, r, err := recvAll(); err != nil || len(bodies) != 1 || r != "" {
+		t.Fatalf("healthy stream: %q, %v, degraded %q; want one message from the server", bodies, err, r)
+	}
+	s.fail.Store(uint32(codes.Unavailable))
+	for i := range 2 {
+		bodies, r, err := recvAll()
+		if err != nil || strings.Join(bodies, ",") != "cached,cached" || r != "replay: code:Unavailable" {
+			t.Fatalf("failing stream %d: %q, %v, degraded %q; want the fallback's two messages, degraded \"replay: code:Unavailable\"", i, bodies, err, r)
+		}
+	}
+	calls := s.calls.Load()
+	bodies, r, err := recvAll()
+	if err != nil || strings.Join(bodies, ",") != "cached,cached" || r != "replay: breaker_open" {
+		t.Fatalf("stream with the breaker open: %q, %v, degraded %q; want the fallback's, \"replay: breaker_open\"", bodies, err, r)
+	}
+	if s.calls.Load() != calls {
+		t.Fatal("the server saw a stream while the breaker was open")
 	}
 }
