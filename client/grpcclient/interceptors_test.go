@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -400,5 +401,40 @@ func TestStreamFallbackAnswersFailedStreams(t *testing.T) {
 	}
 	if s.calls.Load() != calls {
 		t.Fatal("the server saw a stream while the breaker was open")
+	}
+}
+
+// StreamRetry retries the creation of a stream of an idempotent method
+// (here: a service without instances, whose picks fail with Unavailable).
+func TestStreamRetryRetriesCreation(t *testing.T) {
+	env := startRegistry(t)
+	b := env.builder(t)
+	const method = "/grpc.testing.TestService/StreamingOutputCall"
+	for _, tc := range []struct {
+		name       string
+		idempotent func(string) bool
+		want       int
+	}{
+		{"idempotent", grpcclient.IdempotentMethods(method), 3},
+		{"not idempotent", nil, 1},
+	} {
+		p := fastBackoff
+		p.Attempts = 3
+		sr, err := grpcclient.StreamRetry(grpcclient.RetryOptions{Policy: p, Idempotent: tc.idempotent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var attempts atomic.Int64
+		count := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			attempts.Add(1)
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		c := dial(t, b, "nobody", lbConfig(balance.RoundRobinName, ""), grpc.WithChainStreamInterceptor(sr, count))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = c.StreamingOutputCall(ctx, &testgrpc.StreamingOutputCallRequest{})
+		cancel()
+		if status.Code(err) != codes.Unavailable || attempts.Load() != int64(tc.want) {
+			t.Fatalf("%s: %v after %d attempts; want Unavailable after %d", tc.name, err, attempts.Load(), tc.want)
+		}
 	}
 }
