@@ -7,7 +7,6 @@ replace github.com/switchboard-dev/switchboard => ../..
 require (
 	github.com/switchboard-dev/switchboard v0.0.0
 	github.com/zeromicro/go-zero v1.10.3
-	google.golang.org/grpc v1.83.2
 )
 
 require (
@@ -83,6 +82,7 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
+	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.12.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

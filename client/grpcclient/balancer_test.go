@@ -13,18 +13,8 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/client/grpcclient"
+	"github.com/switchboard-dev/switchboard/internal/pickertest"
 )
-
-// policyConfig is the JSON a test gives each policy.
-func policyConfig(policy string) string {
-	switch policy {
-	case balance.ConsistentHashName, balance.MaglevName:
-		return `{"hash_key":"metadata:x-user"}`
-	case balance.DynamicWeightName:
-		return `{"dynamic_weight":{"refresh":"10ms"}}`
-	}
-	return ""
-}
 
 // Every balance policy, as a gRPC balancer, routes real calls over the
 // switchboard resolver to every registered server.
@@ -40,7 +30,7 @@ func TestEveryPolicyRoutesRealCalls(t *testing.T) {
 	}
 	for _, policy := range balance.Policies() {
 		t.Run(policy, func(t *testing.T) {
-			c := dial(t, b, "orders", lbConfig(policy, policyConfig(policy)))
+			c := dial(t, b, "orders", lbConfig(policy, pickertest.Config(policy)))
 			// Wait until every server is connected: the pick spreads over
 			// ready endpoints only.
 			seen := map[string]int{}

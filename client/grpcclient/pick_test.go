@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -12,79 +11,22 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/pickertest"
 )
 
-// fakeCC is a balancer.ClientConn whose SubConns are driven by the test:
-// enough to build a balancer and get its picker without a network.
-type fakeCC struct {
-	balancer.ClientConn
-	subs   []*fakeSC
-	picker balancer.Picker
-	state  connectivity.State
-}
-
-type fakeSC struct {
-	balancer.SubConn
-	addr     string
-	listener func(balancer.SubConnState)
-}
-
-func (s *fakeSC) Connect()  {}
-func (s *fakeSC) Shutdown() {}
-
-func (c *fakeCC) NewSubConn(addrs []resolver.Address, o balancer.NewSubConnOptions) (balancer.SubConn, error) {
-	sc := &fakeSC{addr: addrs[0].Addr, listener: o.StateListener}
-	c.subs = append(c.subs, sc)
-	return sc, nil
-}
-func (c *fakeCC) UpdateState(s balancer.State) { c.picker, c.state = s.Picker, s.ConnectivityState }
-func (c *fakeCC) Target() string               { return "switchboard:///bench" }
-
-// readyPicker builds policy's balancer over n ready SubConns and returns
-// its picker.
-func readyPicker(tb testing.TB, policy, cfgJSON string, n int) balancer.Picker {
+// readyPicker builds policy's balancer over n ready subchannels, weighted
+// 1 to 5 through the endpoint attributes, and returns its picker.
+func readyPicker(tb testing.TB, policy, cfg string, n int) balancer.Picker {
 	tb.Helper()
-	bb := balancer.Get(BalancerName(policy))
-	if bb == nil {
-		tb.Fatalf("balancer %s is not registered", BalancerName(policy))
+	eps := pickertest.Endpoints(n)
+	for i := range eps {
+		eps[i] = SetAttributes(eps[i], Attributes{Weight: i%5 + 1})
 	}
-	cfg, err := bb.(balancer.ConfigParser).ParseConfig([]byte(cfgJSON))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cc := &fakeCC{}
-	b := bb.Build(cc, balancer.BuildOptions{})
-	tb.Cleanup(b.Close)
-	var st resolver.State
-	for i := range n {
-		a := resolver.Address{Addr: fmt.Sprintf("10.0.%d.%d:443", i/250, i%250+1)}
-		st.Endpoints = append(st.Endpoints, SetAttributes(resolver.Endpoint{Addresses: []resolver.Address{a}}, Attributes{Weight: i%5 + 1}))
-	}
-	if err := b.UpdateClientConnState(balancer.ClientConnState{ResolverState: st, BalancerConfig: cfg}); err != nil {
-		tb.Fatal(err)
-	}
-	for _, sc := range cc.subs {
-		sc.listener(balancer.SubConnState{ConnectivityState: connectivity.Ready})
-	}
-	if cc.state != connectivity.Ready {
-		tb.Fatalf("%s over %d ready SubConns is %v", policy, n, cc.state)
-	}
-	return cc.picker
-}
-
-func benchConfig(policy string) string {
-	switch policy {
-	case balance.ConsistentHashName, balance.MaglevName:
-		return `{"hash_key":"metadata:x-user"}`
-	case balance.DynamicWeightName:
-		return `{"dynamic_weight":{"refresh":"1h"}}`
-	}
-	return "{}"
+	return pickertest.ReadyPicker(tb, BalancerName(policy), cfg, eps)
 }
 
 // keyedContexts are contexts carrying hash keys through WithHashKey.
@@ -96,8 +38,7 @@ func keyedContexts(n int) []context.Context {
 	return ctxs
 }
 
-// answered is the DoneInfo of a call that succeeded.
-var answered = balancer.DoneInfo{BytesSent: true, BytesReceived: true}
+var answered = pickertest.Answered
 
 const benchMethod = "/grpc.testing.TestService/UnaryCall"
 
@@ -106,7 +47,7 @@ const benchMethod = "/grpc.testing.TestService/UnaryCall"
 func TestPickAndDoneDoNotAllocate(t *testing.T) {
 	ctxs := keyedContexts(64)
 	for _, policy := range balance.Policies() {
-		p := readyPicker(t, policy, benchConfig(policy), 10)
+		p := readyPicker(t, policy, pickertest.Config(policy), 10)
 		i := 0
 		allocs := testing.AllocsPerRun(1000, func() {
 			r, err := p.Pick(balancer.PickInfo{FullMethodName: benchMethod, Ctx: ctxs[i&63]})
@@ -131,36 +72,10 @@ func TestPickAndDoneDoNotAllocate(t *testing.T) {
 func BenchmarkPick(b *testing.B) {
 	ctxs := keyedContexts(64)
 	for _, policy := range balance.Policies() {
-		p := readyPicker(b, policy, benchConfig(policy), 10)
-		b.Run(policy+"/serial", func(b *testing.B) {
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				r, err := p.Pick(balancer.PickInfo{FullMethodName: benchMethod, Ctx: ctxs[i&63]})
-				i++
-				if err != nil {
-					b.Fatal(err)
-				}
-				r.Done(answered)
-			}
-		})
-		b.Run(policy+"/parallel", func(b *testing.B) {
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := rand.IntN(64)
-				for pb.Next() {
-					r, err := p.Pick(balancer.PickInfo{FullMethodName: benchMethod, Ctx: ctxs[i&63]})
-					i++
-					if err != nil {
-						panic(err)
-					}
-					r.Done(answered)
-				}
-			})
-		})
+		pickertest.Bench(b, policy, readyPicker(b, policy, pickertest.Config(policy), 10), benchMethod, ctxs)
 	}
 	// The key from outgoing metadata: FromOutgoingContext copies it.
-	p := readyPicker(b, balance.ConsistentHashName, benchConfig(balance.ConsistentHashName), 10)
+	p := readyPicker(b, balance.ConsistentHashName, pickertest.Config(balance.ConsistentHashName), 10)
 	mdCtxs := make([]context.Context, 64)
 	for i := range mdCtxs {
 		mdCtxs[i] = metadata.AppendToOutgoingContext(context.Background(), "x-user", fmt.Sprint("user-", i))
@@ -219,25 +134,17 @@ func TestDoneReportsTheOutcome(t *testing.T) {
 // connect, Unavailable with the reason once none can be reached or the
 // resolver has none.
 func TestPickerWithoutReadyEndpoints(t *testing.T) {
-	bb := balancer.Get(BalancerName(balance.RoundRobinName))
-	cc := &fakeCC{}
-	b := bb.Build(cc, balancer.BuildOptions{})
-	defer b.Close()
-	a := resolver.Address{Addr: "10.0.0.1:443"}
-	st := resolver.State{Endpoints: []resolver.Endpoint{{Addresses: []resolver.Address{a}}}}
-	if err := b.UpdateClientConnState(balancer.ClientConnState{ResolverState: st}); err != nil {
-		t.Fatal(err)
-	}
+	b, cc := pickertest.Build(t, BalancerName(balance.RoundRobinName), "{}", pickertest.Endpoints(1))
 	pick := func() error {
-		_, err := cc.picker.Pick(balancer.PickInfo{Ctx: context.Background()})
+		_, err := cc.Picker.Pick(balancer.PickInfo{Ctx: context.Background()})
 		return err
 	}
-	if err := pick(); err != balancer.ErrNoSubConnAvailable || cc.state != connectivity.Connecting {
-		t.Fatalf("while connecting: %v, %v; want ErrNoSubConnAvailable, CONNECTING", err, cc.state)
+	if err := pick(); err != balancer.ErrNoSubConnAvailable || cc.State != connectivity.Connecting {
+		t.Fatalf("while connecting: %v, %v; want ErrNoSubConnAvailable, CONNECTING", err, cc.State)
 	}
-	cc.subs[0].listener(balancer.SubConnState{ConnectivityState: connectivity.TransientFailure, ConnectionError: errors.New("connection refused")})
-	if err := pick(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") || cc.state != connectivity.TransientFailure {
-		t.Fatalf("all failing: %v, %v; want Unavailable naming the connection error, TRANSIENT_FAILURE", err, cc.state)
+	cc.Subs[0].SetState(balancer.SubConnState{ConnectivityState: connectivity.TransientFailure, ConnectionError: errors.New("connection refused")})
+	if err := pick(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "connection refused") || cc.State != connectivity.TransientFailure {
+		t.Fatalf("all failing: %v, %v; want Unavailable naming the connection error, TRANSIENT_FAILURE", err, cc.State)
 	}
 	if err := b.UpdateClientConnState(balancer.ClientConnState{}); err != balancer.ErrBadResolverState {
 		t.Fatalf("an empty resolver state: %v; want ErrBadResolverState", err)
