@@ -152,12 +152,18 @@ func TestServiceConfigRendersTheBalanceKeys(t *testing.T) {
 	if got != want {
 		t.Fatalf("ServiceConfig:\n got %s\nwant %s", got, want)
 	}
-	// And gRPC accepts it.
-	cc, err := grpc.NewClient("passthrough:///127.0.0.1:1", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(got))
-	if err != nil {
-		t.Fatal(err)
+	nested := grpcclient.ServiceConfig(balance.DynamicWeightName, balance.Config{DynamicWeight: balance.DynamicWeightConfig{CPU: 0.5, Refresh: 2 * time.Second}})
+	if want := `{"loadBalancingConfig":[{"switchboard_dynamic_weight":{"dynamic_weight":{"cpu":0.5,"refresh":"2s"}}}]}`; nested != want {
+		t.Fatalf("ServiceConfig:\n got %s\nwant %s", nested, want)
 	}
-	cc.Close()
+	// And gRPC accepts them.
+	for _, sc := range []string{got, nested} {
+		cc, err := grpc.NewClient("passthrough:///127.0.0.1:1", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultServiceConfig(sc))
+		if err != nil {
+			t.Fatalf("%s: %v", sc, err)
+		}
+		cc.Close()
+	}
 }
 
 // The registry's weights reach the balancer: weighted_round_robin over
