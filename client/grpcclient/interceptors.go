@@ -3,6 +3,7 @@ package grpcclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -144,7 +145,7 @@ type retrier struct {
 
 func newRetrier(o RetryOptions) (*retrier, error) {
 	if err := o.Policy.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("grpcclient: retry policy: %w", err)
 	}
 	r := &retrier{p: o.Policy.WithDefaults(), budget: o.Budget, codes: o.Codes, idempotent: o.Idempotent, rnd: o.rnd}
 	r.conds = r.p.Conditions()

@@ -438,3 +438,10 @@ func TestStreamRetryRetriesCreation(t *testing.T) {
 		}
 	}
 }
+
+func TestRetryRejectsABadPolicy(t *testing.T) {
+	_, err := grpcclient.UnaryRetry(grpcclient.RetryOptions{Policy: retry.Policy{Attempts: -1}})
+	if err == nil || !strings.Contains(err.Error(), "attempts") {
+		t.Fatalf("UnaryRetry with attempts -1: %v; want an error naming attempts", err)
+	}
+}
