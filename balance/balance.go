@@ -21,6 +21,14 @@
 // and per request call Pick (with Info.Key set when the policy hashes: see
 // ParseHashKey) and then Done. A balancer that also implements Runner
 // (dynamic_weight) wants Run in a goroutine of its own.
+//
+// consistent_hash with Config.Hash "md5" is the ring of the Python services
+// our users run, point for point, so that mixed fleets send a key to the
+// same node; with Config.MissingKey "error" a request without a key gets
+// ErrNoHashKey. A program adds a policy of its own with Register (see
+// Example_ownPolicy); every configuration that names it then works, the
+// proxy's too when the program runs switchboard through package
+// github.com/switchboard-dev/switchboard/cmd/switchboard/cli.
 package balance
 
 import (
@@ -85,9 +93,17 @@ var (
 	registry = map[string]Builder{}
 )
 
-// Register makes a policy available under name. It panics on a duplicate
-// name: registration happens in init and a clash is a programming error.
+// Register makes a policy available under name: to New and Config.Validate,
+// and so to every upstream (upstream.Config), the configuration file's
+// balance.policy and the proxy, once a program has registered it. Register
+// before building any configuration that names the policy: in an init func
+// or at the top of main (docs/balancing.md, "Your own policy"). It panics
+// on an empty or duplicate name or a nil Builder: registration is part of
+// the program, and a clash is a programming error.
 func Register(name string, b Builder) {
+	if name == "" || b == nil {
+		panic("balance: Register needs a name and a Builder")
+	}
 	regMu.Lock()
 	defer regMu.Unlock()
 	if _, dup := registry[name]; dup {

@@ -31,7 +31,7 @@ func benchWeights(n int) []int {
 //	go test -run '^$' -bench Pick -benchmem ./balance/
 func BenchmarkPick(b *testing.B) {
 	ks := keys(1024)
-	for _, policy := range Policies() {
+	for _, policy := range builtinPolicies {
 		for _, n := range benchSizes {
 			eps := newEndpoints(benchWeights(n)...)
 			bal, err := New(testConfig(policy))
@@ -115,7 +115,7 @@ func BenchmarkBaseline(b *testing.B) {
 // BenchmarkUpdate measures rebuilding a policy's pick state for a new
 // snapshot (off the pick path, but it bounds how often pools can change).
 func BenchmarkUpdate(b *testing.B) {
-	for _, policy := range Policies() {
+	for _, policy := range builtinPolicies {
 		for _, n := range []int{100, 10_000} {
 			eps := newEndpoints(benchWeights(n)...)
 			bal, _ := New(testConfig(policy))
@@ -173,5 +173,76 @@ func BenchmarkSampler(b *testing.B) {
 			}
 			sink.Add(int64(s))
 		})
+	}
+}
+
+// BenchmarkDynamicWeightReport measures dynamic_weight's Pick + Done when
+// every Done carries a load report (the proxy's case when backends send
+// X-Switchboard-Load): cpu and mem only, and the same with two custom
+// factors configured and reported.
+//
+//	go test -run '^$' -bench DynamicWeightReport -benchmem ./balance/
+func BenchmarkDynamicWeightReport(b *testing.B) {
+	for _, tc := range []struct {
+		name    string
+		factors map[string]DynamicFactor
+		report  string
+	}{
+		{"cpu_mem", nil, "cpu=0.42, mem=0.31"},
+		{"cpu_mem_2_factors", map[string]DynamicFactor{"queue_depth": {Coefficient: 0.3, Max: 100}, "inventory": {Coefficient: 0.2, Max: 50, Prefer: PreferHigh}},
+			"cpu=0.42, mem=0.31, queue_depth=17, inventory=12"},
+	} {
+		cfg := testConfig(DynamicWeightName)
+		cfg.DynamicWeight.Factors = tc.factors
+		bal, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bal.Update(setOf(newEndpoints(benchWeights(100)...)))
+		o := endpoint.Outcome{Latency: time.Millisecond, Status: 200, LoadReport: tc.report}
+		b.Run(tc.name+"/n=100/serial", func(b *testing.B) {
+			b.ReportAllocs()
+			var info Info
+			for b.Loop() {
+				r, err := bal.Pick(&info)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r.Done(o)
+			}
+		})
+	}
+}
+
+// BenchmarkConsistentHashMD5 compares consistent_hash's Pick + Done with
+// hash: md5 (the Python ring's 128-bit points) against the default fnv1a,
+// at 10 and 100 endpoints, with a different key each pick.
+//
+//	go test -run '^$' -bench ConsistentHashMD5 -benchmem ./balance/
+func BenchmarkConsistentHashMD5(b *testing.B) {
+	ks := keys(1024)
+	for _, n := range []int{10, 100} {
+		for _, hash := range []string{HashFNV1a, HashMD5} {
+			bal, err := New(Config{Policy: ConsistentHashName, HashKey: "path", Hash: hash})
+			if err != nil {
+				b.Fatal(err)
+			}
+			bal.Update(setOf(newEndpoints(equalWeights(n)...)))
+			o := endpoint.Outcome{Latency: time.Millisecond, Status: 200}
+			b.Run(fmt.Sprintf("%s/n=%d/serial", hash, n), func(b *testing.B) {
+				b.ReportAllocs()
+				info := Info{HasKey: true}
+				i := 0
+				for b.Loop() {
+					info.Key = ks[i&1023]
+					i++
+					r, err := bal.Pick(&info)
+					if err != nil {
+						b.Fatal(err)
+					}
+					r.Done(o)
+				}
+			})
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // for the hashing policies and a running slow start for the weighted ones.
 func policyVariants() map[string]Config {
 	out := map[string]Config{}
-	for _, p := range Policies() {
+	for _, p := range builtinPolicies {
 		cfg := testConfig(p)
 		if p == MaglevName {
 			cfg.TableSize = 4099 // a prime small enough to rebuild hundreds of times under -race

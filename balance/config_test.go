@@ -2,6 +2,7 @@ package balance
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,12 +10,15 @@ import (
 	"github.com/switchboard-dev/switchboard/field"
 )
 
+// TestEveryPolicyIsRegistered: Policies lists the built-in policies and
+// the one the example registers, sorted.
 func TestEveryPolicyIsRegistered(t *testing.T) {
-	want := []string{ConsistentHashName, DynamicWeightName, LeastConnName, MaglevName, P2CName, P2CEWMAName, RandomName, RoundRobinName, WeightedRandomName, WeightedRoundRobinName}
+	want := append(slices.Clone(builtinPolicies), "primary_backup")
+	slices.Sort(want)
 	if got := Policies(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("Policies() = %v, want %v", got, want)
 	}
-	for _, p := range want {
+	for _, p := range builtinPolicies {
 		if err := testConfig(p).Validate(); err != nil {
 			t.Errorf("%s: the minimal config is invalid: %v", p, err)
 		}
@@ -41,6 +45,11 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{Config{Policy: MaglevName, HashKey: "path", TableSize: -7}, "table_size: must be between 2 and 16777213, got -7"},
 		{Config{Policy: MaglevName, HashKey: "path", SlowStart: time.Second}, "slow_start: not supported by maglev: every weight change rebuilds the table and moves keys between unrelated endpoints (use consistent_hash)"},
 		{Config{Policy: MaglevName, HashKey: "path", VirtualNodes: 10}, "virtual_nodes: not used by maglev"},
+		{Config{Policy: ConsistentHashName, HashKey: "path", Hash: "sha1"}, `hash: "sha1" is not one of fnv1a, md5`},
+		{Config{Policy: MaglevName, HashKey: "path", Hash: HashMD5}, "hash: not used by maglev"},
+		{Config{Policy: ConsistentHashName, HashKey: "path", MissingKey: "drop"}, `missing_key: "drop" is not one of fallback, error`},
+		{Config{Policy: MaglevName, HashKey: "path", MissingKey: MissingKeyError, Fallback: RandomName}, "fallback: not used with missing_key: error (a request without a key is refused)"},
+		{Config{Policy: RoundRobinName, MissingKey: MissingKeyError}, "missing_key: not used by round_robin"},
 		{Config{Policy: RoundRobinName, SlowStart: time.Second}, "slow_start: not used by round_robin"},
 		{Config{SlowStart: time.Second}, "slow_start: not used by round_robin"}, // the default policy
 		{Config{Policy: RandomName, HashKey: "path"}, "hash_key: not used by random"},
@@ -57,6 +66,12 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{PollInterval: time.Second}}, "dynamic_weight.poll_interval: needs poll_path"},
 		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{LatencyCap: -1}}, "dynamic_weight.latency_cap: must be positive, got -1ns"},
 		{Config{Policy: DynamicWeightName, HashKey: "path"}, "hash_key: not used by dynamic_weight"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"queue_depth": {}}}}, "dynamic_weight.factors.queue_depth.coefficient: must be > 0, got 0"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"queue_depth": {Coefficient: 1, Max: -5}}}}, "dynamic_weight.factors.queue_depth.max: must be > 0, got -5"},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"inventory": {Coefficient: 1, Prefer: "more"}}}}, `dynamic_weight.factors.inventory.prefer: "more" is not one of low, high`},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"Queue-Depth": {Coefficient: 1}}}}, `dynamic_weight.factors: "Queue-Depth" is not a valid factor name: lower-case letters, digits and _, starting with a letter, at most 32 bytes`},
+		{Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"cpu": {Coefficient: 1}}}}, `dynamic_weight.factors: "cpu" is built in: set dynamic_weight.cpu instead`},
+		{Config{Policy: P2CName, DynamicWeight: DynamicWeightConfig{Factors: map[string]DynamicFactor{"q": {Coefficient: 1}}}}, "dynamic_weight: not used by p2c"},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || err.Error() != tc.want {
@@ -125,5 +140,27 @@ func TestConfigDefaults(t *testing.T) {
 	d, _ = NewDynamicWeight(Config{Policy: DynamicWeightName, DynamicWeight: DynamicWeightConfig{CPU: 3, Errors: 1}})
 	if d.p.cpu != 0.75 || d.p.errs != 0.25 || d.p.mem != 0 || d.p.lat != 0 {
 		t.Errorf("coefficients 3,0,0,1 normalise to %v %v %v %v, want 0.75 0 0 0.25", d.p.cpu, d.p.mem, d.p.lat, d.p.errs)
+	}
+}
+
+// TestRegisterPanicsOnAClash: a second policy under a taken name, an empty
+// name or a nil Builder is a programming error, and changes nothing.
+func TestRegisterPanicsOnAClash(t *testing.T) {
+	build := func(Config) (Balancer, error) { return NewRoundRobin(), nil }
+	for _, tc := range []struct {
+		name string
+		b    Builder
+	}{{RoundRobinName, build}, {"", build}, {"mine", nil}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q, %v) did not panic", tc.name, tc.b != nil)
+				}
+			}()
+			Register(tc.name, tc.b)
+		}()
+	}
+	if slices.Contains(Policies(), "mine") || slices.Contains(Policies(), "") {
+		t.Fatalf("a refused registration is listed: %v", Policies())
 	}
 }

@@ -18,7 +18,7 @@ import (
 // consistent_hash the share its ring's arcs give (itself within 5 points of
 // the weights: a ring with 160 points per unit of weight is that uneven).
 func TestSharesFollowWeights(t *testing.T) {
-	for _, policy := range Policies() {
+	for _, policy := range builtinPolicies {
 		for _, w := range [][]int{{5, 3, 1}, {1, 1, 1}} {
 			t.Run(fmt.Sprintf("%s/%v", policy, w), func(t *testing.T) {
 				eps := newEndpoints(w...)

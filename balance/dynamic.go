@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +42,15 @@ const (
 	DefaultErrorsCoefficient  = 0.1
 )
 
+// The two ends of a custom factor's scale (DynamicFactor.Prefer).
 const (
+	PreferLow  = "low"  // lower values are better (the default)
+	PreferHigh = "high" // higher values are better
+)
+
+const (
+	maxFactors     = 16              // custom factors of one balancer
+	maxFactorName  = 32              // bytes in a factor's name
 	pollWorkers    = 8               // concurrent polls in one round
 	maxPollTimeout = 2 * time.Second // bound on one poll request
 	maxReportBytes = 512             // bound on a polled body
@@ -50,12 +60,16 @@ const (
 // weight times a score computed from their reported load and the balancer's
 // own observations (see DynamicWeightConfig).
 //
-// cpu and mem come from load reports: the proxy passes the response header
-// (DynamicWeightConfig.Header) in Outcome.LoadReport, or Run polls
-// PollPath on every ready endpoint. A report reads "cpu=0.42, mem=0.31";
-// values are fractions in [0, 1], unknown keys are ignored, and a malformed
-// or out-of-range report is ignored whole and logged once per endpoint. An
-// endpoint that never reported counts as idle on that term. Latency (an
+// cpu, mem and the custom Factors come from load reports: the proxy
+// passes the response header (DynamicWeightConfig.Header) in
+// Outcome.LoadReport, or Run polls PollPath on every ready endpoint. A
+// report reads "cpu=0.42, mem=0.31, queue_depth=17"; cpu and mem are
+// fractions in [0, 1], a factor's value is a decimal >= 0, keys that are
+// neither are ignored, and a malformed or out-of-range report is ignored
+// whole and logged once per endpoint. An endpoint that never reported cpu
+// or mem counts as idle on that term; a report without cpu or mem keeps
+// the last value. A custom factor is taken from the latest report alone:
+// one that the report lacks is neutral (no term) until a report has it. Latency (an
 // EWMA of successful requests) and the error rate (transport errors and
 // 5xx, decayed) are observed from Done; DecayWindow is their time
 // constant.
@@ -77,8 +91,9 @@ type DynamicWeight struct {
 }
 
 type dwParams struct {
-	cpu, mem, lat, errs float64 // coefficients, summing to 1
-	latCap              float64 // ns
+	cpu, mem, lat, errs float64    // coefficients, summing to 1
+	factors             []dwFactor // custom factors, by name, coefficients in the same unit
+	latCap              float64    // ns
 	errCap              float64
 	minW                float64
 	tau                 float64 // ns
@@ -88,6 +103,14 @@ type dwParams struct {
 	pollInterval        time.Duration
 	clock               clock.Clock  // clock.Real; tests set it and rb.clock together (useClock)
 	log                 *slog.Logger // nil: slog.Default(); a test seam
+}
+
+// dwFactor is a custom factor as the score uses it.
+type dwFactor struct {
+	name string
+	coef float64 // relative to cpu+mem+latency+errors = 1
+	max  float64
+	high bool // PreferHigh
 }
 
 type dwSnap struct {
@@ -100,10 +123,11 @@ type dwSnap struct {
 type dwSide struct {
 	ep     *endpoint.Endpoint
 	d      *DynamicWeight
-	cpu    atomic.Uint64 // float64 bits
-	mem    atomic.Uint64 // float64 bits
-	obs    ewma2         // latency (ns) of successes; fraction of failures
-	warned atomic.Bool   // a bad report was logged
+	cpu    atomic.Uint64   // float64 bits
+	mem    atomic.Uint64   // float64 bits
+	fac    []atomic.Uint64 // custom factors' values, float64 bits; NaN: not in the latest report
+	obs    ewma2           // latency (ns) of successes; fraction of failures
+	warned atomic.Bool     // a bad report was logged
 	done   func(endpoint.Outcome)
 }
 
@@ -137,11 +161,14 @@ func NewDynamicWeight(cfg Config) (*DynamicWeight, error) {
 			coefOK = false
 		}
 	}
+	scale := 1.0
 	if sum := p.cpu + p.mem + p.lat + p.errs; sum == 0 {
 		p.cpu, p.mem, p.lat, p.errs = DefaultCPUCoefficient, DefaultMemCoefficient, DefaultLatencyCoefficient, DefaultErrorsCoefficient
 	} else if coefOK {
+		scale = 1 / sum
 		p.cpu, p.mem, p.lat, p.errs = p.cpu/sum, p.mem/sum, p.lat/sum, p.errs/sum
 	}
+	p.factors, errs = factorParams(c.Factors, scale, errs)
 	if c.LatencyCap < 0 {
 		bad("latency_cap", "must be positive, got %v", c.LatencyCap)
 	}
@@ -186,6 +213,64 @@ func NewDynamicWeight(cfg Config) (*DynamicWeight, error) {
 	return d, nil
 }
 
+// factorParams checks the custom factors and returns them sorted by name,
+// their coefficients multiplied by scale; problems are appended to errs.
+func factorParams(fs map[string]DynamicFactor, scale float64, errs []error) ([]dwFactor, []error) {
+	if len(fs) > maxFactors {
+		return nil, append(errs, field.Errorf("dynamic_weight.factors", "has %d factors, at most %d are allowed", len(fs), maxFactors))
+	}
+	var out []dwFactor
+	for _, name := range slices.Sorted(maps.Keys(fs)) {
+		f := fs[name]
+		key := "dynamic_weight.factors." + name
+		if !validFactorName(name) {
+			errs = append(errs, field.Errorf("dynamic_weight.factors", "%q is not a valid factor name: lower-case letters, digits and _, starting with a letter, at most %d bytes", name, maxFactorName))
+			continue
+		}
+		switch name {
+		case "cpu", "mem", "latency", "errors":
+			errs = append(errs, field.Errorf("dynamic_weight.factors", "%q is built in: set dynamic_weight.%s instead", name, name))
+			continue
+		}
+		ok := true
+		if !(f.Coefficient > 0) || math.IsInf(f.Coefficient, 1) {
+			errs = append(errs, field.Errorf(key+".coefficient", "must be > 0, got %v", f.Coefficient))
+			ok = false
+		}
+		m := f.Max
+		if m == 0 {
+			m = 1
+		} else if !(m > 0) || math.IsInf(m, 1) {
+			errs = append(errs, field.Errorf(key+".max", "must be > 0, got %v", f.Max))
+			ok = false
+		}
+		switch f.Prefer {
+		case "", PreferLow, PreferHigh:
+		default:
+			errs = append(errs, field.Errorf(key+".prefer", "%q is not one of %s, %s", f.Prefer, PreferLow, PreferHigh))
+			ok = false
+		}
+		if ok {
+			out = append(out, dwFactor{name: name, coef: f.Coefficient * scale, max: m, high: f.Prefer == PreferHigh})
+		}
+	}
+	return out, errs
+}
+
+// validFactorName reports whether s is a factor name: [a-z][a-z0-9_]*, at
+// most maxFactorName bytes.
+func validFactorName(s string) bool {
+	if s == "" || len(s) > maxFactorName || s[0] < 'a' || s[0] > 'z' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // Update implements Balancer.
 func (d *DynamicWeight) Update(set *endpoint.Set) { d.rb.update(set) }
 
@@ -198,7 +283,10 @@ func (d *DynamicWeight) build(set *endpoint.Set, factors []float64) {
 			s = next[ep]
 		}
 		if s == nil {
-			s = &dwSide{ep: ep, d: d}
+			s = &dwSide{ep: ep, d: d, fac: make([]atomic.Uint64, len(d.p.factors))}
+			for i := range s.fac {
+				s.fac[i].Store(notReported)
+			}
 			s.obs.stamp.Store(now) // the averages start at 0 now, not at the first outcome
 			s.done = s.release
 		}
@@ -220,6 +308,10 @@ func (d *DynamicWeight) build(set *endpoint.Set, factors []float64) {
 	d.due.Store(now + int64(d.p.refresh))
 }
 
+// notReported is the value of a custom factor that the latest report
+// lacks: NaN's bits.
+var notReported = math.Float64bits(math.NaN())
+
 // score is the endpoint's share of its configured weight, in [minW, 1].
 func (s *dwSide) score() float64 {
 	p := s.d.p
@@ -228,7 +320,20 @@ func (s *dwSide) score() float64 {
 	lat := min(math.Float64frombits(s.obs.lat.Load()), p.latCap)
 	errs := min(math.Float64frombits(s.obs.errs.Load()), p.errCap)
 	v := p.cpu*(1-cpu) + p.mem*(1-mem) + p.lat*(1-lat/p.latCap) + p.errs*(1-errs/p.errCap)
-	return max(v, p.minW)
+	sum := 1.0 // of the coefficients of the terms in v
+	for i, f := range p.factors {
+		x := math.Float64frombits(s.fac[i].Load())
+		if math.IsNaN(x) {
+			continue // neutral: no term
+		}
+		frac := min(x, f.max) / f.max
+		if !f.high {
+			frac = 1 - frac
+		}
+		v += f.coef * frac
+		sum += f.coef
+	}
+	return max(v/sum, p.minW)
 }
 
 // Pick implements Balancer.
@@ -262,7 +367,8 @@ func (s *dwSide) observe(now int64, o endpoint.Outcome) {
 
 // report applies a load report, or logs (once) why it is ignored.
 func (s *dwSide) report(raw string) {
-	cpu, mem, err := parseLoadReport(raw)
+	var facs [maxFactors]float64
+	cpu, mem, err := parseLoadReport(raw, s.d.p.factors, &facs)
 	if err != nil {
 		if s.warned.CompareAndSwap(false, true) {
 			log := s.d.p.log
@@ -281,6 +387,9 @@ func (s *dwSide) report(raw string) {
 	if mem >= 0 {
 		s.mem.Store(math.Float64bits(mem))
 	}
+	for i := range s.fac {
+		s.fac[i].Store(math.Float64bits(facs[i]))
+	}
 }
 
 // maybeRefresh rebuilds the table if it is due, in the one Done that wins
@@ -296,15 +405,20 @@ func (d *DynamicWeight) maybeRefresh(now int64) {
 // Errors of parseLoadReport; static so that a backend sending garbage on
 // every response costs no allocation.
 var (
-	errReportSyntax = errors.New(`want "cpu=F, mem=F" with F in [0, 1]`)
-	errReportRange  = errors.New("value out of [0, 1]")
-	errReportEmpty  = errors.New("no cpu or mem value")
+	errReportSyntax = errors.New(`want "cpu=F, mem=F, FACTOR=V" with F in [0, 1] and V >= 0`)
+	errReportRange  = errors.New("cpu or mem out of [0, 1]")
+	errReportEmpty  = errors.New("no cpu, mem or configured factor value")
 )
 
-// parseLoadReport reads "cpu=0.42, mem=0.31". A value absent from the
-// report is returned as -1. Keys other than cpu and mem are ignored.
-func parseLoadReport(s string) (cpu, mem float64, err error) {
+// parseLoadReport reads "cpu=0.42, mem=0.31, queue_depth=17". A cpu or
+// mem absent from the report is returned as -1; facs[i] is the value of
+// factors[i], NaN when absent. Other keys are ignored.
+func parseLoadReport(s string, factors []dwFactor, facs *[maxFactors]float64) (cpu, mem float64, err error) {
 	cpu, mem = -1, -1
+	found := false
+	for i := range factors {
+		facs[i] = math.NaN()
+	}
 	for len(s) > 0 {
 		var item string
 		item, s, _ = strings.Cut(s, ",")
@@ -317,8 +431,11 @@ func parseLoadReport(s string) (cpu, mem float64, err error) {
 			return -1, -1, errReportSyntax
 		}
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		f := -1
 		if k != "cpu" && k != "mem" {
-			continue
+			if f = factorIndex(factors, k); f < 0 {
+				continue
+			}
 		}
 		if !isDecimal(v) {
 			return -1, -1, errReportSyntax
@@ -327,19 +444,32 @@ func parseLoadReport(s string) (cpu, mem float64, err error) {
 		if perr != nil {
 			return -1, -1, errReportSyntax
 		}
-		if x > 1 {
+		switch {
+		case f >= 0:
+			facs[f] = x
+			found = true
+		case x > 1:
 			return -1, -1, errReportRange
-		}
-		if k == "cpu" {
+		case k == "cpu":
 			cpu = x
-		} else {
+		default:
 			mem = x
 		}
 	}
-	if cpu < 0 && mem < 0 {
+	if cpu < 0 && mem < 0 && !found {
 		return -1, -1, errReportEmpty
 	}
 	return cpu, mem, nil
+}
+
+// factorIndex returns the index of the factor named k, or -1.
+func factorIndex(factors []dwFactor, k string) int {
+	for i := range factors {
+		if factors[i].name == k {
+			return i
+		}
+	}
+	return -1
 }
 
 // isDecimal reports whether s is digits with at most one '.', and at least

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -121,9 +122,112 @@ func TestParseLoadReport(t *testing.T) {
 		"mem=0.7,conns=12":    {-1, 0.7},
 		"cpu=0.42,mem=0.31,,": {0.42, 0.31},
 	} {
-		cpu, mem, err := parseLoadReport(in)
+		var facs [maxFactors]float64
+		cpu, mem, err := parseLoadReport(in, nil, &facs)
 		if err != nil || cpu != want[0] || mem != want[1] {
 			t.Errorf("parseLoadReport(%q) = %v, %v, %v; want %v", in, cpu, mem, err, want)
+		}
+	}
+}
+
+// TestParseLoadReportReadsConfiguredFactors: a configured factor takes any
+// decimal >= 0 (no [0, 1] bound), an absent one is NaN, an unconfigured one
+// is ignored whatever its value, and a report with only a factor counts.
+func TestParseLoadReportReadsConfiguredFactors(t *testing.T) {
+	factors := []dwFactor{{name: "inventory", coef: 1, max: 1}, {name: "queue_depth", coef: 1, max: 1}}
+	nan := math.NaN()
+	for _, tc := range []struct {
+		in       string
+		cpu, mem float64
+		facs     [2]float64
+		err      error
+	}{
+		{"cpu=0.4, queue_depth=17, inventory=250.5", 0.4, -1, [2]float64{250.5, 17}, nil},
+		{"queue_depth=0", -1, -1, [2]float64{nan, 0}, nil},
+		{"mem=0.5, disk=-3, Queue_Depth=4", -1, 0.5, [2]float64{nan, nan}, nil},
+		{"queue_depth=-1, cpu=0.2", -1, -1, [2]float64{nan, nan}, errReportSyntax},
+		{"queue_depth=1e3", -1, -1, [2]float64{nan, nan}, errReportSyntax},
+		{"disk=3", -1, -1, [2]float64{nan, nan}, errReportEmpty},
+	} {
+		var facs [maxFactors]float64
+		cpu, mem, err := parseLoadReport(tc.in, factors, &facs)
+		if err != tc.err {
+			t.Errorf("parseLoadReport(%q) error %v, want %v", tc.in, err, tc.err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		same := func(a, b float64) bool { return a == b || math.IsNaN(a) && math.IsNaN(b) }
+		if cpu != tc.cpu || mem != tc.mem || !same(facs[0], tc.facs[0]) || !same(facs[1], tc.facs[1]) {
+			t.Errorf("parseLoadReport(%q) = cpu %v mem %v factors %v; want %v %v %v", tc.in, cpu, mem, facs[:2], tc.cpu, tc.mem, tc.facs)
+		}
+	}
+}
+
+// TestDynamicWeightCustomFactorScore pins the score with custom factors:
+// each term normalised by its max (low or high preferred), weighed by its
+// coefficient beside the four built-in ones; a factor missing from the
+// latest report drops out of both the sum and the divisor.
+func TestDynamicWeightCustomFactorScore(t *testing.T) {
+	d := newDynamic(t, DynamicWeightConfig{Factors: map[string]DynamicFactor{
+		"queue_depth": {Coefficient: 0.3, Max: 100},
+		"inventory":   {Coefficient: 0.2, Max: 50, Prefer: PreferHigh},
+	}})
+	useFakeClock(d)
+	eps := newEndpoints(1)
+	d.Update(setOf(eps))
+	s := d.snap.Load().sides[0]
+	// Defaults 0.4, 0.3, 0.2, 0.1 (sum 1), idle latency and errors.
+	builtin := func(cpu float64) float64 { return 0.4*(1-cpu) + 0.3 + 0.2 + 0.1 }
+
+	if got, want := s.score(), builtin(0); got != want {
+		t.Fatalf("before any report: score %v, want %v (factors neutral)", got, want)
+	}
+	s.report("cpu=0.5, queue_depth=25, inventory=10")
+	want := (builtin(0.5) + 0.3*(1-0.25) + 0.2*(10.0/50)) / 1.5
+	if got := s.score(); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("cpu=0.5, queue_depth=25, inventory=10: score %v, want %v", got, want)
+	}
+	s.report("queue_depth=400") // over max counts as max; inventory now neutral, cpu kept
+	want = (builtin(0.5) + 0) / 1.3
+	if got := s.score(); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("queue_depth=400: score %v, want %v", got, want)
+	}
+	s.report("cpu=0.5, inventory=80, stock=9")
+	want = (builtin(0.5) + 0.2) / 1.2
+	if got := s.score(); math.Abs(got-want) > 1e-12 {
+		t.Fatalf("inventory=80 (over max, high preferred): score %v, want %v", got, want)
+	}
+}
+
+// TestDynamicWeightFactorCoefficientsFollowBuiltinScale: when the built-in
+// coefficients are given, a factor's coefficient is relative to them as
+// written (cpu: 2 and queue_depth: 2 weigh the same).
+func TestDynamicWeightFactorCoefficientsFollowBuiltinScale(t *testing.T) {
+	d := newDynamic(t, DynamicWeightConfig{CPU: 2, Factors: map[string]DynamicFactor{"queue_depth": {Coefficient: 2, Max: 10}}})
+	eps := newEndpoints(1)
+	d.Update(setOf(eps))
+	s := d.snap.Load().sides[0]
+	s.report("cpu=1, queue_depth=0")
+	if got := s.score(); got != 0.5 {
+		t.Fatalf("busy cpu, empty queue, equal coefficients: score %v, want 0.5", got)
+	}
+}
+
+// TestDynamicWeightReportAllocatesNothing: a Done carrying a load report
+// with custom factors costs no allocation, nor does a malformed one.
+func TestDynamicWeightReportAllocatesNothing(t *testing.T) {
+	d := newDynamic(t, DynamicWeightConfig{Factors: map[string]DynamicFactor{"queue_depth": {Coefficient: 0.3, Max: 100}, "inventory": {Coefficient: 0.1}}})
+	d.p.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	d.Update(setOf(newEndpoints(1, 1)))
+	for _, raw := range []string{"cpu=0.42, mem=0.31, queue_depth=17, inventory=0.5", "queue_depth=x"} {
+		o := endpoint.Outcome{Status: 200, Latency: time.Millisecond, LoadReport: raw}
+		if n := testing.AllocsPerRun(200, func() {
+			r, _ := d.Pick(&Info{})
+			r.Done(o)
+		}); n != 0 {
+			t.Errorf("Pick+Done with report %q allocates %v times, want 0", raw, n)
 		}
 	}
 }

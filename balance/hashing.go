@@ -10,14 +10,27 @@ import (
 	"github.com/switchboard-dev/switchboard/field"
 )
 
-// What consistent_hash and maglev share: the hash key, the fallback for
-// requests without one, and bounded loads.
+// What consistent_hash and maglev share: the hash key, what happens to
+// requests without one (the fallback policy, or ErrNoHashKey), and bounded
+// loads.
+
+// What a hashing policy does with a request that has no key
+// (Config.MissingKey).
+const (
+	MissingKeyFallback = "fallback" // hand it to Config.Fallback (the default)
+	MissingKeyError    = "error"    // refuse it: Pick returns ErrNoHashKey
+)
+
+// ErrNoHashKey is returned by the Pick of consistent_hash or maglev
+// configured with missing_key: error, for a request without a hash key
+// (Info.HasKey false). The HTTP proxy answers it with 400 hash_key_missing.
+var ErrNoHashKey = errors.New("balance: the request has no hash key")
 
 // hashCommon validates and applies the configuration both hashing policies
 // read.
 type hashCommon struct {
 	key      HashKey
-	fallback Balancer
+	fallback Balancer     // nil with missing_key: error
 	bounded  float64      // BoundedLoad; 0: off
 	total    atomic.Int64 // picks in flight through this balancer (bounded mode)
 	sides    map[*endpoint.Endpoint]*hashSide
@@ -42,7 +55,7 @@ func (s *hashSide) release(o endpoint.Outcome) {
 var hashFallbacks = []string{RoundRobinName, WeightedRoundRobinName, RandomName, WeightedRandomName, LeastConnName, P2CName, P2CEWMAName}
 
 // newHashCommon reports every problem of the keys it reads: hash_key,
-// bounded_load, fallback and slow_start.
+// bounded_load, missing_key, fallback and slow_start.
 func newHashCommon(cfg Config) (*hashCommon, error) {
 	errs := []error{cfg.negative("slow_start")}
 	var key HashKey
@@ -61,9 +74,21 @@ func newHashCommon(cfg Config) (*hashCommon, error) {
 		fb = DefaultFallback
 	}
 	var fallback Balancer
-	if !slices.Contains(hashFallbacks, fb) {
+	switch cfg.MissingKey {
+	case "", MissingKeyFallback:
+	case MissingKeyError:
+		if cfg.Fallback != "" {
+			errs = append(errs, field.Errorf("fallback", "not used with missing_key: error (a request without a key is refused)"))
+		}
+		fb = ""
+	default:
+		errs = append(errs, field.Errorf("missing_key", "%q is not one of %s, %s", cfg.MissingKey, MissingKeyFallback, MissingKeyError))
+	}
+	switch {
+	case fb == "": // missing_key: error, no fallback policy
+	case !slices.Contains(hashFallbacks, fb):
 		errs = append(errs, field.Errorf("fallback", "%q is not one of %s", fb, policyList(hashFallbacks)))
-	} else if cfg.SlowStart >= 0 {
+	case cfg.SlowStart >= 0:
 		fbCfg := Config{Policy: fb}
 		if fb != RoundRobinName && fb != RandomName {
 			fbCfg.SlowStart = cfg.SlowStart
@@ -84,6 +109,22 @@ func (h *hashCommon) setRand(fn func() uint64) {
 	if r, ok := h.fallback.(randSetter); ok {
 		r.setRand(fn)
 	}
+}
+
+// update feeds the fallback, if there is one.
+func (h *hashCommon) update(set *endpoint.Set) {
+	if h.fallback != nil {
+		h.fallback.Update(set)
+	}
+}
+
+// keyless answers a request without a key: the fallback's pick, or
+// ErrNoHashKey.
+func (h *hashCommon) keyless(info *Info) (Result, error) {
+	if h.fallback == nil {
+		return Result{}, ErrNoHashKey
+	}
+	return h.fallback.Pick(info)
 }
 
 // hashSnap is the part of a hashing policy's pick state that choose reads.

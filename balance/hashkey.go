@@ -24,8 +24,9 @@ const (
 // and maglev. It is written as header:NAME, cookie:NAME, client_ip, path or
 // query:NAME. The proxy extracts the key and sets Info.Key; a request
 // without one (no such header, cookie or parameter) gets Info.HasKey false
-// and goes to the policy's Fallback. An empty header, cookie or parameter
-// value is a key like any other.
+// and goes to the policy's Fallback, or gets ErrNoHashKey with MissingKey
+// "error". An empty header, cookie or parameter value is a key like any
+// other.
 type HashKey struct {
 	// Source is HashKeyHeader, HashKeyCookie, HashKeyClientIP, HashKeyPath
 	// or HashKeyQuery.

@@ -62,6 +62,11 @@ func setOf(eps []*endpoint.Endpoint) *endpoint.Set {
 	return &endpoint.Set{Version: 1, All: eps, Ready: eps}
 }
 
+// builtinPolicies are the policies this package registers; the tests that
+// judge every policy range over them, not over Policies(), which also
+// lists the one example_policy_test.go registers.
+var builtinPolicies = []string{ConsistentHashName, DynamicWeightName, LeastConnName, MaglevName, P2CName, P2CEWMAName, RandomName, RoundRobinName, WeightedRandomName, WeightedRoundRobinName}
+
 // testConfig is a valid configuration of policy for tests.
 func testConfig(policy string) Config {
 	cfg := Config{Policy: policy}

@@ -20,7 +20,7 @@ func init() {
 			slow = field.Errorf("slow_start", "not supported by maglev: every weight change rebuilds the table and moves keys between unrelated endpoints (use consistent_hash)")
 		}
 		// slow_start is left out of unused, which would say it again.
-		unused := cfg.unused("hash_key", "bounded_load", "fallback", "table_size", "slow_start")
+		unused := cfg.unused("hash_key", "bounded_load", "missing_key", "fallback", "table_size", "slow_start")
 		b, err := NewMaglev(cfg)
 		if err := errors.Join(slow, unused, err); err != nil {
 			return nil, err
@@ -40,8 +40,9 @@ const maxTableSize = 1<<24 - 3
 //
 // Compared with consistent_hash, load is spread almost exactly by weight
 // and a lookup is one table read, but a change of membership moves a few
-// more keys than the leaving or joining endpoint's own. BoundedLoad and
-// Fallback work as in consistent_hash, walking on to the next slots.
+// more keys than the leaving or joining endpoint's own. BoundedLoad,
+// MissingKey and Fallback work as in consistent_hash, walking on to the
+// next slots.
 // Maglev does not do slow start.
 type Maglev struct {
 	h    *hashCommon
@@ -91,7 +92,7 @@ func nextPrime(n int) int {
 // Update implements Balancer.
 func (b *Maglev) Update(set *endpoint.Set) {
 	b.rb.update(set)
-	b.h.fallback.Update(set)
+	b.h.update(set)
 }
 
 func (b *Maglev) setRand(fn func() uint64) { b.h.setRand(fn) }
@@ -186,7 +187,7 @@ func (t *turns) Pop() any {
 // Pick implements Balancer.
 func (b *Maglev) Pick(info *Info) (Result, error) {
 	if info == nil || !info.HasKey {
-		return b.h.fallback.Pick(info)
+		return b.h.keyless(info)
 	}
 	s := b.snap.Load()
 	if len(s.table) == 0 {

@@ -536,6 +536,7 @@ var contexts = map[reflect.Type]string{
 	reflect.TypeFor[endpoint.Spec]():               "in target",
 	reflect.TypeFor[balance.Config]():              "in balance",
 	reflect.TypeFor[balance.DynamicWeightConfig](): "in balance.dynamic_weight",
+	reflect.TypeFor[balance.DynamicFactor]():       "in a balance.dynamic_weight.factors entry",
 	reflect.TypeFor[health.ActiveConfig]():         "in health.active",
 	reflect.TypeFor[health.PassiveConfig]():        "in health.passive",
 	reflect.TypeFor[ratelimit.ConcurrencyConfig](): "in concurrency",

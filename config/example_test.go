@@ -62,5 +62,5 @@ upstreams:
 	// Output:
 	// lb.yaml:5:22: expected a duration like "250ms", got "forever"
 	// lb.yaml:7:19: route upstream "ordrs" is not defined (defined: orders)
-	// lb.yaml:10:41: unknown key "wieght" in target (known: address, weight, zone)
+	// lb.yaml:10:41: unknown key "wieght" in target (known: address, id, weight, zone)
 }

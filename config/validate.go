@@ -384,7 +384,8 @@ func (v *validator) place(err error, root any) {
 // locate follows a field.Error path from root, a pointer to a decoded
 // value, and returns pointers to the values on the way, root first. exact
 // reports whether the whole path was followed: it ends early at a nil
-// pointer, an index out of range, a map, or a name that is not a key.
+// pointer, an index out of range, a name that is not a key, or a map's
+// entry (whose value has no address to follow).
 func locate(root any, path string) (chain []any, exact bool) {
 	chain = []any{root}
 	steps, ok := parsePath(path)
@@ -392,7 +393,7 @@ func locate(root any, path string) (chain []any, exact bool) {
 		return chain, false
 	}
 	cur := reflect.ValueOf(root)
-	for _, st := range steps {
+	for i, st := range steps {
 		for cur.Kind() == reflect.Pointer {
 			if cur.IsNil() {
 				return chain, false
@@ -400,6 +401,13 @@ func locate(root any, path string) (chain []any, exact bool) {
 			cur = cur.Elem()
 		}
 		switch {
+		case st.name != "" && cur.Kind() == reflect.Map && cur.Type().Key().Kind() == reflect.String:
+			// A map's entries have a place (entryKey) but no address to
+			// follow further: the path ends at the entry.
+			if !cur.MapIndex(reflect.ValueOf(st.name).Convert(cur.Type().Key())).IsValid() {
+				return chain, false
+			}
+			return append(chain, entryKey{m: cur.Pointer(), key: st.name}), i == len(steps)-1
 		case st.name != "":
 			if cur.Kind() != reflect.Struct {
 				return chain, false
@@ -577,7 +585,8 @@ func (v *validator) checkUpstreams() {
 }
 
 // checkTarget checks one target of upstream; seen maps the normalized
-// addresses of its earlier targets to their Address fields.
+// addresses of its earlier targets to their Address fields, and "id " and
+// their explicit IDs to their ID fields.
 func (v *validator) checkTarget(upstream string, t *endpoint.Spec, seen map[string]*string) {
 	switch h, p, err := splitAddr(t.Address, dialPort); {
 	case t.Address == "":
@@ -598,6 +607,14 @@ func (v *validator) checkTarget(upstream string, t *endpoint.Spec, seen map[stri
 	}
 	if t.Weight != 0 && (t.Weight < 1 || t.Weight > MaxWeight) {
 		v.errorf(&t.Weight, "target weight %d is out of range (1 to %d)", t.Weight, MaxWeight)
+	}
+	if t.ID != "" {
+		// IDs share seen with addresses under a prefix no address has.
+		if first := seen["id "+t.ID]; first != nil {
+			v.errorf(&t.ID, "duplicate target id %q in upstream %q (first at line %d)", t.ID, upstream, v.line(first))
+		} else {
+			seen["id "+t.ID] = &t.ID
+		}
 	}
 }
 

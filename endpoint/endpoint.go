@@ -95,6 +95,11 @@ type Status struct {
 type Spec struct {
 	// Address is host:port. Required.
 	Address string `yaml:"address"`
+	// ID names the instance: the registry's instance ID for a discovered
+	// endpoint. Optional for a static target, whose ID is its address
+	// unless set. consistent_hash with hash: md5 places its ring points by
+	// ID, as the Python ring places them by node ID.
+	ID string `yaml:"id"`
 	// Weight is the endpoint's relative weight; below 1 (0, absent) it is
 	// taken as 1. A configuration file allows 1 to 10000.
 	Weight int `yaml:"weight"`
@@ -137,6 +142,15 @@ func New(spec Spec) *Endpoint {
 
 // Address is the endpoint's host:port.
 func (e *Endpoint) Address() string { return e.spec.Address }
+
+// ID is the endpoint's instance ID: Spec.ID, or the address when that is
+// empty.
+func (e *Endpoint) ID() string {
+	if e.spec.ID != "" {
+		return e.spec.ID
+	}
+	return e.spec.Address
+}
 
 // Weight is the configured relative weight (at least 1).
 func (e *Endpoint) Weight() int { return e.spec.Weight }

@@ -123,5 +123,5 @@ func (p *Pool) publishLocked() {
 }
 
 func sameSpec(a, b Spec) bool {
-	return a.Address == b.Address && a.Weight == b.Weight && a.Zone == b.Zone && maps.Equal(a.Meta, b.Meta)
+	return a.Address == b.Address && a.ID == b.ID && a.Weight == b.Weight && a.Zone == b.Zone && maps.Equal(a.Meta, b.Meta)
 }

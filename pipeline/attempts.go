@@ -54,6 +54,9 @@ func (r *Route) attempts(c *Call) (*http.Response, error) {
 			a.body = rd
 		}
 		pick, err := r.up.Pick(&c.info)
+		if err == balance.ErrNoHashKey {
+			return nil, r.noHashKey()
+		}
 		if err != nil {
 			return r.noEndpoint(c)
 		}
@@ -121,6 +124,18 @@ func (r *Route) answered(c *Call, a *attempt, resp *http.Response) (*http.Respon
 		resp.Body = c.stale
 	}
 	return resp, nil
+}
+
+// noHashKey is the error for a call without the hash key that the
+// upstream's policy requires (missing_key: error): the caller's to fix, so
+// no fallback answers it.
+func (r *Route) noHashKey() *Error {
+	where := ""
+	if k := r.up.HashKey(); k != nil {
+		where = " (" + k.String() + ")"
+	}
+	return &Error{Status: http.StatusBadRequest, Code: CodeHashKeyMissing, Err: balance.ErrNoHashKey,
+		Msg: "upstream " + r.up.Name() + " needs a hash key" + where + " and the request has none"}
 }
 
 // noEndpoint answers a call when the upstream has no endpoint to pick.

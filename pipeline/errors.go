@@ -21,6 +21,7 @@ const (
 	CodeUpstreamError      = "upstream_error"          // 502: the endpoint broke the exchange
 	CodeBodyTooLarge       = "body_too_large"          // 413: the request body is over its limit
 	CodeBadRequest         = "bad_request"             // 400: the request could not be read (its body; in the HTTP proxy also its path)
+	CodeHashKeyMissing     = "hash_key_missing"        // 400: the upstream hashes with missing_key: error and the request has no key
 	CodeRequestTimeout     = "request_timeout"         // 408: the caller stopped sending its body
 	CodeClientClosed       = "client_closed"           // 499: the caller went away; nothing to answer
 )

@@ -34,7 +34,7 @@ type Config struct {
 	// settings. Default round_robin. Keys: balance.Config
 	// (docs/balancing.md).
 	Balance balance.Config `yaml:"balance"`
-	// Targets are the static endpoints. Keys: endpoint.Spec (address,
+	// Targets are the static endpoints. Keys: endpoint.Spec (address, id,
 	// weight, zone). Ignored when View is set.
 	Targets []endpoint.Spec `yaml:"targets"`
 	// View, when set, supplies the endpoints from a registry instead of

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -17,8 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/cli"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
+
+// run is the command as main runs it, on the given output.
+func run(args []string, stdout, stderr io.Writer) int {
+	return cli.Run(context.Background(), args, stdout, stderr)
+}
 
 func TestValidateReportsEveryProblemWithPosition(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "bad.yaml")

@@ -1,0 +1,73 @@
+package pipeline_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/upstream"
+)
+
+// TestMissingHashKeyIsA400 pins missing_key: error through the attempt
+// loop over real backends: a request without the key header is refused
+// with 400 hash_key_missing before any endpoint is called, and the route's
+// fallback chain does not answer it (the caller's mistake is not an
+// outage); a request with the key reaches the backend.
+func TestMissingHashKeyIsA400(t *testing.T) {
+	hits := make(chan string, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits <- r.Header.Get("X-User-Id")
+	}))
+	defer srv.Close()
+	u, err := upstream.New("users", upstream.Config{
+		Balance: balance.Config{Policy: balance.ConsistentHashName, HashKey: "header:X-User-Id", Hash: balance.HashMD5, MissingKey: balance.MissingKeyError},
+		Targets: []endpoint.Spec{{Address: srv.Listener.Addr().String(), ID: "users-1"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	r := newRoute(t, pipeline.Config{Fallback: &fallback.Config{Steps: []fallback.StepConfig{{Type: "static", Status: 200, Body: "degraded"}}}}, u, pipeline.HTTPTransport{})
+
+	req, _ := http.NewRequest("GET", "http://users/profile", nil)
+	c := &pipeline.Call{Req: req}
+	resp, err := r.Do(c, time.Now())
+	var pe *pipeline.Error
+	if !errors.As(err, &pe) {
+		t.Fatalf("a request without X-User-Id got %v, %v; want a *pipeline.Error", resp, err)
+	}
+	c.Finish(pe.Status, nil)
+	if pe.Status != http.StatusBadRequest || pe.Code != pipeline.CodeHashKeyMissing || !errors.Is(err, balance.ErrNoHashKey) {
+		t.Fatalf("got %d %s (%v), want 400 %s wrapping balance.ErrNoHashKey", pe.Status, pe.Code, err, pipeline.CodeHashKeyMissing)
+	}
+	if want := "upstream users needs a hash key (header:X-User-Id) and the request has none: balance: the request has no hash key"; err.Error() != want {
+		t.Errorf("message %q, want %q", err.Error(), want)
+	}
+	if len(hits) != 0 {
+		t.Fatalf("the backend was called for a request without a key")
+	}
+
+	req, _ = http.NewRequest("GET", "http://users/profile", nil)
+	req.Header.Set("X-User-Id", "u-42")
+	c = &pipeline.Call{Req: req}
+	resp, err = r.Do(c, time.Now())
+	if err != nil {
+		t.Fatalf("a request with a key: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.Finish(resp.StatusCode, nil)
+	if resp.StatusCode != 200 || resp.Header.Get("X-Switchboard-Degraded") != "" {
+		t.Fatalf("a request with a key got %d (degraded %q), want the backend's 200", resp.StatusCode, resp.Header.Get("X-Switchboard-Degraded"))
+	}
+	if got := <-hits; got != "u-42" {
+		t.Fatalf("the backend saw key %q, want u-42", got)
+	}
+}
