@@ -2,6 +2,7 @@ package grpcclient_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/client/grpcclient"
 	"github.com/switchboard-dev/switchboard/internal/pickertest"
 )
@@ -187,5 +189,35 @@ func TestRegistryWeightsReachTheBalancer(t *testing.T) {
 	}
 	if got["a"] != 10 || got["b"] != 20 || got["c"] != 30 {
 		t.Fatalf("60 calls over weights 1, 2, 3: %v; want a:10 b:20 c:30", got)
+	}
+}
+
+// With missing_key: error a hashing balancer refuses a call without a key
+// with ErrNoHashKey, without calling a server, and the breaker does not
+// count it against the service.
+func TestMissingHashKeyIsInvalidArgument(t *testing.T) {
+	env := startRegistry(t)
+	s := startServer(t, "a")
+	env.register(t, "orders", s, 0)
+	br, err := breaker.New(breaker.Config{ConsecutiveFailures: 1, OpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, env.builder(t), "orders", lbConfig(balance.ConsistentHashName, `{"hash_key":"metadata:x-user","missing_key":"error"}`),
+		grpc.WithUnaryInterceptor(grpcclient.UnaryBreaker(br, 0)))
+	ctx := grpcclient.WithHashKey(context.Background(), "u1")
+	if id, err := call(ctx, c); err != nil || id != "a" {
+		t.Fatalf("call with a key: %q, %v", id, err)
+	}
+	for range 3 {
+		if _, err := call(context.Background(), c); !errors.Is(err, grpcclient.ErrNoHashKey) {
+			t.Fatalf("call without a key: %v; want ErrNoHashKey", err)
+		}
+	}
+	if st := br.State(time.Now()); st != breaker.Closed {
+		t.Fatalf("after calls without a key the breaker is %v; want closed", st)
+	}
+	if n := s.calls.Load(); n != 1 {
+		t.Fatalf("the server got %d calls; want 1", n)
 	}
 }

@@ -2,6 +2,7 @@ package grpcclient
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -61,14 +62,14 @@ func orDefault(s Codes) Codes {
 // and breakers read, with failures deciding what counts against the
 // server (0: DefaultFailureCodes):
 //
-//   - nil: Status 200;
+//   - nil, or ErrNoHashKey (the caller's mistake): Status 200;
 //   - Canceled: Canceled, which counts neither way;
 //   - a code in failures: Err set (a failure, whatever the breaker's or the
 //     balancer's own rules for HTTP statuses);
 //   - any other code (NotFound, InvalidArgument, ...): Status 200, because
 //     the server answered as it should.
 func Outcome(err error, latency time.Duration, failures Codes) endpoint.Outcome {
-	if err == nil {
+	if err == nil || callersMistake(err) {
 		return endpoint.Outcome{Status: 200, Latency: latency}
 	}
 	switch c := status.Code(err); {
@@ -80,6 +81,10 @@ func Outcome(err error, latency time.Duration, failures Codes) endpoint.Outcome 
 		return endpoint.Outcome{Status: 200, Latency: latency}
 	}
 }
+
+// callersMistake reports whether err is the caller's own doing that the
+// client found before sending anything (ErrNoHashKey).
+func callersMistake(err error) bool { return errors.Is(err, ErrNoHashKey) }
 
 // callKey keys the per-call state in a context.
 type callKey struct{}

@@ -122,7 +122,7 @@ func parseConfig(policy string, js []byte) (*lbConfig, error) {
 	}
 	cfg.Policy = policy
 	lc := &lbConfig{latency: !latencyFree[policy]}
-	if hashes(policy) {
+	if hashes(policy) || cfg.HashKey != "" { // a policy of the program's own may hash too
 		src, nm, _ := strings.Cut(cfg.HashKey, ":")
 		switch {
 		case cfg.HashKey == "":

@@ -59,7 +59,8 @@
 // callers); with hash_key path, the full method name; otherwise the
 // outgoing metadata named by hash_key (metadata:NAME or header:NAME,
 // default metadata:x-switchboard-hash-key). A call without a key goes to
-// the policy's fallback.
+// the policy's fallback, or with missing_key error fails with
+// ErrNoHashKey.
 //
 // # Resilience: interceptors
 //

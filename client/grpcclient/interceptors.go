@@ -335,7 +335,7 @@ func UnaryFallback(on Codes, steps ...FallbackStep) grpc.UnaryClientInterceptor 
 	on = orDefault(on)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err == nil || !on.Has(status.Code(err)) || len(steps) == 0 {
+		if err == nil || !on.Has(status.Code(err)) || callersMistake(err) || len(steps) == 0 {
 			return err
 		}
 		fctx := ctx

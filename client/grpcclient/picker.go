@@ -1,6 +1,7 @@
 package grpcclient
 
 import (
+	"errors"
 	"sync"
 	"time"
 
@@ -75,6 +76,13 @@ func (pk *pick) finish(di balancer.DoneInfo) {
 
 var errNoEndpoint = status.Error(codes.Unavailable, "grpcclient: no endpoint available")
 
+// ErrNoHashKey fails a call without a hash key when the hashing
+// balancer's missing_key is error. It is the caller's mistake, but gRPC
+// does not let a picker fail a call with InvalidArgument (gRFC A54), so
+// its code is Internal; Outcome and UnaryFallback know it for what it is:
+// no failure of the server, nothing for a fallback to answer.
+var ErrNoHashKey = status.Error(codes.Internal, "grpcclient: the call has no hash key (set it with WithHashKey or in the metadata hash_key names) and the balancer's missing_key is error")
+
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if p.err != nil {
 		return balancer.PickResult{}, p.err
@@ -106,6 +114,9 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	r, err := p.bal.Pick(&pk.info)
 	if err != nil {
 		pk.release()
+		if errors.Is(err, balance.ErrNoHashKey) { // missing_key: error
+			return balancer.PickResult{}, ErrNoHashKey
+		}
 		return balancer.PickResult{}, errNoEndpoint
 	}
 	sc, ok := p.scs[r.Endpoint]

@@ -40,7 +40,7 @@ func StreamFallback(on Codes, steps ...StreamFallbackStep) grpc.StreamClientInte
 		fs := &fallbackStream{ctx: ctx, desc: desc, method: method, on: on, steps: steps, opts: opts}
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil {
-			if !on.Has(status.Code(err)) || len(steps) == 0 {
+			if !on.Has(status.Code(err)) || callersMistake(err) || len(steps) == 0 {
 				return nil, err
 			}
 			// Take the request (SendMsg) and answer at the first RecvMsg,
