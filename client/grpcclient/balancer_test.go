@@ -154,8 +154,11 @@ func TestServiceConfigRendersTheBalanceKeys(t *testing.T) {
 	if got != want {
 		t.Fatalf("ServiceConfig:\n got %s\nwant %s", got, want)
 	}
-	nested := grpcclient.ServiceConfig(balance.DynamicWeightName, balance.Config{DynamicWeight: balance.DynamicWeightConfig{CPU: 0.5, Refresh: 2 * time.Second}})
-	if want := `{"loadBalancingConfig":[{"switchboard_dynamic_weight":{"dynamic_weight":{"cpu":0.5,"refresh":"2s"}}}]}`; nested != want {
+	nested := grpcclient.ServiceConfig(balance.DynamicWeightName, balance.Config{DynamicWeight: balance.DynamicWeightConfig{
+		CPU: 0.5, Refresh: 2 * time.Second,
+		Factors: map[string]balance.DynamicFactor{"queue": {Coefficient: 0.2, Max: 100}},
+	}})
+	if want := `{"loadBalancingConfig":[{"switchboard_dynamic_weight":{"dynamic_weight":{"cpu":0.5,"factors":{"queue":{"coefficient":0.2,"max":100}},"refresh":"2s"}}}]}`; nested != want {
 		t.Fatalf("ServiceConfig:\n got %s\nwant %s", nested, want)
 	}
 	// And gRPC accepts them.

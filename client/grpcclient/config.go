@@ -34,37 +34,44 @@ func BalancerName(policy string) string { return BalancerPrefix + policy }
 //
 //	{"loadBalancingConfig":[{"switchboard_p2c_ewma":{"decay_window":"5s"}}]}
 func ServiceConfig(policy string, cfg balance.Config) string {
-	m := map[string]any{}
-	v := reflect.ValueOf(cfg)
-	t := v.Type()
-	for i := range t.NumField() {
-		key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if key == "" || key == "policy" || v.Field(i).IsZero() {
-			continue
-		}
-		m[key] = jsonValue(v.Field(i))
-	}
+	m := jsonValue(reflect.ValueOf(cfg)).(map[string]any)
+	delete(m, "policy")
 	js, _ := json.Marshal(map[string]any{"loadBalancingConfig": []any{map[string]any{BalancerName(policy): m}}})
 	return string(js)
 }
 
-// jsonValue renders a balance.Config field the way its YAML key reads:
-// durations as "10s", nested configs by their yaml keys.
+// jsonValue renders a balance.Config value the way its YAML reads:
+// structs by their yaml keys (zero fields left out), durations as "10s".
 func jsonValue(v reflect.Value) any {
-	if d, ok := v.Interface().(time.Duration); ok {
-		return d.String()
+	if v.CanInterface() {
+		if d, ok := v.Interface().(time.Duration); ok {
+			return d.String()
+		}
 	}
-	if v.Kind() == reflect.Struct {
+	switch v.Kind() {
+	case reflect.Struct:
 		m := map[string]any{}
 		t := v.Type()
 		for i := range t.NumField() {
 			key, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-			if key == "" || v.Field(i).IsZero() {
+			if key == "" || key == "-" || !t.Field(i).IsExported() || v.Field(i).IsZero() {
 				continue
 			}
 			m[key] = jsonValue(v.Field(i))
 		}
 		return m
+	case reflect.Map:
+		m := make(map[string]any, v.Len())
+		for it := v.MapRange(); it.Next(); {
+			m[fmt.Sprint(it.Key().Interface())] = jsonValue(it.Value())
+		}
+		return m
+	case reflect.Slice, reflect.Array:
+		out := make([]any, v.Len())
+		for i := range out {
+			out[i] = jsonValue(v.Index(i))
+		}
+		return out
 	}
 	return v.Interface()
 }
