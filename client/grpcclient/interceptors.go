@@ -160,7 +160,8 @@ func newRetrier(o RetryOptions) (*retrier, error) {
 
 // UnaryRetry retries failed unary calls of idempotent methods as o says,
 // each retry paid from the budget, and never past the call's deadline: a
-// retry whose backoff would end after it is not made. A retry goes to
+// retry whose backoff would end after it is not made. Policy.PerTryTimeout
+// bounds every attempt, also of methods that are not retried. A retry goes to
 // another endpoint when the ClientConn uses a switchboard balancer and
 // another one is ready. The call returns the last attempt's error.
 func UnaryRetry(o RetryOptions) (grpc.UnaryClientInterceptor, error) {
@@ -169,19 +170,21 @@ func UnaryRetry(o RetryOptions) (grpc.UnaryClientInterceptor, error) {
 		return nil, err
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		ctx, ok := r.begin(ctx, method)
-		if !ok {
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}
+		ctx, retryable := r.begin(ctx, method)
 		for attempt := 0; ; attempt++ {
+			// The per-try timeout bounds every attempt, the only one of a
+			// call that is not retried included.
 			actx, cancel := ctx, context.CancelFunc(func() {})
 			if r.p.PerTryTimeout > 0 {
 				actx, cancel = context.WithTimeout(ctx, r.p.PerTryTimeout)
 			}
 			err := invoker(actx, method, req, reply, cc, opts...)
-			perTry := err != nil && actx.Err() != nil && ctx.Err() == nil
+			// The server enforces the deadline too (grpc-timeout) and may
+			// answer DeadlineExceeded a moment before actx expires here.
+			perTry := err != nil && r.p.PerTryTimeout > 0 && ctx.Err() == nil &&
+				(actx.Err() != nil || status.Code(err) == codes.DeadlineExceeded)
 			cancel()
-			if err == nil || !r.again(ctx, attempt, err, perTry) {
+			if err == nil || !retryable || !r.again(ctx, attempt, err, perTry) {
 				return err
 			}
 		}

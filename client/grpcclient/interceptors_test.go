@@ -445,3 +445,29 @@ func TestRetryRejectsABadPolicy(t *testing.T) {
 		t.Fatalf("UnaryRetry with attempts -1: %v; want an error naming attempts", err)
 	}
 }
+
+// An attempt that runs out of its per-try timeout is retried on another
+// server (retry_on timeout, the default), while the call's own deadline
+// is far.
+func TestRetryAfterAPerTryTimeout(t *testing.T) {
+	env := startRegistry(t)
+	slow, fast := startServer(t, "slow"), startServer(t, "fast")
+	env.register(t, "orders", slow, 0)
+	env.register(t, "orders", fast, 0)
+	p := fastBackoff
+	p.Attempts, p.PerTryTimeout = 2, 300*time.Millisecond
+	c := dial(t, env.builder(t), "orders", lbConfig(balance.RoundRobinName, ""),
+		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.RetryOptions{Policy: p, Idempotent: grpcclient.IdempotentMethods(unaryMethod)})))
+	seen := map[string]bool{}
+	waitUntil(t, c, "both answer", 1, func(id string) bool { seen[id] = true; return len(seen) == 2 })
+	slow.delay.Store(int64(time.Minute))
+	before := slow.calls.Load()
+	for i := range 6 {
+		if id, err := call(context.Background(), c); err != nil || id != "fast" {
+			t.Fatalf("call %d: %q, %v; want fast (the retry of an attempt that timed out on slow); slow %d fast %d calls", i, id, err, slow.calls.Load(), fast.calls.Load())
+		}
+	}
+	if slow.calls.Load() == before {
+		t.Fatal("no attempt went to slow: the test did not exercise the per-try timeout")
+	}
+}
