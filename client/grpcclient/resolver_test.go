@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/client/grpcclient"
+	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/registryd"
 )
 
@@ -148,5 +149,50 @@ func TestResolverReportsARegistryThatNeverAnswered(t *testing.T) {
 	}
 	if el := time.Since(start); el > 8*time.Second {
 		t.Fatalf("the call failed after %v; want well before its 10s deadline", el)
+	}
+}
+
+// Register makes the scheme work for every ClientConn of the process.
+func TestRegisterMakesTheSchemeGlobal(t *testing.T) {
+	env := startRegistry(t)
+	env.register(t, "global", startServer(t, "a"), 0)
+	grpcclient.Register(env.builder(t))
+	cc, err := grpc.NewClient("switchboard:///global",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(lbConfig(balance.RoundRobinName, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if id, err := call(context.Background(), newClient(cc)); err != nil || id != "a" {
+		t.Fatalf("call through the globally registered resolver: %q, %v; want a", id, err)
+	}
+}
+
+// With a cache directory, a client that starts while the registry is down
+// routes on the instances it last saw.
+func TestResolverStartsFromTheCacheWhileTheRegistryIsDown(t *testing.T) {
+	env := startRegistry(t)
+	a := startServer(t, "a")
+	env.register(t, "orders", a, 0)
+	opts := grpcclient.ResolverOptions{Logger: quiet(), Discovery: discovery.Options{CacheDir: t.TempDir()}}
+
+	first, err := grpcclient.NewResolverBuilder(env.reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, first, "orders", lbConfig(balance.RoundRobinName, ""))
+	waitUntil(t, c, "a answers", 1, func(id string) bool { return id == "a" })
+	first.Close() // writes the cache
+
+	env.srv.Close()
+	second, err := grpcclient.NewResolverBuilder(env.reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	c = dial(t, second, "orders", lbConfig(balance.RoundRobinName, ""))
+	if id, err := call(context.Background(), c); err != nil || id != "a" {
+		t.Fatalf("call with the registry down, from the cache: %q, %v; want a", id, err)
 	}
 }
