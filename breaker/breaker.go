@@ -69,22 +69,42 @@ type Listener func(from, to State, reason string, at time.Time)
 // with New.
 type Breaker struct {
 	cfg      settings
-	classify Classifier
+	classify Classifier // nil: the default, inlined in Done
 
-	// stateGen is gen<<2 | state, published for Allow's lock-free fast
-	// path in the closed state: admitting a call then costs one atomic load.
-	stateGen atomic.Uint64
+	// cur is the phase the breaker is in. Allow and Done read it without
+	// a lock; it changes only under mu.
+	cur atomic.Pointer[phase]
 
-	mu          sync.Mutex
-	state       State
-	gen         uint64 // bumped on every transition; stale tickets are dropped
-	win         window
-	consecutive int
-	openedAt    time.Time
-	openFor     time.Duration // the current open period, doubled on each reopen
-	probes      int           // half-open probe slots handed out
-	probesOK    int
-	listeners   []Listener // copied on write; read under mu, called outside it
+	mu        sync.Mutex
+	openFor   time.Duration // the current open period, doubled on each reopen
+	listeners []Listener    // copied on write; read under mu, called outside it
+}
+
+// phase is one stretch of a breaker's life in one state, from the
+// transition into it to the transition out. Every transition publishes a
+// new phase, so a Ticket holds the phase that admitted it: its outcome
+// counts only while that phase is current, which replaces a generation
+// check (see the windows in window.go).
+type phase struct {
+	b     *Breaker
+	state State
+
+	// Open: when it opened and for how long. Immutable.
+	openedAt time.Time
+	openFor  time.Duration
+
+	// Half-open: probe slots handed out and probes succeeded, under b.mu.
+	// full mirrors probes == half_open_probes for Allow's lock-free refusal.
+	probes, probesOK int
+	full             atomic.Bool
+
+	// Closed: the run of failures and the window (one of the two, by
+	// window_type), written without a lock. consecutive is read by every
+	// success and written only by failures, so it stays on the read-mostly
+	// side of the count window's padding.
+	consecutive atomic.Int64
+	tw          *timeWindow
+	cw          countWindow
 }
 
 // New returns a closed breaker for cfg, or cfg's validation error. The
@@ -97,23 +117,33 @@ func New(cfg Config, opts ...Option) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{cfg: s, openFor: s.OpenFor}
-	if s.WindowType == WindowTime {
-		b.win = newTimeWindow(s.Window, s.Buckets)
-	} else {
-		b.win = newCountWindow(s.WindowSize)
-	}
-	b.classify = b.defaultClassify
 	for _, o := range opts {
 		o(b)
 	}
+	b.cur.Store(b.newPhase(Closed))
 	return b, nil
 }
 
-func (b *Breaker) defaultClassify(o endpoint.Outcome) Verdict {
+// newPhase returns a fresh phase in state st: for Closed, with an empty
+// window.
+func (b *Breaker) newPhase(st State) *phase {
+	p := &phase{b: b, state: st}
+	if st == Closed {
+		if b.cfg.WindowType == WindowTime {
+			p.tw = newTimeWindow(int64(b.cfg.Window)/int64(b.cfg.Buckets), b.cfg.Buckets)
+		} else {
+			p.cw = newCountWindow(b.cfg.WindowSize)
+		}
+	}
+	return p
+}
+
+// verdict is the default classifier.
+func (s *settings) verdict(o *endpoint.Outcome) Verdict {
 	switch {
 	case o.Canceled:
 		return Ignore
-	case o.Err != nil, b.cfg.statuses.has(o.Status):
+	case o.Err != nil, s.statuses.has(o.Status):
 		return Failure
 	}
 	return Success
@@ -134,9 +164,7 @@ func (b *Breaker) OnStateChange(l Listener) {
 // through Done exactly once. It is a value so that admitting a call does
 // not allocate.
 type Ticket struct {
-	b     *Breaker
-	gen   uint64
-	probe bool
+	p *phase // the phase that admitted the call; a probe when half-open
 }
 
 // transition is a state change to announce once the lock is released.
@@ -156,111 +184,214 @@ func (t *transition) announce() {
 // Allow admits one call at now, or returns ErrOpen. An admitted call's
 // outcome must be reported with Ticket.Done.
 func (b *Breaker) Allow(now time.Time) (Ticket, error) {
-	// A call admitted on a state that changes right after the load is
-	// harmless: Done drops outcomes of an old generation.
-	if sg := b.stateGen.Load(); State(sg&3) == Closed {
-		return Ticket{b: b, gen: sg >> 2}, nil
+	// Closed, and open before its period ends, are decided without the
+	// lock. A call admitted on a phase that ends right after the load is
+	// harmless: its outcome goes to that phase, which nobody reads.
+	p := b.cur.Load()
+	switch {
+	case p.state == Closed:
+		return Ticket{p}, nil
+	case p.state == Open && now.Sub(p.openedAt) < p.openFor,
+		p.state == HalfOpen && p.full.Load():
+		return Ticket{}, ErrOpen
 	}
+	return b.allowLocked(now)
+}
+
+func (b *Breaker) allowLocked(now time.Time) (Ticket, error) {
 	b.mu.Lock()
-	switch b.state {
+	p := b.cur.Load()
+	var tr transition
+	switch p.state {
 	case Closed:
-		t := Ticket{b: b, gen: b.gen}
 		b.mu.Unlock()
-		return t, nil
+		return Ticket{p}, nil
 	case Open:
-		if now.Sub(b.openedAt) < b.openFor {
+		if now.Sub(p.openedAt) < p.openFor {
 			b.mu.Unlock()
 			return Ticket{}, ErrOpen
 		}
-		tr := b.halfOpenLocked(now)
-		b.probes = 1
-		t := Ticket{b: b, gen: b.gen, probe: true}
-		b.mu.Unlock()
-		tr.announce()
-		return t, nil
-	default: // HalfOpen
-		if b.probes >= b.cfg.HalfOpenProbes {
-			b.mu.Unlock()
-			return Ticket{}, ErrOpen
-		}
-		b.probes++
-		t := Ticket{b: b, gen: b.gen, probe: true}
-		b.mu.Unlock()
-		return t, nil
+		tr = b.halfOpenLocked(now)
+		p = b.cur.Load()
 	}
+	if p.probes >= b.cfg.HalfOpenProbes {
+		b.mu.Unlock()
+		return Ticket{}, ErrOpen
+	}
+	p.probes++
+	p.full.Store(p.probes >= b.cfg.HalfOpenProbes)
+	b.mu.Unlock()
+	if tr.listeners != nil {
+		tr.announce()
+	}
+	return Ticket{p}, nil
 }
 
 // State returns the breaker's state at now: an open breaker whose open
 // period has elapsed is half-open.
 func (b *Breaker) State(now time.Time) State {
-	b.mu.Lock()
-	if b.state == Open && now.Sub(b.openedAt) >= b.openFor {
-		tr := b.halfOpenLocked(now)
-		b.mu.Unlock()
-		tr.announce()
-		return HalfOpen
+	p := b.cur.Load()
+	if p.state != Open || now.Sub(p.openedAt) < p.openFor {
+		return p.state
 	}
-	s := b.state
+	b.mu.Lock()
+	p = b.cur.Load()
+	if p.state != Open || now.Sub(p.openedAt) < p.openFor {
+		b.mu.Unlock()
+		return p.state
+	}
+	tr := b.halfOpenLocked(now)
 	b.mu.Unlock()
-	return s
+	tr.announce()
+	return HalfOpen
 }
 
 // Done reports the outcome of the call t admitted, finished at now. The
 // outcome of a call admitted before the breaker last changed state is
 // dropped: it describes a past the breaker has already judged.
 func (t Ticket) Done(o endpoint.Outcome, now time.Time) {
-	b := t.b
-	if b == nil {
+	p := t.p
+	if p == nil {
 		return
 	}
-	v := b.classify(o)
+	b := p.b
+	var v Verdict
+	if b.classify == nil {
+		v = b.cfg.verdict(&o)
+	} else {
+		v = b.classify(o)
+	}
 	slow := b.cfg.SlowThreshold > 0 && o.Latency >= b.cfg.SlowThreshold
+	if p.state != Closed {
+		b.probeDone(p, v, slow, o.Latency, now)
+		return
+	}
+	if v == Ignore {
+		return
+	}
+	var flags uint32
+	if v == Failure {
+		flags = flagFailed
+	}
+	if slow {
+		flags |= flagSlow
+	}
+	p.record(flags, now)
+}
+
+// The rules that open a closed breaker, in the order they are checked.
+const (
+	ruleConsecutive = 1 + iota
+	ruleFailureCount
+	ruleFailureRate
+	ruleSlowRate
+)
+
+// cause is the rule a call's outcome met, with the counts it met it at.
+// The reason string is built from it only by the call that wins the
+// transition.
+type cause struct {
+	rule uint8
+	n    int // consecutive failures, or failures in the window
+	c    counts
+}
+
+// record adds one outcome to the closed phase p, and opens the breaker if
+// that meets a rule. It takes no lock unless it opens the breaker. (It
+// returns nothing: a result struct on the request path costs a copy
+// through memory.)
+func (p *phase) record(flags uint32, now time.Time) {
+	b := p.b
+	cfg := &b.cfg
+	if cfg.ConsecutiveFailures > 0 {
+		if flags&flagFailed != 0 {
+			if n := p.consecutive.Add(1); n >= int64(cfg.ConsecutiveFailures) {
+				b.open(p, cause{rule: ruleConsecutive, n: int(n)}, now)
+				return
+			}
+		} else if p.consecutive.Load() != 0 {
+			p.consecutive.Store(0)
+		}
+	}
+	var c counts
+	if p.tw != nil {
+		if flags == 0 && !cfg.rates {
+			// Only failure_count (and consecutive_failures, above) can
+			// open the breaker, and a success counts for neither.
+			return
+		}
+		c = p.tw.record(now.UnixNano(), flags)
+	} else {
+		var changed bool
+		if c, changed = p.cw.record(flags); !changed {
+			return
+		}
+	}
+	// Rates are compared as the quotient, as documented; a zero count
+	// skips the division.
+	switch {
+	case cfg.FailureCount > 0 && c.failures >= cfg.FailureCount:
+		b.open(p, cause{rule: ruleFailureCount, n: c.failures, c: c}, now)
+	case c.total < cfg.MinRequests:
+	case cfg.FailureRate > 0 && c.failures > 0 && float64(c.failures)/float64(c.total) >= cfg.FailureRate:
+		b.open(p, cause{rule: ruleFailureRate, c: c}, now)
+	case cfg.SlowThreshold > 0 && c.slow > 0 && float64(c.slow)/float64(c.total) >= cfg.SlowRate:
+		b.open(p, cause{rule: ruleSlowRate, c: c}, now)
+	}
+}
+
+func (w cause) reason(cfg *settings) string {
+	c := w.c
+	switch w.rule {
+	case ruleConsecutive:
+		return fmt.Sprintf("open: %d consecutive failures", w.n)
+	case ruleFailureCount:
+		if cfg.WindowType == WindowTime {
+			return fmt.Sprintf("open: %d %s within %v", w.n, plural(w.n, "failure", "failures"), cfg.Window)
+		}
+		return fmt.Sprintf("open: %d %s within the last %d calls", w.n, plural(w.n, "failure", "failures"), cfg.WindowSize)
+	case ruleFailureRate:
+		return fmt.Sprintf("open: failure rate %d%% over %d calls", percent(float64(c.failures)/float64(c.total)), c.total)
+	default:
+		return fmt.Sprintf("open: slow-call rate %d%% over %d calls (at or over %v)", percent(float64(c.slow)/float64(c.total)), c.total, cfg.SlowThreshold)
+	}
+}
+
+// open opens the breaker for why, if p is still its phase: of calls that
+// meet a rule at once, the first to get here opens it and the others find
+// a new phase.
+func (b *Breaker) open(p *phase, why cause, now time.Time) {
 	b.mu.Lock()
-	if t.gen != b.gen {
+	if b.cur.Load() != p {
 		b.mu.Unlock()
 		return
 	}
-	var tr transition
-	if t.probe {
-		tr = b.probeDoneLocked(v, slow, o.Latency, now)
-	} else if v != Ignore {
-		tr = b.recordLocked(v == Failure, slow, now)
+	tr := b.openLocked(now, b.cfg.OpenFor, why.reason(&b.cfg))
+	b.mu.Unlock()
+	tr.announce()
+}
+
+// probeDone takes the outcome of a probe admitted by the half-open phase
+// p, unless the breaker has left p since.
+func (b *Breaker) probeDone(p *phase, v Verdict, slow bool, latency time.Duration, now time.Time) {
+	b.mu.Lock()
+	if b.cur.Load() != p {
+		b.mu.Unlock()
+		return
 	}
+	tr := b.probeDoneLocked(p, v, slow, latency, now)
 	b.mu.Unlock()
 	if tr.listeners != nil {
 		tr.announce()
 	}
 }
 
-func (b *Breaker) recordLocked(failed, slow bool, now time.Time) transition {
-	if failed {
-		b.consecutive++
-	} else {
-		b.consecutive = 0
-	}
-	c := b.win.record(now, failed, slow)
-	if n := b.cfg.ConsecutiveFailures; n > 0 && b.consecutive >= n {
-		return b.openLocked(now, b.cfg.OpenFor, fmt.Sprintf("open: %d consecutive failures", b.consecutive))
-	}
-	if c.total < b.cfg.MinRequests {
-		return transition{}
-	}
-	if r := float64(c.failures) / float64(c.total); r >= b.cfg.FailureRate {
-		return b.openLocked(now, b.cfg.OpenFor, fmt.Sprintf("open: failure rate %d%% over %d calls", percent(r), c.total))
-	}
-	if b.cfg.SlowThreshold > 0 {
-		if r := float64(c.slow) / float64(c.total); r >= b.cfg.SlowRate {
-			return b.openLocked(now, b.cfg.OpenFor, fmt.Sprintf("open: slow-call rate %d%% over %d calls (at or over %v)", percent(r), c.total, b.cfg.SlowThreshold))
-		}
-	}
-	return transition{}
-}
-
-func (b *Breaker) probeDoneLocked(v Verdict, slow bool, latency time.Duration, now time.Time) transition {
+func (b *Breaker) probeDoneLocked(p *phase, v Verdict, slow bool, latency time.Duration, now time.Time) transition {
 	switch {
 	case v == Ignore:
 		// The probe told nothing: free its slot for another.
-		b.probes--
+		p.probes--
+		p.full.Store(false)
 		return transition{}
 	case v == Failure:
 		d := min(b.openFor*2, b.cfg.MaxOpenFor)
@@ -269,39 +400,35 @@ func (b *Breaker) probeDoneLocked(v Verdict, slow bool, latency time.Duration, n
 		d := min(b.openFor*2, b.cfg.MaxOpenFor)
 		return b.openLocked(now, d, fmt.Sprintf("open: probe slow (%v, at or over %v), open for %v", latency, b.cfg.SlowThreshold, d))
 	}
-	b.probesOK++
-	if b.probesOK < b.cfg.HalfOpenProbes {
+	p.probesOK++
+	if p.probesOK < b.cfg.HalfOpenProbes {
 		return transition{}
 	}
-	b.win.reset()
-	b.consecutive = 0
 	b.openFor = b.cfg.OpenFor
-	return b.setLocked(Closed, now, fmt.Sprintf("closed: %d %s succeeded", b.probesOK, plural(b.probesOK, "probe", "probes")))
+	return b.setLocked(b.newPhase(Closed), now, fmt.Sprintf("closed: %d %s succeeded", p.probesOK, plural(p.probesOK, "probe", "probes")))
 }
 
 func (b *Breaker) openLocked(now time.Time, d time.Duration, reason string) transition {
-	b.openedAt = now
 	b.openFor = d
-	b.win.reset()
-	b.consecutive = 0
-	return b.setLocked(Open, now, reason)
+	p := b.newPhase(Open)
+	p.openedAt, p.openFor = now, d
+	return b.setLocked(p, now, reason)
 }
 
 func (b *Breaker) halfOpenLocked(now time.Time) transition {
-	b.probes, b.probesOK = 0, 0
-	return b.setLocked(HalfOpen, now, fmt.Sprintf("half-open: open for %v elapsed", b.openFor))
+	return b.setLocked(b.newPhase(HalfOpen), now, fmt.Sprintf("half-open: open for %v elapsed", b.openFor))
 }
 
-func (b *Breaker) setLocked(to State, now time.Time, reason string) transition {
-	from := b.state
-	b.state = to
-	b.gen++
-	b.stateGen.Store(b.gen<<2 | uint64(to))
+// setLocked publishes p as the breaker's phase and returns the transition
+// to announce.
+func (b *Breaker) setLocked(p *phase, now time.Time, reason string) transition {
+	from := b.cur.Load().state
+	b.cur.Store(p)
 	ls := b.listeners
 	if ls == nil {
 		ls = []Listener{} // non-nil marks that a transition happened
 	}
-	return transition{from: from, to: to, reason: reason, at: now, listeners: ls}
+	return transition{from: from, to: p.state, reason: reason, at: now, listeners: ls}
 }
 
 func percent(r float64) int { return int(math.Round(r * 100)) }
@@ -313,6 +440,8 @@ func percent(r float64) int { return int(math.Round(r * 100)) }
 // and is re-raised. Do returns ErrOpen without calling fn when the breaker
 // refuses the call, else fn's error.
 func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) (err error) {
+	// One wall-clock read: the end is the start plus the elapsed time on
+	// the monotonic clock, which time.Since reads for about half the cost.
 	start := time.Now()
 	t, err := b.Allow(start)
 	if err != nil {
@@ -321,18 +450,18 @@ func (b *Breaker) Do(ctx context.Context, fn func(context.Context) error) (err e
 	finished := false
 	defer func() {
 		if !finished {
-			end := time.Now()
-			t.Done(endpoint.Outcome{Err: errPanic, Latency: end.Sub(start)}, end)
+			lat := time.Since(start)
+			t.Done(endpoint.Outcome{Err: errPanic, Latency: lat}, start.Add(lat))
 		}
 	}()
 	err = fn(ctx)
 	finished = true
-	end := time.Now()
+	lat := time.Since(start)
 	t.Done(endpoint.Outcome{
 		Err:      err,
-		Latency:  end.Sub(start),
+		Latency:  lat,
 		Canceled: err != nil && errors.Is(err, context.Canceled) && ctx.Err() == context.Canceled,
-	}, end)
+	}, start.Add(lat))
 	return err
 }
 

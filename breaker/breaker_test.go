@@ -45,12 +45,7 @@ func TestBreakerTransitions(t *testing.T) {
 	// trip opens a breaker of config count or timed at t0.
 	trip := []step{{do: "fail", n: 5, want: Open}}
 	s := time.Second
-	tests := []struct {
-		name        string
-		cfg         Config
-		steps       []step
-		transitions []string
-	}{
+	runTransitions(t, []transitionCase{
 		{
 			name: "count: opens at exactly min_requests with the rate met",
 			cfg:  count,
@@ -224,6 +219,24 @@ func TestBreakerTransitions(t *testing.T) {
 			},
 		},
 		{
+			name: "a call admitted before the breaker opened and closed again does not count in the new window",
+			cfg:  count,
+			steps: []step{
+				{do: "hold", want: Closed},
+				{do: "fail", n: 5, want: Open},
+				{at: 10 * s, do: "ok", n: 2, want: Closed},
+				{at: 10 * s, do: "done-fail", want: Closed},  // stale: dropped
+				{at: 10 * s, do: "fail", n: 4, want: Closed}, // 4 of 4, under min_requests 5
+				{at: 10 * s, do: "fail", want: Open},
+			},
+			transitions: []string{
+				"closed→open at 0s: open: failure rate 100% over 5 calls",
+				"open→half-open at 10s: half-open: open for 10s elapsed",
+				"half-open→closed at 10s: closed: 2 probes succeeded",
+				"closed→open at 10s: open: failure rate 100% over 5 calls",
+			},
+		},
+		{
 			name: "time: opens at exactly min_requests with the rate met",
 			cfg:  timed,
 			steps: []step{
@@ -268,7 +281,20 @@ func TestBreakerTransitions(t *testing.T) {
 				"half-open→closed at 11s: closed: 2 probes succeeded",
 			},
 		},
-	}
+	})
+}
+
+// transitionCase is a config, steps run on a breaker of it, and every
+// transition the breaker must announce on the way.
+type transitionCase struct {
+	name        string
+	cfg         Config
+	steps       []step
+	transitions []string
+}
+
+func runTransitions(t *testing.T, tests []transitionCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, err := New(tt.cfg)
@@ -321,4 +347,132 @@ func TestBreakerTransitions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failure_count: N failures within the window open the breaker however
+// many calls succeeded, the breaker our users know from Python ("5
+// failures in 60 s"). Time is a parameter, so the window slides under the
+// test's control.
+func TestBreakerFailureCount(t *testing.T) {
+	s := time.Second
+	// 60 buckets of 1s: a failure counts for 59-60s, by its bucket.
+	timed := Config{WindowType: WindowTime, Window: time.Minute, Buckets: 60, FailureCount: 5, OpenFor: 10 * s, HalfOpenProbes: 1}
+	count := Config{WindowSize: 10, FailureCount: 3, OpenFor: 10 * s, HalfOpenProbes: 1}
+	with := func(c Config, f func(*Config)) Config { f(&c); return c }
+	runTransitions(t, []transitionCase{
+		{
+			name: "time: N-1 failures among many successes stay closed; the Nth opens",
+			cfg:  timed,
+			steps: []step{
+				{do: "ok", n: 1000, want: Closed},
+				{at: 1 * s, do: "fail", want: Closed},
+				{at: 2 * s, do: "ok", n: 1000, want: Closed},
+				{at: 3 * s, do: "fail", n: 3, want: Closed}, // 4 failures among 2004 calls
+				{at: 4 * s, do: "ok", n: 1000, want: Closed},
+				{at: 59 * s, do: "fail", want: Open}, // 5 within the minute, a 0.17% failure rate
+				{at: 59 * s, do: "refused", want: Open},
+			},
+			transitions: []string{"closed→open at 59s: open: 5 failures within 1m0s"},
+		},
+		{
+			name: "time: failures that slid out of the window do not count",
+			cfg:  timed,
+			steps: []step{
+				{at: 0, do: "fail", want: Closed},
+				{at: 10 * s, do: "fail", want: Closed},
+				{at: 20 * s, do: "fail", want: Closed},
+				{at: 30 * s, do: "fail", want: Closed},
+				{at: 60 * s, do: "fail", want: Closed}, // the one at 0s slid out at 60s: 4
+				{at: 70 * s, do: "fail", want: Closed}, // the one at 10s slid out at 70s: 4
+				{at: 70 * s, do: "fail", want: Open},   // 20s, 30s, 60s, 70s, 70s
+			},
+			transitions: []string{"closed→open at 1m10s: open: 5 failures within 1m0s"},
+		},
+		{
+			name: "time: a failure counts until its bucket slides out",
+			cfg:  timed,
+			steps: []step{
+				{at: 500 * time.Millisecond, do: "fail", n: 4, want: Closed},
+				{at: 59*s + 999*time.Millisecond, do: "fail", want: Open}, // the bucket [0s, 1s) is still in
+			},
+			transitions: []string{"closed→open at 59.999s: open: 5 failures within 1m0s"},
+		},
+		{
+			name: "time: a failure stops counting when its bucket slides out",
+			cfg:  timed,
+			steps: []step{
+				{at: 500 * time.Millisecond, do: "fail", n: 4, want: Closed},
+				{at: 59*s + 999*time.Millisecond, do: "ok", want: Closed},
+				{at: 60 * s, do: "fail", want: Closed}, // the bucket of 0.5s [0s, 1s) left at 60s: 1 failure
+				{at: 61 * s, do: "fail", n: 3, want: Closed},
+				{at: 62 * s, do: "fail", want: Open},
+			},
+			transitions: []string{"closed→open at 1m2s: open: 5 failures within 1m0s"},
+		},
+		{
+			name: "time: the failure-rate rule is off unless failure_rate is set",
+			cfg:  with(timed, func(c *Config) { c.MinRequests = 2 }),
+			steps: []step{
+				{do: "fail", n: 4, want: Closed}, // 100% over 4 calls
+			},
+		},
+		{
+			name: "time: with failure_rate set as well, either rule opens it",
+			cfg:  with(timed, func(c *Config) { c.MinRequests, c.FailureRate = 4, 0.5 }),
+			steps: []step{
+				{do: "ok", n: 2, want: Closed},
+				{do: "fail", n: 2, want: Open}, // 50% over 4 calls, before 5 failures
+			},
+			transitions: []string{"closed→open at 0s: open: failure rate 50% over 4 calls"},
+		},
+		{
+			name: "time: canceled outcomes are not failures; slow successes are not either",
+			cfg:  with(timed, func(c *Config) { c.SlowThreshold = 100 * time.Millisecond }),
+			steps: []step{
+				{do: "fail", n: 4, want: Closed},
+				{do: "cancel", n: 10, want: Closed},
+				{do: "slow", n: 10, want: Closed},
+				{do: "503", want: Open},
+			},
+			transitions: []string{"closed→open at 0s: open: 5 failures within 1m0s"},
+		},
+		{
+			name: "time: successes still count for slow_rate alongside failure_count",
+			cfg:  with(timed, func(c *Config) { c.SlowThreshold, c.SlowRate, c.MinRequests = 100*time.Millisecond, 0.5, 4 }),
+			steps: []step{
+				{do: "ok", n: 2, want: Closed},
+				{do: "slow", want: Closed},
+				{do: "slow", want: Open}, // 2 of 4
+			},
+			transitions: []string{"closed→open at 0s: open: slow-call rate 50% over 4 calls (at or over 100ms)"},
+		},
+		{
+			name: "time: a closed breaker starts with an empty window",
+			cfg:  timed,
+			steps: []step{
+				{do: "fail", n: 5, want: Open},
+				{at: 10 * s, do: "ok", want: Closed},
+				{at: 10 * s, do: "fail", n: 4, want: Closed},
+				{at: 11 * s, do: "fail", want: Open},
+			},
+			transitions: []string{
+				"closed→open at 0s: open: 5 failures within 1m0s",
+				"open→half-open at 10s: half-open: open for 10s elapsed",
+				"half-open→closed at 10s: closed: 1 probe succeeded",
+				"closed→open at 11s: open: 5 failures within 1m0s",
+			},
+		},
+		{
+			name: "count: N failures among the last window_size calls",
+			cfg:  count,
+			steps: []step{
+				{do: "fail", n: 2, want: Closed},
+				{do: "ok", n: 8, want: Closed},   // 2 of 10
+				{do: "ok", n: 2, want: Closed},   // both slid out: 0 of 10
+				{do: "fail", n: 2, want: Closed}, // 2 of 10
+				{do: "fail", want: Open},         // 3 of 10
+			},
+			transitions: []string{"closed→open at 0s: open: 3 failures within the last 10 calls"},
+		},
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -210,4 +211,150 @@ func TestBreakerListenerMayCallBreaker(t *testing.T) {
 func TestTicketZeroValueDoneIsNoOp(t *testing.T) {
 	var tk Ticket
 	tk.Done(endpoint.Outcome{Err: errBoom}, t0) // must not panic
+}
+
+// The count window is written without a lock: concurrent calls may take
+// their slots in one order and update the running sums in another, but
+// once they have all returned, the sums are exactly what the ring holds.
+// A small ring and many goroutines make calls overtake each other in the
+// same slot.
+func TestCountWindowConcurrentRecordingAddsUp(t *testing.T) {
+	const size, goroutines, each = 3, 8, 50000
+	w := newCountWindow(size)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			<-start
+			for i := range each {
+				w.record(uint32((i + g) % 4)) // success, failed, slow, failed and slow
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	// Every failed or slow call takes a slot; a success may be skipped
+	// when the window holds successes only.
+	if n := w.seq.Load(); n < goroutines*each*3/4 || n > goroutines*each {
+		t.Fatalf("seq %d, want between the %d failed or slow calls and all %d", n, goroutines*each*3/4, goroutines*each)
+	}
+	var failures, slow uint64
+	for i := range w.ring {
+		f := w.ring[i].Load()
+		failures += uint64(f & flagFailed)
+		slow += uint64(f&flagSlow) >> 1
+	}
+	if got, want := w.bad.Load(), failures|slow<<32; got != want {
+		t.Errorf("running sums: %d failures, %d slow; the ring holds %d failures, %d slow",
+			uint32(got), got>>32, failures, slow)
+	}
+}
+
+// The time window is written without a lock too, and its head moves while
+// calls record: a call that read the old head adds to the old bucket. No
+// outcome within the window is lost, and the next move of the head counts
+// them all.
+func TestTimeWindowConcurrentRecordingLosesNothing(t *testing.T) {
+	const goroutines, each = 8, 2000
+	w := newTimeWindow(int64(time.Millisecond), 10)
+	base := t0.UnixNano()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				// Times over buckets 0-8 of the window, each goroutine's
+				// out of step with the others'.
+				at := base + int64((i*goroutines+g)*9/(each*goroutines)*int(time.Millisecond)) + int64(g)
+				w.record(at, uint32(i%2))
+			}
+		})
+	}
+	wg.Wait()
+	c := w.record(base+int64(9*time.Millisecond), 0) // moves the head to bucket 9: a recount
+	if want := (counts{total: goroutines*each + 1, failures: goroutines * each / 2}); c != want {
+		t.Errorf("after %d concurrent calls over 9 buckets and one more: %+v, want %+v", goroutines*each, c, want)
+	}
+}
+
+// When concurrent calls all meet a rule at once, the breaker opens once:
+// the first to take the lock opens it, the others find a new phase.
+func TestBreakerConcurrentFailuresOpenItOnce(t *testing.T) {
+	for range 20 {
+		b, err := New(Config{WindowSize: 10, FailureCount: 1, OpenFor: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var got []string
+		b.OnStateChange(func(from, to State, reason string, _ time.Time) {
+			mu.Lock()
+			got = append(got, fmt.Sprintf("%v→%v: %s", from, to, reason))
+			mu.Unlock()
+		})
+		// Admit every call first, so that all report on the closed phase.
+		tickets := make([]Ticket, 8)
+		for i := range tickets {
+			if tickets[i], err = b.Allow(t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, tk := range tickets {
+			wg.Go(func() {
+				<-start
+				tk.Done(endpoint.Outcome{Err: errBoom}, t0)
+			})
+		}
+		close(start)
+		wg.Wait()
+		if want := []string{"closed→open: open: 1 failure within the last 10 calls"}; !slices.Equal(got, want) {
+			t.Fatalf("8 concurrent failures with failure_count 1: transitions %q, want %q", got, want)
+		}
+	}
+}
+
+// Half-open, concurrent Allows are admitted up to half_open_probes and
+// refused after (the refusal reads a flag without the lock); the breaker
+// turns half-open once, however many calls find the open period over.
+func TestBreakerConcurrentAllowHalfOpenAdmitsTheProbesOnly(t *testing.T) {
+	for range 20 {
+		b, err := New(Config{WindowSize: 1, MinRequests: 1, OpenFor: time.Second, HalfOpenProbes: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var halfOpens atomic.Int64
+		b.OnStateChange(func(_, to State, _ string, _ time.Time) {
+			if to == HalfOpen {
+				halfOpens.Add(1)
+			}
+		})
+		tk, _ := b.Allow(t0)
+		tk.Done(endpoint.Outcome{Err: errBoom}, t0)
+		if s := b.State(t0); s != Open {
+			t.Fatalf("after a failure with min_requests 1: %v, want open", s)
+		}
+		later := t0.Add(time.Second)
+		start := make(chan struct{})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				<-start
+				for range 10 {
+					if _, err := b.Allow(later); err == nil {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := admitted.Load(); n != 3 {
+			t.Fatalf("80 concurrent Allows when half-open with 3 probe slots: %d admitted, want 3", n)
+		}
+		if n := halfOpens.Load(); n != 1 {
+			t.Fatalf("open→half-open announced %d times, want once", n)
+		}
+	}
 }

@@ -52,8 +52,16 @@ type Config struct {
 	// failure and slow-call rates can open the breaker. Default 20.
 	MinRequests int `yaml:"min_requests"`
 	// FailureRate is the share of failed calls in the window (0-1) at or
-	// above which the breaker opens. Default 0.5.
+	// above which the breaker opens. Default 0.5, or off when FailureCount
+	// is set.
 	FailureRate float64 `yaml:"failure_rate"`
+	// FailureCount opens the breaker when the window holds that many
+	// failures, however many calls succeeded alongside them: with a time
+	// window, "5 failures within 60s" (window_type time, window 60s); with
+	// a count window, 5 failures among the last window_size calls.
+	// MinRequests does not apply to it. Setting it turns the failure-rate
+	// rule off unless FailureRate is set too. Default 0: off.
+	FailureCount int `yaml:"failure_count"`
 	// SlowThreshold is the latency at or above which a call is slow.
 	// Default 0: slow calls are not tracked.
 	SlowThreshold time.Duration `yaml:"slow_threshold"`
@@ -89,6 +97,10 @@ func (c Config) Validate() error {
 type settings struct {
 	Config
 	statuses statusSet
+	// rates is whether a rate rule is on (failure_rate, or slow_rate with
+	// slow_threshold): only they need the number of calls in the window,
+	// so without them a time window records failures and nothing else.
+	rates bool
 }
 
 // statusSet is a bitmap of the statuses 0-639, so that classifying an
@@ -140,8 +152,10 @@ func (c Config) build() (settings, error) {
 	} else if c.MinRequests == 0 {
 		c.MinRequests = DefaultMinRequests
 	}
-	if c.WindowType == WindowCount && c.WindowSize > 0 && c.MinRequests > c.WindowSize {
-		bad("min_requests", "%d is more than window_size %d: the failure rate could never open the breaker", c.MinRequests, c.WindowSize)
+	if c.FailureCount < 0 {
+		bad("failure_count", "must not be negative, got %d", c.FailureCount)
+	} else if c.WindowType == WindowCount && c.WindowSize > 0 && c.FailureCount > c.WindowSize {
+		bad("failure_count", "%d is more than window_size %d: the window never holds that many failures", c.FailureCount, c.WindowSize)
 	}
 	rate := func(key string, v *float64, def float64) {
 		switch {
@@ -151,10 +165,24 @@ func (c Config) build() (settings, error) {
 			*v = def
 		}
 	}
-	rate("failure_rate", &c.FailureRate, DefaultFailureRate)
+	// failure_count is a mode of its own, as in the breakers that count
+	// failures over a period: the failure-rate rule (with its
+	// min_requests) stays off unless failure_rate is set as well.
+	failureRateDefault := DefaultFailureRate
+	if c.FailureCount > 0 {
+		failureRateDefault = 0
+	}
+	rate("failure_rate", &c.FailureRate, failureRateDefault)
 	rate("slow_rate", &c.SlowRate, DefaultSlowRate)
 	if c.SlowThreshold < 0 {
 		bad("slow_threshold", "must not be negative, got %v", c.SlowThreshold)
+	}
+	if c.WindowType == WindowCount && c.WindowSize > 0 && c.MinRequests > c.WindowSize && (c.FailureRate > 0 || c.SlowThreshold > 0) {
+		what := "failure rate"
+		if c.FailureRate == 0 {
+			what = "slow-call rate"
+		}
+		bad("min_requests", "%d is more than window_size %d: the %s could never open the breaker", c.MinRequests, c.WindowSize, what)
 	}
 	if c.ConsecutiveFailures < 0 {
 		bad("consecutive_failures", "must not be negative, got %d", c.ConsecutiveFailures)
@@ -193,6 +221,7 @@ func (c Config) build() (settings, error) {
 		return settings{}, err
 	}
 	s.Config = c
+	s.rates = c.FailureRate > 0 || c.SlowThreshold > 0
 	return s, nil
 }
 

@@ -25,6 +25,9 @@ func TestConfigValidateNamesTheKey(t *testing.T) {
 		{Config{WindowType: WindowTime, Window: 5 * time.Millisecond, Buckets: 10}, "buckets", "buckets: window 5ms cut into 10 buckets leaves less than 1ms each"},
 		{Config{MinRequests: -1}, "min_requests", "min_requests: must not be negative, got -1"},
 		{Config{WindowSize: 10, MinRequests: 11}, "min_requests", "min_requests: 11 is more than window_size 10: the failure rate could never open the breaker"},
+		{Config{FailureCount: -1}, "failure_count", "failure_count: must not be negative, got -1"},
+		{Config{WindowSize: 10, FailureCount: 11}, "failure_count", "failure_count: 11 is more than window_size 10: the window never holds that many failures"},
+		{Config{WindowSize: 10, MinRequests: 11, FailureCount: 5, SlowThreshold: time.Second}, "min_requests", "min_requests: 11 is more than window_size 10: the slow-call rate could never open the breaker"},
 		{Config{SlowThreshold: -time.Millisecond}, "slow_threshold", "slow_threshold: must not be negative, got -1ms"},
 		{Config{ConsecutiveFailures: -3}, "consecutive_failures", "consecutive_failures: must not be negative, got -3"},
 		{Config{OpenFor: -time.Second}, "open_for", "open_for: must not be negative, got -1s"},
@@ -88,6 +91,32 @@ func TestConfigFailureStatuses(t *testing.T) {
 	for code, failed := range map[int]bool{428: false, 429: true, 430: false, 500: false, 502: true, 503: true, 504: true, 505: false} {
 		if s.statuses.has(code) != failed {
 			t.Errorf("failure_statuses [429, 502-504]: %d counted as failure = %v, want %v", code, !failed, failed)
+		}
+	}
+}
+
+// failure_count is a mode of its own: it turns the failure-rate rule off
+// unless failure_rate is set too, and then min_requests (which only the
+// rates use) is not checked against window_size.
+func TestConfigFailureCountTurnsTheRateRuleOff(t *testing.T) {
+	tests := []struct {
+		cfg  Config
+		rate float64
+	}{
+		{Config{FailureCount: 5}, 0},
+		{Config{FailureCount: 5, FailureRate: 0.3}, 0.3},
+		{Config{WindowSize: 10, FailureCount: 5}, 0}, // min_requests 20 > window_size 10 does not matter
+		{Config{WindowType: WindowTime, FailureCount: 1000}, 0},
+		{Config{}, DefaultFailureRate},
+	}
+	for _, tt := range tests {
+		s, err := tt.cfg.build()
+		if err != nil {
+			t.Errorf("%+v: %v", tt.cfg, err)
+			continue
+		}
+		if s.FailureRate != tt.rate {
+			t.Errorf("%+v: failure_rate %g, want %g", tt.cfg, s.FailureRate, tt.rate)
 		}
 	}
 }

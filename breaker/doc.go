@@ -8,9 +8,11 @@
 // It opens when, over a sliding window of the last window_size calls or the
 // last window of time, at least min_requests calls were seen and the share
 // of failures reaches failure_rate, or the share of calls slower than
-// slow_threshold reaches slow_rate; or after consecutive_failures failures
-// in a row. It stays open for open_for; each time the probes fail again the
-// open period doubles, up to max_open_for.
+// slow_threshold reaches slow_rate; or when the window holds failure_count
+// failures, however many calls succeeded ("5 failures within 60s"); or
+// after consecutive_failures failures in a row. It stays open for open_for;
+// each time the probes fail again the open period doubles, up to
+// max_open_for.
 //
 // Most callers use the two-step form on the request path:
 //
@@ -22,7 +24,10 @@
 //
 // Time is a parameter of Allow, Done and State, so that tests drive the
 // breaker with explicit times; Do is the convenience that reads the clock.
-// Allow and Done take one short mutex section each and allocate nothing.
+// While the breaker is closed, Allow and Done take no lock and allocate
+// nothing: the state is a pointer to the current phase, and outcomes go
+// into that phase's window with atomic adds. Transitions and half-open
+// probes take a mutex.
 //
 // What counts as a failure is decided by a Classifier; the default one
 // (from Config.FailureStatuses) counts transport errors, timeouts and 5xx

@@ -912,7 +912,7 @@ func TestUnknownKeysNameTheirPlace(t *testing.T) {
 	}
 	walk(reflect.TypeFor[Config]())
 	lines := problemLines(t, "lb.yaml", "upstreams: {u: {targets: [{address: 'a:1'}], breaker: {open: 1s}}}\n")
-	if want := []string{`lb.yaml:1:56: unknown key "open" in breaker (known: window_type, window_size, window, buckets, min_requests, failure_rate, slow_threshold, slow_rate, consecutive_failures, open_for, max_open_for, half_open_probes, failure_statuses)`}; !slices.Equal(lines, want) {
+	if want := []string{`lb.yaml:1:56: unknown key "open" in breaker (known: window_type, window_size, window, buckets, min_requests, failure_rate, failure_count, slow_threshold, slow_rate, consecutive_failures, open_for, max_open_for, half_open_probes, failure_statuses)`}; !slices.Equal(lines, want) {
 		t.Errorf("problems %q, want %q", lines, want)
 	}
 }

@@ -17,7 +17,8 @@ var yamlBlock = regexp.MustCompile("(?s)```yaml( [a-z-]+)?\n(.*?)```")
 
 // docsFragments place the examples that are not a whole configuration
 // file: ```yaml route is the keys of a route, ```yaml upstream those of an
-// upstream, and ```yaml static-registry a file of registry/static.
+// upstream, ```yaml static-registry a file of registry/static, and
+// ```yaml client a client configuration (ParseClient).
 var docsFragments = map[string]func(block string) string{
 	"route": func(b string) string {
 		return "listeners:\n  - name: web\n    listen: 127.0.0.1:8080\n    routes:\n      - upstream: u\n" +
@@ -71,6 +72,10 @@ func TestDocsExamplesAreValid(t *testing.T) {
 			where, src := strings.TrimSpace(string(b[1])), string(b[2])
 			name := fmt.Sprintf("%s block %d", filepath.Base(f), i)
 			switch wrap := docsFragments[where]; {
+			case where == "client":
+				if _, err := parseClient(name, []byte(src), h); err != nil {
+					t.Errorf("%s (a client configuration) does not load:\n%v\n---\n%s", name, err, src)
+				}
 			case where == "static-registry":
 				if _, err := static.Parse(name, []byte(src)); err != nil {
 					t.Errorf("%s (a registry/static file) does not load:\n%v\n---\n%s", name, err, src)
@@ -80,7 +85,7 @@ func TestDocsExamplesAreValid(t *testing.T) {
 					t.Errorf("%s (the keys of a %s) does not load:\n%v\n---\n%s", name, where, err, wrap(src))
 				}
 			case where != "":
-				t.Errorf("%s is marked %q, which no test knows how to place (known: route, upstream, static-registry)", name, where)
+				t.Errorf("%s is marked %q, which no test knows how to place (known: route, upstream, static-registry, client)", name, where)
 			default:
 				if _, err := parse(name, []byte(src), h); err != nil {
 					t.Errorf("%s does not load:\n%v\n---\n%s", name, err, src)

@@ -38,6 +38,9 @@ type validator struct {
 	pos      *positions
 	probs    *problems
 	readFile func(path string) ([]byte, error)
+	// client is set for a client configuration (ParseClient), whose
+	// registries the program gives: discovery.registry names one of them.
+	client bool
 }
 
 // checks run in order on every decoded Config, even one with decoding

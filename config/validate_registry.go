@@ -201,6 +201,9 @@ func (v *validator) checkUpstreamDiscovery(upstream string, d *UpstreamDiscovery
 	switch {
 	case d.Registry == "":
 		v.keyErrorf(d, "upstream %q: discovery.registry is required (%s)", upstream, v.knownRegistries())
+	case v.client:
+		// Any name: the program hands the client its registries, and
+		// client.New says which it lacks.
 	case d.Registry == EmbeddedRegistry:
 		if !v.cfg.RegistryEnabled() {
 			v.errorf(&d.Registry, "discovery.registry %q needs the embedded registry: add a top-level registry block", d.Registry)
@@ -219,6 +222,9 @@ func (v *validator) checkUpstreamDiscovery(upstream string, d *UpstreamDiscovery
 }
 
 func (v *validator) knownRegistries() string {
+	if v.client {
+		return "name a registry the program gives the client with client.WithRegistry"
+	}
 	names := sortedKeys(v.cfg.Registries)
 	if v.cfg.RegistryEnabled() {
 		names = append([]string{EmbeddedRegistry}, names...)

@@ -38,7 +38,9 @@ func (r *Route) attempts(c *Call) (*http.Response, error) {
 			c.rb = retry.NewReplayableBody(io.NopCloser(c.Body), pol.BodyLimit)
 		}
 	}
-	if k := r.up.HashKey(); k != nil {
+	if c.HasHashKey {
+		c.info.Key, c.info.HasKey = c.HashKey, true
+	} else if k := r.up.HashKey(); k != nil {
 		c.info.Key, c.info.HasKey = k.FromRequest(c.Req)
 	}
 	for n := 0; ; n++ {

@@ -234,6 +234,16 @@ type Call struct {
 	// Upgrade is the protocol the request asks to switch to (WebSocket),
 	// or "". Such a request is never hedged or sent twice.
 	Upgrade string
+	// HashKey, when HasHashKey is set, is the request's key for a hashing
+	// policy (consistent_hash, maglev), taken in place of the one the
+	// upstream's hash_key finds in the request. The Go client sets it from
+	// the request's context.
+	HashKey    string
+	HasHashKey bool
+	// Front is the front end's own state of the call, handed to its
+	// Transport untouched (the Go client keeps the first attempt's request
+	// in it, so that a call costs one allocation).
+	Front any
 
 	route    *Route
 	start    time.Time

@@ -27,18 +27,20 @@ func (t HTTPTransport) RoundTrip(ctx context.Context, deadline time.Time, ep *en
 	if rt == nil {
 		rt = http.DefaultTransport
 	}
-	cancel := context.CancelFunc(func() {})
+	var cancel context.CancelFunc
 	if !deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 	}
 	r := c.Req
 	var rb io.Reader
 	if body != nil {
-		rb = bodyReader{body}
+		rb = RequestBody(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+ep.Address()+r.URL.RequestURI(), rb)
 	if err != nil {
-		cancel()
+		if cancel != nil {
+			cancel()
+		}
 		return nil, err
 	}
 	req.Host, req.Header, req.Trailer = r.Host, r.Header, r.Trailer
@@ -46,18 +48,37 @@ func (t HTTPTransport) RoundTrip(ctx context.Context, deadline time.Time, ep *en
 	if body == nil {
 		req.ContentLength = 0
 	}
+	return SendHTTP(rt, req, cancel)
+}
+
+// SendHTTP sends req, one attempt's request, through rt, for a Transport
+// over net/http: a response with a malformed status is an error, and
+// cancel, which may be nil, ends the attempt's context when the response
+// body is closed (at once on an error). Wrap the attempt's body with
+// RequestBody first.
+func SendHTTP(rt http.RoundTripper, req *http.Request, cancel context.CancelFunc) (*http.Response, error) {
 	resp, err := rt.RoundTrip(req)
 	if err == nil && resp.StatusCode < 100 {
 		resp.Body.Close()
 		err = fmt.Errorf("read response: malformed status code %d", resp.StatusCode)
 	}
 	if err != nil {
-		cancel()
+		if cancel != nil {
+			cancel()
+		}
 		return nil, err
 	}
-	resp.Body = &cancelOnClose{resp.Body, cancel}
+	if cancel != nil {
+		resp.Body = &cancelOnClose{resp.Body, cancel}
+	}
 	return resp, nil
 }
+
+// RequestBody is an attempt's body as a Transport over net/http sends it:
+// a failure to read the caller's body is marked ErrRequestBody, so that it
+// does not count against the endpoint, and closing it leaves the caller's
+// body open (a retry reads it again, the front end closes it).
+func RequestBody(body io.Reader) io.ReadCloser { return io.NopCloser(bodyReader{body}) }
 
 // bodyReader marks a failure to read the caller's body (ErrRequestBody),
 // so that it does not count against the endpoint.
