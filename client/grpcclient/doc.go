@@ -79,7 +79,7 @@
 //   - UnaryFallback, StreamFallback: a chain of steps that answer a failed
 //     call (a stream that failed before its first message); the answer is
 //     marked degraded in the call's header and trailer metadata
-//     (MetadataDegraded; read it with DegradedReason).
+//     (MetadataDegraded; read it with Degraded).
 //
 // Chain them outermost first, as the proxy's pipeline orders them:
 //

@@ -129,7 +129,7 @@ func ExampleUnaryFallback() {
 	for range 3 {
 		var header metadata.MD
 		r, err := prices.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}, grpc.Header(&header))
-		reason, _ := grpcclient.DegradedReason(header)
+		reason, _ := grpcclient.Degraded(header)
 		fmt.Printf("%q, err %v, degraded %q\n", r.GetServerId(), err, reason)
 	}
 	// Output:

@@ -332,7 +332,7 @@ type FallbackStep struct {
 // steps that succeeds. The call then returns nil, and MetadataDegraded
 // ("<step>: <reason>", reason breaker_open, rate_limited or code:CODE) is
 // set in the metadata of the call's grpc.Header and grpc.Trailer options;
-// read it with DegradedReason. When every step fails the call returns its
+// read it with Degraded. When every step fails the call returns its
 // own error.
 func UnaryFallback(on Codes, steps ...FallbackStep) grpc.UnaryClientInterceptor {
 	on = orDefault(on)
@@ -394,9 +394,9 @@ func markDegraded(opts []grpc.CallOption, value string) {
 	}
 }
 
-// DegradedReason reports whether md (a call's header or trailer) marks a
+// Degraded reports whether md (a call's header or trailer) marks a
 // fallback's answer, and its "<step>: <reason>".
-func DegradedReason(md metadata.MD) (string, bool) {
+func Degraded(md metadata.MD) (reason string, ok bool) {
 	if v := md.Get(MetadataDegraded); len(v) > 0 {
 		return v[0], true
 	}

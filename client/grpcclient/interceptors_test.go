@@ -69,7 +69,7 @@ func TestBreakerOpensAndTheFallbackAnswersDegraded(t *testing.T) {
 			t.Fatalf("failing call %d: %q, %v; want the fallback's answer", i, id, err)
 		}
 		for name, md := range map[string]metadata.MD{"header": header, "trailer": trailer} {
-			if r, ok := grpcclient.DegradedReason(md); !ok || r != "cache: code:Unavailable" {
+			if r, ok := grpcclient.Degraded(md); !ok || r != "cache: code:Unavailable" {
 				t.Fatalf("failing call %d: %s degraded %q, %v; want \"cache: code:Unavailable\"", i, name, r, ok)
 			}
 		}
@@ -83,7 +83,7 @@ func TestBreakerOpensAndTheFallbackAnswersDegraded(t *testing.T) {
 	if err != nil || id != "cached" {
 		t.Fatalf("call with the breaker open: %q, %v; want the fallback's answer", id, err)
 	}
-	if r, _ := grpcclient.DegradedReason(header); r != "cache: breaker_open" {
+	if r, _ := grpcclient.Degraded(header); r != "cache: breaker_open" {
 		t.Fatalf("call with the breaker open: degraded %q; want \"cache: breaker_open\"", r)
 	}
 	if n := s.calls.Load() - calls; n != 0 {
@@ -375,7 +375,7 @@ func TestStreamFallbackAnswersFailedStreams(t *testing.T) {
 		for {
 			m, err := st.Recv()
 			if err != nil {
-				r, _ := grpcclient.DegradedReason(st.Trailer())
+				r, _ := grpcclient.Degraded(st.Trailer())
 				if err == io.EOF {
 					err = nil
 				}
