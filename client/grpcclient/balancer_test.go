@@ -198,7 +198,7 @@ func TestRegistryWeightsReachTheBalancer(t *testing.T) {
 // With missing_key: error a hashing balancer refuses a call without a key
 // with ErrNoHashKey, without calling a server, and the breaker does not
 // count it against the service.
-func TestMissingHashKeyIsInvalidArgument(t *testing.T) {
+func TestMissingHashKeyFailsWithErrNoHashKey(t *testing.T) {
 	env := startRegistry(t)
 	s := startServer(t, "a")
 	env.register(t, "orders", s, 0)
