@@ -1,0 +1,144 @@
+package grpcclient
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/clock"
+)
+
+// picker is an immutable snapshot: the switchboard balancer (whose own
+// pick state is lock-free) and the SubConn of each ready endpoint.
+type picker struct {
+	bal balance.Balancer
+	scs map[*endpoint.Endpoint]balancer.SubConn
+	cfg *lbConfig
+	err error // set when there is nothing to pick from
+}
+
+// pick is the state of one pick between Pick and Done. Picks are pooled
+// so that neither the balance.Info handed to the policy nor the Done
+// callback (built once per pick value, as a method value) allocates.
+type pick struct {
+	info   balance.Info
+	start  int64 // clock.NowNanos at the pick
+	done   func(endpoint.Outcome)
+	loadMD string
+	doneFn func(balancer.DoneInfo)
+}
+
+var picks sync.Pool
+
+func init() {
+	picks.New = func() any {
+		p := new(pick)
+		p.doneFn = p.finish
+		return p
+	}
+}
+
+func (pk *pick) release() {
+	pk.info = balance.Info{}
+	pk.done = nil
+	picks.Put(pk)
+}
+
+// finish is the gRPC Done of a pick: the call's outcome and latency go to
+// the policy (in-flight counts, latency EWMA, dynamic weights).
+func (pk *pick) finish(di balancer.DoneInfo) {
+	var lat time.Duration
+	if pk.start != 0 {
+		lat = time.Duration(clock.NowNanos(clock.Real) - pk.start)
+	}
+	o := Outcome(di.Err, lat, 0)
+	if di.Err == nil && !di.BytesSent && !di.BytesReceived {
+		// gRPC gives a pick back this way when the SubConn's transport
+		// went away before the call could use it: nothing happened.
+		o = endpoint.Outcome{Canceled: true}
+	}
+	if pk.loadMD != "" && di.Trailer != nil {
+		if v := di.Trailer.Get(pk.loadMD); len(v) > 0 {
+			o.LoadReport = v[0]
+		}
+	}
+	done := pk.done
+	pk.release()
+	done(o)
+}
+
+var errNoEndpoint = status.Error(codes.Unavailable, "grpcclient: no endpoint available")
+
+// ErrNoHashKey fails a call without a hash key when the hashing
+// balancer's missing_key is error. It is the caller's mistake, but gRPC
+// does not let a picker fail a call with InvalidArgument (gRFC A54), so
+// its code is Internal; Outcome and UnaryFallback know it for what it is:
+// no failure of the server, nothing for a fallback to answer.
+var ErrNoHashKey = status.Error(codes.Internal, "grpcclient: the call has no hash key (set it with WithHashKey or in the metadata hash_key names) and the balancer's missing_key is error")
+
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	if p.err != nil {
+		return balancer.PickResult{}, p.err
+	}
+	pk := picks.Get().(*pick)
+	var ci *callInfo
+	if info.Ctx != nil {
+		ci = callInfoFrom(info.Ctx)
+	}
+	if ci != nil {
+		pk.info.Tried = ci.tried
+	}
+	if p.cfg.hashMD != "" || p.cfg.hashMethod {
+		switch {
+		case ci != nil && ci.hasKey:
+			pk.info.Key, pk.info.HasKey = ci.key, true
+		case p.cfg.hashMethod:
+			pk.info.Key, pk.info.HasKey = info.FullMethodName, true
+		case info.Ctx != nil:
+			// FromOutgoingContext copies the metadata: WithHashKey is the
+			// allocation-free way.
+			if md, ok := metadata.FromOutgoingContext(info.Ctx); ok {
+				if v := md[p.cfg.hashMD]; len(v) > 0 {
+					pk.info.Key, pk.info.HasKey = v[0], true
+				}
+			}
+		}
+	}
+	r, err := p.bal.Pick(&pk.info)
+	if err != nil {
+		pk.release()
+		if errors.Is(err, balance.ErrNoHashKey) { // missing_key: error
+			return balancer.PickResult{}, ErrNoHashKey
+		}
+		return balancer.PickResult{}, errNoEndpoint
+	}
+	sc, ok := p.scs[r.Endpoint]
+	if !ok {
+		// The balancer already has a newer snapshot than this picker: gRPC
+		// picks again with the next picker.
+		pk.release()
+		r.Done(endpoint.Outcome{Canceled: true})
+		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+	}
+	if ci != nil && ci.track {
+		ci.tried = append(ci.tried, r.Endpoint)
+	}
+	pk.info = balance.Info{}
+	pk.done = r.Done
+	pk.loadMD = p.cfg.loadMD
+	if p.cfg.latency {
+		// The monotonic clock only: half of time.Now's cost. Policies that
+		// do not read latency are spared both readings.
+		pk.start = clock.NowNanos(clock.Real) + 1
+	} else {
+		pk.start = 0
+	}
+	return balancer.PickResult{SubConn: sc, Done: pk.doneFn}, nil
+}
