@@ -79,7 +79,7 @@ func parseClient(file string, data []byte, h sys) (*Client, error) {
 		Upstreams:  c.Upstreams,
 		Registries: c.Registries,
 		Discovery:  c.Discovery,
-		Listeners: []Listener{{Name: ClientListener, Routes: c.Routes}},
+		Listeners:  []Listener{{Name: ClientListener, Routes: c.Routes}},
 	}
 	pos.set(&cfg.Upstreams, pos.of(&c.Upstreams))
 	pos.set(&cfg.Registries, pos.of(&c.Registries))
