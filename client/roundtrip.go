@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/pipeline"
@@ -64,9 +65,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.call.Upgrade = req.Header.Get("Upgrade")
 	}
 	ctx := req.Context()
-	if k, ok := ctx.Value(hashKeyCtx{}).(string); ok {
-		st.call.HashKey, st.call.HasHashKey = k, true
-	}
+	st.call.HashKey, st.call.HasHashKey = balance.HashKeyFrom(ctx)
 	st.start = time.Now()
 	rt.m.Start()
 	resp, err := rt.p.Do(&st.call, st.start)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
 )
 
@@ -89,13 +90,11 @@ func callersMistake(err error) bool { return errors.Is(err, ErrNoHashKey) }
 // callKey keys the per-call state in a context.
 type callKey struct{}
 
-// callInfo is what a call carries to the picker: its hash key and, while a
-// retry interceptor runs it, the endpoints its attempts used.
+// callInfo is what a call carries to the picker while a retry interceptor
+// runs it: the endpoints its attempts used.
 type callInfo struct {
-	key    string
-	hasKey bool
-	track  bool
-	tried  []*endpoint.Endpoint
+	track bool
+	tried []*endpoint.Endpoint
 }
 
 func callInfoFrom(ctx context.Context) *callInfo {
@@ -107,19 +106,11 @@ func callInfoFrom(ctx context.Context) *callInfo {
 // for switchboard_consistent_hash and switchboard_maglev: calls with the
 // same key go to the same server. It takes precedence over the metadata
 // key named by the balancer's hash_key, and unlike reading metadata it
-// costs the pick no allocation.
+// costs the pick no allocation. It is balance.WithHashKey, so the same
+// context keys the HTTP client's calls (package client) too.
 func WithHashKey(ctx context.Context, key string) context.Context {
-	ci := &callInfo{key: key, hasKey: true}
-	if old := callInfoFrom(ctx); old != nil {
-		ci.track, ci.tried = old.track, old.tried
-	}
-	return context.WithValue(ctx, callKey{}, ci)
+	return balance.WithHashKey(ctx, key)
 }
 
 // HashKey returns the hash key WithHashKey put into ctx.
-func HashKey(ctx context.Context) (string, bool) {
-	if ci := callInfoFrom(ctx); ci != nil && ci.hasKey {
-		return ci.key, true
-	}
-	return "", false
-}
+func HashKey(ctx context.Context) (string, bool) { return balance.HashKeyFrom(ctx) }

@@ -221,11 +221,7 @@ func (r *retrier) begin(ctx context.Context, method string) (context.Context, bo
 	if r.p.Attempts <= 1 || !(r.p.RetryNonIdempotent || (r.idempotent != nil && r.idempotent(method))) {
 		return ctx, false
 	}
-	ci := &callInfo{track: true}
-	if old := callInfoFrom(ctx); old != nil {
-		ci.key, ci.hasKey = old.key, old.hasKey
-	}
-	return context.WithValue(ctx, callKey{}, ci), true
+	return context.WithValue(ctx, callKey{}, &callInfo{track: true}), true
 }
 
 // again decides on a retry after attempt failed with err, and waits the

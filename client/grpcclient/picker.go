@@ -1,6 +1,7 @@
 package grpcclient
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
@@ -83,6 +84,12 @@ var errNoEndpoint = status.Error(codes.Unavailable, "grpcclient: no endpoint ava
 // no failure of the server, nothing for a fallback to answer.
 var ErrNoHashKey = status.Error(codes.Internal, "grpcclient: the call has no hash key (set it with WithHashKey or in the metadata hash_key names) and the balancer's missing_key is error")
 
+// hasKeyIn sets info's key from balance.WithHashKey's, if ctx has one.
+func hasKeyIn(ctx context.Context, info *balance.Info) bool {
+	info.Key, info.HasKey = balance.HashKeyFrom(ctx)
+	return info.HasKey
+}
+
 func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if p.err != nil {
 		return balancer.PickResult{}, p.err
@@ -97,8 +104,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	}
 	if p.cfg.hashMD != "" || p.cfg.hashMethod {
 		switch {
-		case ci != nil && ci.hasKey:
-			pk.info.Key, pk.info.HasKey = ci.key, true
+		case info.Ctx != nil && hasKeyIn(info.Ctx, &pk.info):
 		case p.cfg.hashMethod:
 			pk.info.Key, pk.info.HasKey = info.FullMethodName, true
 		case info.Ctx != nil:
