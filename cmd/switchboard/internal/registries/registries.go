@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/config/registryopen"
 	"github.com/switchboard-dev/switchboard/discovery"
-	"github.com/switchboard-dev/switchboard/internal/registryopen"
 	"github.com/switchboard-dev/switchboard/registry"
 	"github.com/switchboard-dev/switchboard/upstream"
 )
