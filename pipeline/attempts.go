@@ -57,6 +57,7 @@ func (r *Route) attempts(c *Call) (*http.Response, error) {
 		}
 		pick, err := r.up.Pick(&c.info)
 		if err == balance.ErrNoHashKey {
+			c.callersFault = true
 			return nil, r.noHashKey()
 		}
 		if err != nil {

@@ -74,7 +74,7 @@ func (c *Call) Finish(status int, bodyErr error) {
 	if c.stale != nil && bodyErr == nil && !c.stale.over && c.stale.eof {
 		r.fb.Store(cacheKey(c.Req), http.StatusOK, c.stale.header, c.stale.buf.Bytes(), now)
 	}
-	o := endpoint.Outcome{Status: status, Canceled: status == StatusClientClosed, Latency: now.Sub(c.start)}
+	o := endpoint.Outcome{Status: status, Canceled: status == StatusClientClosed || c.callersFault, Latency: now.Sub(c.start)}
 	if c.degraded {
 		o.Err = errDegraded
 	}

@@ -263,6 +263,10 @@ type Call struct {
 	stale    *staleRecorder
 	degraded bool
 	finished bool
+	// callersFault is set when the call was refused for a mistake of the
+	// caller's (no hash key): its outcome counts neither way for the route
+	// breaker, not even as a half-open probe's success.
+	callersFault bool
 }
 
 // BufferedBody is a request body the front end holds whole (in memory, or
