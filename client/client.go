@@ -106,7 +106,7 @@ type options struct {
 	discOpts   discovery.Options
 	base       http.RoundTripper
 	transport  http.RoundTripper
-	reg        prometheus.Registerer
+	metrics    *Metrics
 	log        *slog.Logger
 	owned      []*http.Transport // made by WithConfig, closed by Close
 	// backends are the registries of a YAML configuration's registries
@@ -191,14 +191,36 @@ func WithTransport(rt http.RoundTripper) Option {
 	}
 }
 
-// WithMetrics registers the client's metrics with reg. They are the
-// proxy's, with the same names and labels: the upstreams'
-// (switchboard_endpoint_*), the pipelines' (retries, errors, rate limits,
-// breakers, fallbacks), the discovery caches' and the HTTP request
-// metrics, whose listener label is "client". Default: none.
-func WithMetrics(reg prometheus.Registerer) Option {
+// Metrics are the client's Prometheus metrics. They are the proxy's, with
+// the same names and labels: the upstreams' (switchboard_endpoint_*), the
+// pipelines' (retries, errors, rate limits, breakers, fallbacks), the
+// discovery caches' and the HTTP request metrics, whose listener label is
+// "client". Create them once per registerer with NewMetrics and hand them
+// to every Client that should count there (WithMetrics): a registerer
+// takes each metric name once, so a second NewMetrics on the same one
+// panics, as prometheus.MustRegister does.
+type Metrics struct {
+	up   *upstream.Metrics
+	pipe *pipeline.Metrics
+	disc *discovery.Metrics
+	http *httpmetrics.Metrics
+}
+
+// NewMetrics creates the client's metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	return &Metrics{
+		up:   upstream.NewMetrics(reg),
+		pipe: pipeline.NewMetrics(reg),
+		disc: discovery.NewMetrics(reg),
+		http: httpmetrics.New(reg),
+	}
+}
+
+// WithMetrics makes the client count in m (see NewMetrics); several
+// clients may share one. Default: no metrics.
+func WithMetrics(m *Metrics) Option {
 	return func(o *options) error {
-		o.reg = reg
+		o.metrics = m
 		return nil
 	}
 }
@@ -300,9 +322,9 @@ func New(opts ...Option) (*Client, error) {
 		pipem *pipeline.Metrics
 		discm *discovery.Metrics
 	)
-	if o.reg != nil {
-		upm, pipem, discm = upstream.NewMetrics(o.reg), pipeline.NewMetrics(o.reg), discovery.NewMetrics(o.reg)
-		c.metrics = httpmetrics.New(o.reg)
+	if m := o.metrics; m != nil {
+		upm, pipem, discm = m.up, m.pipe, m.disc
+		c.metrics = m.http
 	}
 	fail := func(err error) (*Client, error) {
 		c.Close()

@@ -255,7 +255,7 @@ func TestTheContextEndsACallWaitingInTheQueue(t *testing.T) {
 func TestCancellationEndsACallInItsBackoff(t *testing.T) {
 	busy := newBackend(t, "busy", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) })
 	reg := prometheus.NewRegistry()
-	c := newClient(t, client.WithMetrics(reg), client.WithService("orders", client.Service{
+	c := newClient(t, client.WithMetrics(client.NewMetrics(reg)), client.WithService("orders", client.Service{
 		Upstream: upstream.Config{Targets: targets(busy)},
 		Pipeline: pipeline.Config{Retry: &retry.Policy{Attempts: 5, BackoffBase: time.Hour, BackoffMax: time.Hour}},
 	}))
@@ -420,7 +420,7 @@ func TestMetricsHaveTheProxysNames(t *testing.T) {
 	dead.srv.Close()
 	ok := newBackend(t, "ok", nil)
 	reg := prometheus.NewRegistry()
-	c := newClient(t, client.WithMetrics(reg), client.WithService("orders", client.Service{
+	c := newClient(t, client.WithMetrics(client.NewMetrics(reg)), client.WithService("orders", client.Service{
 		Upstream: upstream.Config{Targets: targets(dead, ok)},
 	}))
 	for i := 0; i < 4; i++ {
@@ -437,6 +437,31 @@ func TestMetricsHaveTheProxysNames(t *testing.T) {
 	if series[retries] < 1 || series[retries] != series[errs] {
 		t.Errorf("%s = %v and %s = %v; want the same count, at least 1", retries, series[retries], errs, series[errs])
 	}
+}
+
+// Two clients share one Metrics on one registerer, and their calls add up
+// in the same series (a second NewMetrics on that registerer would panic
+// on the duplicate names, as MustRegister does).
+func TestClientsShareOneMetrics(t *testing.T) {
+	ok := newBackend(t, "ok", nil)
+	reg := prometheus.NewRegistry()
+	m := client.NewMetrics(reg)
+	svc := client.WithService("orders", client.Service{Upstream: upstream.Config{Targets: targets(ok)}})
+	a := newClient(t, client.WithMetrics(m), svc)
+	b := newClient(t, client.WithMetrics(m), svc)
+	get(t, a.HTTPClient(), "http://orders/")
+	get(t, b.HTTPClient(), "http://orders/")
+	get(t, b.HTTPClient(), "http://orders/")
+	calls := `switchboard_http_requests_total{code="200",listener="client",route="orders",upstream="orders"}`
+	if n := gather(t, reg)[calls]; n != 3 {
+		t.Fatalf("%s = %v, want 3 (1 + 2 from two clients)", calls, n)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a second NewMetrics on the same registerer did not panic")
+		}
+	}()
+	client.NewMetrics(reg)
 }
 
 // gather returns every counter series in reg as name{labels} -> value.

@@ -113,8 +113,9 @@
 //
 // # Metrics
 //
-// WithMetrics registers the proxy's metrics, with the same names and
-// labels: the upstreams' endpoint states, the pipelines' retries, errors,
+// NewMetrics registers the proxy's metrics with a prometheus.Registerer,
+// once, and WithMetrics hands them to a Client (several may share them),
+// with the same names and labels as the proxy's: the upstreams' endpoint states, the pipelines' retries, errors,
 // rate-limit decisions, breakers and fallbacks, the discovery caches', and
 // switchboard_http_requests_total and _request_duration_seconds with
 // listener="client", route and upstream, counted when a call is finished.
