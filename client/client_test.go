@@ -311,12 +311,18 @@ func TestReadingOrClosingTheBodyGivesTheSlotBack(t *testing.T) {
 	}
 	resp2.Body.Close() // unread
 	resp2.Body.Close() // twice: still once
+	resp.Body.Close()  // the first, read to its end, closed late: still once
 	resp3, err := c.RoundTrip(req())
 	if err != nil {
 		t.Fatalf("after the second body was closed: %v", err)
 	}
+	// Had a second Close given a slot back again, the cap would now let
+	// two calls in.
+	var pe *pipeline.Error
+	if _, err := c.RoundTrip(req()); !errors.As(err, &pe) || pe.Code != pipeline.CodeConcurrencyLimited {
+		t.Fatalf("a call while the third body is open: %v; want concurrency_limited (a slot was given back twice)", err)
+	}
 	resp3.Body.Close()
-	resp.Body.Close()
 }
 
 // A POST with a body that net/http can produce again is retried with the
