@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,12 +49,15 @@ type Service struct {
 	// discovered in when Upstream has neither Targets nor View. Default:
 	// the only registry given.
 	Registry string
-	// Query is what is discovered. Default: the service's name, passing
-	// instances only.
+	// Query is what is discovered. Default: the service's name as
+	// declared (its case kept), passing instances only.
 	Query *registry.Query
 	// Transport sends the requests to the endpoints; nil means the
 	// client's (WithTransport).
 	Transport http.RoundTripper
+
+	declared string // the name as given to WithService
+	fromYAML bool   // Transport was shaped by WithConfig from connection keys
 }
 
 // Route protects the calls to a service that match it with a pipeline of
@@ -109,6 +113,9 @@ type options struct {
 	metrics    *Metrics
 	log        *slog.Logger
 	owned      []*http.Transport // made by WithConfig, closed by Close
+	// yamlDisc is the discovery block of WithConfig: it fills what
+	// WithDiscoveryOptions leaves unset, whatever the options' order.
+	yamlDisc *config.Discovery
 	// backends are the registries of a YAML configuration's registries
 	// block, opened by New unless the program gives one of the same name.
 	backends map[string]*config.RegistryBackend
@@ -126,6 +133,7 @@ func WithService(name string, s Service) Option {
 		if _, dup := o.services[key]; dup {
 			return fmt.Errorf("client: service %q is declared twice", name)
 		}
+		s.declared = name
 		o.services[key] = s
 		o.order = append(o.order, key)
 		return nil
@@ -164,6 +172,8 @@ func WithDiscovery(name string, d *discovery.Discovery) Option {
 // WithDiscoveryOptions tunes the discovery caches the client makes for
 // WithRegistry: the disk cache, the empty-answer grace and the backoff
 // after registry errors. The client sets Registry, Logger and Metrics.
+// A YAML configuration's discovery block (WithConfig) fills the fields
+// left zero here, in whichever order the options come.
 func WithDiscoveryOptions(opts discovery.Options) Option {
 	return func(o *options) error {
 		o.discOpts = opts
@@ -184,6 +194,9 @@ func WithBase(rt http.RoundTripper) Option {
 // WithTransport sets the RoundTripper that sends requests to endpoints
 // (http://ENDPOINT-ADDRESS/...). Default: a transport of the client's own,
 // that keeps up to 64 idle connections per endpoint and uses no proxy.
+// It is used for the services of a YAML configuration (WithConfig) too,
+// in place of the transports their connection keys would shape; a
+// Service's own Transport wins over it.
 func WithTransport(rt http.RoundTripper) Option {
 	return func(o *options) error {
 		o.transport = rt
@@ -243,6 +256,7 @@ type Client struct {
 	transport http.RoundTripper
 	owned     []*http.Transport // transports of the client's own, closed by Close
 	closers   []func() error    // registry clients New opened, closed by Close
+	closeOnce sync.Once
 	discs     []*discovery.Discovery
 	metrics   *httpmetrics.Metrics
 	log       *slog.Logger
@@ -347,6 +361,14 @@ func New(opts ...Option) (*Client, error) {
 	for name, d := range o.views {
 		discs[name] = d
 	}
+	if y := o.yamlDisc; y != nil {
+		if o.discOpts.CacheDir == "" {
+			o.discOpts.CacheDir = y.CacheDir
+		}
+		if o.discOpts.EmptyGrace == 0 {
+			o.discOpts.EmptyGrace = y.EmptyGrace.Std()
+		}
+	}
 	for _, name := range sortedNames(o.registries) {
 		dopts := o.discOpts
 		dopts.Registry, dopts.Logger, dopts.Metrics = name, o.log.With("registry", name), discm
@@ -382,8 +404,8 @@ func New(opts ...Option) (*Client, error) {
 		}
 		c.services[name] = svc
 		rt := s.Transport
-		if rt == nil {
-			rt = c.transport
+		if rt == nil || (s.fromYAML && o.transport != nil) {
+			rt = c.transport // WithTransport wins over the YAML's connection keys
 		}
 		transports[name] = &transport{rt: rt}
 	}
@@ -435,7 +457,7 @@ func watch(name string, s Service, discs map[string]*discovery.Discovery) (upstr
 	if d == nil {
 		return nil, fmt.Errorf("client: service %q: registry %q is not given (WithRegistry; given: %s)", name, reg, strings.Join(sortedNames(discs), ", "))
 	}
-	q := registry.Query{Service: name, PassingOnly: true}
+	q := registry.Query{Service: s.declared, PassingOnly: true}
 	if s.Query != nil {
 		q = *s.Query
 	}
@@ -447,6 +469,10 @@ func watch(name string, s Service, discs map[string]*discovery.Discovery) (upstr
 // progress may finish; later calls to a service fail or are answered on
 // the endpoints last known.
 func (c *Client) Close() {
+	c.closeOnce.Do(c.close)
+}
+
+func (c *Client) close() {
 	for _, s := range c.services {
 		for _, r := range s.routes {
 			r.p.Close()

@@ -44,8 +44,7 @@ func WithConfig(cfg *Config) Option {
 		for name, b := range cfg.Registries {
 			o.backends[name] = b
 		}
-		o.discOpts.CacheDir = cfg.Discovery.CacheDir
-		o.discOpts.EmptyGrace = cfg.Discovery.EmptyGrace.Std()
+		o.yamlDisc = &cfg.Discovery
 		routes := map[string][]Route{}
 		for i := range cfg.Routes {
 			r := &cfg.Routes[i]
@@ -63,7 +62,7 @@ func WithConfig(cfg *Config) Option {
 			u := cfg.Upstreams[name]
 			t := upstreamTransport(u)
 			o.owned = append(o.owned, t)
-			s := Service{Upstream: u.Config, Routes: routes[name], Transport: t}
+			s := Service{Upstream: u.Config, Routes: routes[name], Transport: t, fromYAML: true}
 			if d := u.Discovery; d != nil {
 				s.Registry = d.Registry
 				s.Query = &registry.Query{Service: d.Service, Tags: d.Tags, PassingOnly: d.PassingOnly == nil || *d.PassingOnly}

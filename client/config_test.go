@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/client"
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
@@ -216,5 +218,65 @@ upstreams:
 	_, err = client.ParseConfig([]byte("registries:\n  fleet: {kind: zookeeper}\n"), "client.yaml")
 	if err == nil || !strings.Contains(err.Error(), `client.yaml:2:17: unknown registry kind "zookeeper"`) {
 		t.Fatalf("bad kind: %v", err)
+	}
+}
+
+// countingTransport counts the requests it sends.
+type countingTransport struct {
+	rt http.RoundTripper
+	n  atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.rt.RoundTrip(r)
+}
+
+// The program's options win over a YAML configuration's, in any order:
+// WithTransport sends the YAML services' requests too, and the YAML
+// discovery block fills only what WithDiscoveryOptions leaves unset.
+func TestProgramOptionsWinOverTheYAMLInAnyOrder(t *testing.T) {
+	_, reg := startRegistry(t)
+	a := newBackend(t, "a", nil)
+	register(t, reg, "orders-svc", "orders-1", a)
+	dir := t.TempDir()
+	cfg, err := client.ParseConfig([]byte(`
+upstreams:
+  orders:
+    discovery: {registry: consul, service: orders-svc}
+    timeouts: {connect: 2s}
+discovery: {cache_dir: "`+dir+`"}
+`), "client.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := &countingTransport{rt: http.DefaultTransport}
+	// The discovery options come after WithConfig and set only a backoff:
+	// the YAML's cache_dir still applies.
+	c := newClient(t, client.WithConfig(cfg), client.WithRegistry("consul", reg), client.WithTransport(ct),
+		client.WithDiscoveryOptions(discovery.Options{MinBackoff: 50 * time.Millisecond}))
+	testutil.WaitReady(t, c.Upstream("orders").Pool(), 1)
+	if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "a" {
+		t.Fatalf("%d %q", st, body)
+	}
+	if n := ct.n.Load(); n != 1 {
+		t.Fatalf("WithTransport sent %d requests, want 1: the YAML service used a transport of its own", n)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the discovery cache to be written in the YAML's cache_dir", func() bool {
+		files, _ := os.ReadDir(dir)
+		return len(files) > 0
+	})
+}
+
+// A service declared with capitals is discovered under its name as
+// declared: registries may be case-sensitive.
+func TestADeclaredNameKeepsItsCaseInTheRegistryQuery(t *testing.T) {
+	_, reg := startRegistry(t)
+	a := newBackend(t, "a", nil)
+	register(t, reg, "Orders", "orders-1", a)
+	c := newClient(t, client.WithRegistry("consul", reg), client.WithService("Orders", client.Service{}))
+	testutil.WaitReady(t, c.Upstream("orders").Pool(), 1)
+	if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "a" {
+		t.Fatalf("%d %q", st, body)
 	}
 }

@@ -108,8 +108,8 @@ func (s *HTTPServer) Slow(d time.Duration) { s.in.slow(d) }
 // Fail makes every request from now on get status (e.g. 503), with a short
 // text body naming the instance. Health checks still pass: the registry
 // keeps listing the server, as it would a sick node whose health endpoint
-// answers (see SetHealthy for the other case). A status outside 100-999
-// is a bug in the test: Fail panics.
+// answers (see SetHealthy for the other case). A status that is not an
+// error (outside 400-599) is a bug in the test: Fail panics.
 func (s *HTTPServer) Fail(status int) {
 	if status < 400 || status > 599 {
 		panic(fmt.Sprintf("clienttest: Fail(%d): not an HTTP error status (400-599)", status))
