@@ -346,9 +346,13 @@ func (d *DynamicWeight) Pick(info *Info) (Result, error) {
 	return pickWith(s.eps[i], s.sides[i].done), nil
 }
 
-// release is the endpoint's Done.
+// release is the endpoint's Done: observe as of o.At (the clock when it
+// is unset), then release the endpoint.
 func (s *dwSide) release(o endpoint.Outcome) {
-	now := monoNow(s.d.p.clock)
+	if o.At == 0 {
+		o.At = monoNow(s.d.p.clock)
+	}
+	now := o.At
 	s.observe(now, o)
 	s.ep.Release(o)
 	s.d.maybeRefresh(now)

@@ -3,7 +3,6 @@ package balance
 import (
 	"math"
 	"sync/atomic"
-	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/clock"
@@ -51,16 +50,7 @@ type ewmaParams struct {
 	tau     float64     // DecayWindow in ns
 	penalty float64     // ErrorPenalty in ns
 	clock   clock.Clock // clock.Real; tests set it and rb.clock together (useClock)
-	// seen is the latest clock reading of any Done, to within
-	// seenResolution: Pick decays estimates to it instead of reading the
-	// clock (~23ns here). It lags real time by at most the time since the
-	// last answer, which only matters when nothing is answering.
-	seen atomic.Int64
 }
-
-// seenResolution bounds how often Dones write ewmaParams.seen, so that
-// concurrent Dones do not fight over its cache line.
-const seenResolution = int64(time.Millisecond)
 
 type ewmaSnap struct {
 	lcSnap
@@ -127,17 +117,41 @@ func (b *P2CEWMA) Pick(info *Info) (Result, error) {
 	if len(s.eps) == 0 {
 		return Result{}, ErrNoEndpoint
 	}
-	return s.pickAt(&b.rng, b.p.seen.Load(), info), nil
-}
-
-// pickAt is Pick as of now.
-func (s *ewmaSnap) pickAt(r *rng, now int64, info *Info) Result {
-	a, c := s.two(r, info)
+	a, c := s.two(&b.rng, info)
 	sa, sc := s.sides[a], s.sides[c]
-	if la, lc := sa.load(now), sc.load(now); lc*1.01 < la {
+	if sc.below(sa) {
 		sa = sc
 	}
-	return pickWith(sa.ep, sa.done)
+	return pickWith(sa.ep, sa.done), nil
+}
+
+// below reports whether s's load is more than 1% below o's (costs within
+// 1% of each other are equal).
+//
+// Two estimates decay towards 0 with the same time constant, so their
+// ratio as of any time after both stamps is the same: the one observed
+// earlier is decayed to the later one's stamp, and Pick need not read the
+// clock. Only an endpoint never observed that has requests in flight
+// (ErrorPenalty each, which does not decay) is compared as of the clock's
+// now.
+func (s *ewmaSide) below(o *ewmaSide) bool {
+	ts, to := s.stamp.Load(), o.stamp.Load()
+	if ts == 0 || to == 0 {
+		var now int64
+		if (ts == 0 && s.ep.InFlight() > 0) || (to == 0 && o.ep.InFlight() > 0) {
+			now = monoNow(s.p.clock)
+		}
+		return s.load(now)*1.01 < o.load(now)
+	}
+	ls := math.Float64frombits(s.cost.Load()) * float64(s.ep.InFlight()+1)
+	lo := math.Float64frombits(o.cost.Load()) * float64(o.ep.InFlight()+1)
+	switch {
+	case ts < to:
+		ls *= expNeg(float64(to-ts) / s.p.tau)
+	case to < ts:
+		lo *= expNeg(float64(ts-to) / s.p.tau)
+	}
+	return ls*1.01 < lo
 }
 
 // load is the endpoint's cost as of now: the estimate decayed for the time
@@ -155,14 +169,15 @@ func (s *ewmaSide) load(now int64) float64 {
 	return c * (in + 1)
 }
 
-// release is the endpoint's Done: observe, then release the endpoint.
+// release is the endpoint's Done: observe as of o.At (the clock when it
+// is unset), then release the endpoint.
 func (s *ewmaSide) release(o endpoint.Outcome) {
-	now := monoNow(s.p.clock)
+	if o.At == 0 {
+		o.At = monoNow(s.p.clock)
+	}
+	now := o.At
 	s.observe(now, o)
 	s.ep.Release(o)
-	if now-s.p.seen.Load() >= seenResolution {
-		s.p.seen.Store(now)
-	}
 }
 
 // observe folds one outcome at now into the estimate. Concurrent observers

@@ -13,7 +13,6 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // picker is an immutable snapshot: the switchboard balancer (whose own
@@ -30,7 +29,7 @@ type picker struct {
 // callback (built once per pick value, as a method value) allocates.
 type pick struct {
 	info   balance.Info
-	start  int64 // clock.NowNanos at the pick
+	start  int64 // endpoint.Nanotime at the pick; 0 when the policy reads no latency
 	done   func(endpoint.Outcome)
 	loadMD string
 	doneFn func(balancer.DoneInfo)
@@ -56,8 +55,10 @@ func (pk *pick) release() {
 // the policy (in-flight counts, latency EWMA, dynamic weights).
 func (pk *pick) finish(di balancer.DoneInfo) {
 	var lat time.Duration
+	var now int64
 	if pk.start != 0 {
-		lat = time.Duration(clock.NowNanos(clock.Real) - pk.start)
+		now = endpoint.Nanotime()
+		lat = time.Duration(now - pk.start)
 	}
 	o := Outcome(di.Err, lat, 0)
 	if di.Err == nil && !di.BytesSent && !di.BytesReceived {
@@ -65,6 +66,9 @@ func (pk *pick) finish(di balancer.DoneInfo) {
 		// went away before the call could use it: nothing happened.
 		o = endpoint.Outcome{Canceled: true}
 	}
+	// The policy stamps its averages with the reading that ended the
+	// latency rather than reading the clock again.
+	o.At = now
 	if pk.loadMD != "" && di.Trailer != nil {
 		if v := di.Trailer.Get(pk.loadMD); len(v) > 0 {
 			o.LoadReport = v[0]
@@ -142,7 +146,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if p.cfg.latency {
 		// The monotonic clock only: half of time.Now's cost. Policies that
 		// do not read latency are spared both readings.
-		pk.start = clock.NowNanos(clock.Real) + 1
+		pk.start = endpoint.Nanotime()
 	} else {
 		pk.start = 0
 	}
