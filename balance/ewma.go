@@ -3,6 +3,7 @@ package balance
 import (
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/clock"
@@ -48,6 +49,7 @@ type P2CEWMA struct {
 
 type ewmaParams struct {
 	tau     float64     // DecayWindow in ns
+	rate    float64     // 1/tau: a multiply on the request path, not a divide
 	penalty float64     // ErrorPenalty in ns
 	clock   clock.Clock // clock.Real; tests set it and rb.clock together (useClock)
 }
@@ -72,6 +74,7 @@ func NewP2CEWMA(cfg Config) *P2CEWMA {
 	b := &P2CEWMA{
 		p: &ewmaParams{
 			tau:     float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
+			rate:    1 / float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
 			penalty: float64(orDuration(cfg.ErrorPenalty, DefaultErrorPenalty)),
 			clock:   clock.Real,
 		},
@@ -147,9 +150,9 @@ func (s *ewmaSide) below(o *ewmaSide) bool {
 	lo := math.Float64frombits(o.cost.Load()) * float64(o.ep.InFlight()+1)
 	switch {
 	case ts < to:
-		ls *= expNeg(float64(to-ts) / s.p.tau)
+		ls *= expNeg(float64(to-ts) * s.p.rate)
 	case to < ts:
-		lo *= expNeg(float64(ts-to) / s.p.tau)
+		lo *= expNeg(float64(ts-to) * s.p.rate)
 	}
 	return ls*1.01 < lo
 }
@@ -164,7 +167,7 @@ func (s *ewmaSide) load(now int64) float64 {
 	}
 	c := math.Float64frombits(s.cost.Load())
 	if el := now - last; el > 0 {
-		c *= expNeg(float64(el) / s.p.tau)
+		c *= expNeg(float64(el) * s.p.rate)
 	}
 	return c * (in + 1)
 }
@@ -180,15 +183,21 @@ func (s *ewmaSide) release(o endpoint.Outcome) {
 	s.ep.Release(o)
 }
 
-// observe folds one outcome at now into the estimate. Concurrent observers
-// may both decay over the same interval; that only shifts a little weight
-// to the newer sample.
+// observe folds one outcome at now into the estimate. It is small enough
+// to inline, so that the outcome is not copied once more on the way.
 func (s *ewmaSide) observe(now int64, o endpoint.Outcome) {
-	if o.Canceled {
-		return
+	if !o.Canceled {
+		s.add(now, o.Latency, o.Err != nil || o.Status >= 500) // failed(o), o not canceled
 	}
-	rtt := max(float64(o.Latency), 0)
-	if failed(o) {
+}
+
+// add folds a request of the given latency at now into the estimate; a
+// failed one counts as at least ErrorPenalty. Concurrent observers may
+// both decay over the same interval; that only shifts a little weight to
+// the newer sample.
+func (s *ewmaSide) add(now int64, latency time.Duration, failed bool) {
+	rtt := max(float64(latency), 0)
+	if failed {
 		rtt = max(rtt, s.p.penalty)
 	}
 	for {
@@ -197,7 +206,7 @@ func (s *ewmaSide) observe(now int64, o endpoint.Outcome) {
 		old := math.Float64frombits(oldBits)
 		next := rtt
 		if last != 0 && rtt < old {
-			w := expNeg(float64(max(now-last, 0)) / s.p.tau)
+			w := expNeg(float64(max(now-last, 0)) * s.p.rate)
 			next = old*w + rtt*(1-w)
 		}
 		if s.cost.CompareAndSwap(oldBits, math.Float64bits(next)) {

@@ -100,8 +100,10 @@ func BenchmarkPick(b *testing.B) {
 func TestDoneReportsTheOutcome(t *testing.T) {
 	p := readyPicker(t, balance.RoundRobinName, "{}", 1).(*picker)
 	var ep *endpoint.Endpoint
-	for e := range p.scs {
-		ep = e
+	for _, e := range p.scs.eps {
+		if e != nil {
+			ep = e
+		}
 	}
 	for _, tc := range []struct {
 		name     string

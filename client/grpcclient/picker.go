@@ -19,7 +19,7 @@ import (
 // pick state is lock-free) and the SubConn of each ready endpoint.
 type picker struct {
 	bal balance.Balancer
-	scs map[*endpoint.Endpoint]balancer.SubConn
+	scs subConns
 	cfg *lbConfig
 	err error // set when there is nothing to pick from
 }
@@ -129,7 +129,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		return balancer.PickResult{}, errNoEndpoint
 	}
-	sc, ok := p.scs[r.Endpoint]
+	sc, ok := p.scs.get(r.Endpoint)
 	if !ok {
 		// The balancer already has a newer snapshot than this picker: gRPC
 		// picks again with the next picker.
