@@ -60,15 +60,18 @@ func (pk *pick) finish(di balancer.DoneInfo) {
 		now = endpoint.Nanotime()
 		lat = time.Duration(now - pk.start)
 	}
-	o := Outcome(di.Err, lat, 0)
-	if di.Err == nil && !di.BytesSent && !di.BytesReceived {
+	// o.At: the policy stamps its averages with the reading that ended
+	// the latency rather than reading the clock again.
+	o := endpoint.Outcome{Status: 200, Latency: lat, At: now} // Outcome(nil, lat, 0), inline
+	switch {
+	case di.Err != nil:
+		o = Outcome(di.Err, lat, 0)
+		o.At = now
+	case !di.BytesSent && !di.BytesReceived:
 		// gRPC gives a pick back this way when the SubConn's transport
 		// went away before the call could use it: nothing happened.
-		o = endpoint.Outcome{Canceled: true}
+		o = endpoint.Outcome{Canceled: true, At: now}
 	}
-	// The policy stamps its averages with the reading that ended the
-	// latency rather than reading the clock again.
-	o.At = now
 	if pk.loadMD != "" && di.Trailer != nil {
 		if v := di.Trailer.Get(pk.loadMD); len(v) > 0 {
 			o.LoadReport = v[0]
