@@ -368,8 +368,7 @@ func (s *dwSide) observe(now int64, o *endpoint.Outcome) {
 		s.report(o.LoadReport)
 	}
 	if !o.Canceled {
-		ok := o.Err == nil && o.Status < 500 // !failed(o), o not canceled
-		s.obs.observe(now, ok, o.Latency, s.d.p.rate)
+		s.obs.observe(now, !failed(o), o.Latency, s.d.p.rate)
 	}
 }
 

@@ -3,7 +3,6 @@ package balance
 import (
 	"math"
 	"sync/atomic"
-	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/clock"
@@ -182,22 +181,17 @@ func (s *ewmaSide) release(o endpoint.Outcome) {
 	s.ep.Release(o)
 }
 
-// observe folds one outcome at now into the estimate. It inlines, and
-// takes o by pointer so that inlining does not copy it either: an
-// Outcome copy cost more than the rest of the Done here.
+// observe folds one outcome at now into the estimate; a failed request
+// counts as at least ErrorPenalty. Concurrent observers may both decay
+// over the same interval; that only shifts a little weight to the newer
+// sample. It takes o by pointer: copying an Outcome into a call that does
+// not inline costs more than the rest of a Done here.
 func (s *ewmaSide) observe(now int64, o *endpoint.Outcome) {
-	if !o.Canceled {
-		s.add(now, o.Latency, o.Err != nil || o.Status >= 500) // failed(o), o not canceled
+	if o.Canceled {
+		return
 	}
-}
-
-// add folds a request of the given latency at now into the estimate; a
-// failed one counts as at least ErrorPenalty. Concurrent observers may
-// both decay over the same interval; that only shifts a little weight to
-// the newer sample.
-func (s *ewmaSide) add(now int64, latency time.Duration, failed bool) {
-	rtt := max(float64(latency), 0)
-	if failed {
+	rtt := max(float64(o.Latency), 0)
+	if failed(o) {
 		rtt = max(rtt, s.p.penalty)
 	}
 	for {
@@ -222,4 +216,4 @@ func (s *ewmaSide) add(now int64, latency time.Duration, failed bool) {
 // failed reports whether an outcome counts as an error for latency-aware
 // policies: a transport error, or a 5xx answer (a fast-failing endpoint
 // must not look fast).
-func failed(o endpoint.Outcome) bool { return o.Failed() || (o.Status >= 500 && !o.Canceled) }
+func failed(o *endpoint.Outcome) bool { return !o.Canceled && (o.Err != nil || o.Status >= 500) }

@@ -60,6 +60,16 @@ func TimeOf(n int64) time.Time { return clock.Time(n - 1) }
 // transport error that is not the caller's own cancellation.
 func (o Outcome) Failed() bool { return o.Err != nil && !o.Canceled }
 
+// Time is when the use ended: TimeOf(o.At), or time.Now() when At is
+// unset. An observer that keeps time.Time (a breaker's window) calls it
+// instead of time.Now: for an outcome that carries At it reads no clock.
+func (o *Outcome) Time() time.Time {
+	if o.At != 0 {
+		return TimeOf(o.At)
+	}
+	return time.Now()
+}
+
 // Observer receives every outcome reported for an endpoint. Passive health,
 // latency tracking and breakers implement it. Observe runs on the request
 // path: it must be cheap and must not block.
