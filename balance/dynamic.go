@@ -97,6 +97,7 @@ type dwParams struct {
 	errCap              float64
 	minW                float64
 	tau                 float64 // ns
+	rate                float64 // 1/tau: a multiply on the request path, not a divide
 	refresh             time.Duration
 	header              string
 	pollPath            string
@@ -142,6 +143,7 @@ func NewDynamicWeight(cfg Config) (*DynamicWeight, error) {
 		errCap:       c.ErrorCap,
 		minW:         c.MinWeight,
 		tau:          float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
+		rate:         1 / float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
 		refresh:      orDuration(c.Refresh, DefaultRefresh),
 		header:       c.Header,
 		pollPath:     c.PollPath,
@@ -346,23 +348,28 @@ func (d *DynamicWeight) Pick(info *Info) (Result, error) {
 	return pickWith(s.eps[i], s.sides[i].done), nil
 }
 
-// release is the endpoint's Done.
+// release is the endpoint's Done: observe as of o.At (the clock when it
+// is unset), then release the endpoint.
 func (s *dwSide) release(o endpoint.Outcome) {
-	now := monoNow(s.d.p.clock)
-	s.observe(now, o)
+	if o.At == 0 {
+		o.At = monoNow(s.d.p.clock)
+	}
+	now := o.At
+	s.observe(now, &o)
 	s.ep.Release(o)
 	s.d.maybeRefresh(now)
 }
 
-// observe folds one outcome at now into the endpoint's state.
-func (s *dwSide) observe(now int64, o endpoint.Outcome) {
+// observe folds one outcome at now into the endpoint's state. It takes o
+// by pointer: copying an Outcome into a call that does not inline costs
+// more than the rest of a Done here.
+func (s *dwSide) observe(now int64, o *endpoint.Outcome) {
 	if o.LoadReport != "" {
 		s.report(o.LoadReport)
 	}
-	if o.Canceled {
-		return
+	if !o.Canceled {
+		s.obs.observe(now, !failed(o), o.Latency, s.d.p.rate)
 	}
-	s.obs.observe(now, !failed(o), float64(max(o.Latency, 0)), s.d.p.tau)
 }
 
 // report applies a load report, or logs (once) why it is ignored.
@@ -393,13 +400,17 @@ func (s *dwSide) report(raw string) {
 }
 
 // maybeRefresh rebuilds the table if it is due, in the one Done that wins
-// the race for it.
+// the race for it. The check inlines into every Done; the rest does not.
 func (d *DynamicWeight) maybeRefresh(now int64) {
-	due := d.due.Load()
-	if now < due || !d.due.CompareAndSwap(due, now+int64(d.p.refresh)) {
-		return
+	if due := d.due.Load(); now >= due {
+		d.refreshAt(now, due)
 	}
-	d.rb.tryRebuildAt(d.p.clock.Now())
+}
+
+func (d *DynamicWeight) refreshAt(now, due int64) {
+	if d.due.CompareAndSwap(due, now+int64(d.p.refresh)) {
+		d.rb.tryRebuildAt(d.p.clock.Now())
+	}
 }
 
 // Errors of parseLoadReport; static so that a backend sending garbage on
@@ -586,12 +597,13 @@ type ewma2 struct {
 	stamp atomic.Int64  // clock at the last observation
 }
 
-func (e *ewma2) observe(now int64, ok bool, latency, tau float64) {
-	w := expNeg(float64(max(now-e.stamp.Load(), 0)) / tau)
+// observe folds one outcome at now in; rate is 1/tau.
+func (e *ewma2) observe(now int64, ok bool, latency time.Duration, rate float64) {
+	w := expNeg(float64(max(now-e.stamp.Load(), 0)) * rate)
 	x := 1.0
 	if ok {
 		x = 0
-		blend(&e.lat, latency, w)
+		blend(&e.lat, float64(max(latency, 0)), w)
 	}
 	blend(&e.errs, x, w)
 	if e.stamp.Load() < now {
@@ -599,11 +611,14 @@ func (e *ewma2) observe(now int64, ok bool, latency, tau float64) {
 	}
 }
 
-// blend moves the float64 in v towards x, keeping w of the old value.
+// blend moves the float64 in v towards x, keeping w of the old value. A
+// value that is x already (the error fraction of an endpoint that has not
+// failed) is left alone: no atomic write on the request path.
 func blend(v *atomic.Uint64, x, w float64) {
 	for {
 		old := v.Load()
-		if v.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)*w+x*(1-w))) {
+		next := math.Float64bits(math.Float64frombits(old)*w + x*(1-w))
+		if next == old || v.CompareAndSwap(old, next) {
 			return
 		}
 	}

@@ -69,7 +69,7 @@ func TestDynamicWeightScoreFormula(t *testing.T) {
 	s.report("cpu=0.5, mem=0.25")
 	// One decay window later a 50ms success moves the latency average
 	// (1-1/e) of the way from 0 to 50ms; the error rate stays 0.
-	s.observe(start+int64(10*time.Second), endpoint.Outcome{Latency: 50 * time.Millisecond})
+	s.observe(start+int64(10*time.Second), &endpoint.Outcome{Latency: 50 * time.Millisecond})
 	lat := (1 - math.Exp(-1)) * 50
 	want := 0.4*0.5 + 0.3*0.75 + 0.2*(1-lat/200) + 0.1*1
 	if got := s.score(); math.Abs(got-want) > 1e-9 {
@@ -78,7 +78,7 @@ func TestDynamicWeightScoreFormula(t *testing.T) {
 	// Errors only: after many failures over several decay windows the error
 	// term is gone, and a saturated endpoint sits at min_weight.
 	for i := range 1000 {
-		s.observe(start+int64(i)*int64(100*time.Millisecond), endpoint.Outcome{Status: 502})
+		s.observe(start+int64(i)*int64(100*time.Millisecond), &endpoint.Outcome{Status: 502})
 	}
 	s.report("cpu=1, mem=1")
 	s.obs.lat.Store(math.Float64bits(float64(time.Second)))

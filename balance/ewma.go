@@ -3,7 +3,6 @@ package balance
 import (
 	"math"
 	"sync/atomic"
-	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/clock"
@@ -49,18 +48,10 @@ type P2CEWMA struct {
 
 type ewmaParams struct {
 	tau     float64     // DecayWindow in ns
+	rate    float64     // 1/tau: a multiply on the request path, not a divide
 	penalty float64     // ErrorPenalty in ns
 	clock   clock.Clock // clock.Real; tests set it and rb.clock together (useClock)
-	// seen is the latest clock reading of any Done, to within
-	// seenResolution: Pick decays estimates to it instead of reading the
-	// clock (~23ns here). It lags real time by at most the time since the
-	// last answer, which only matters when nothing is answering.
-	seen atomic.Int64
 }
-
-// seenResolution bounds how often Dones write ewmaParams.seen, so that
-// concurrent Dones do not fight over its cache line.
-const seenResolution = int64(time.Millisecond)
 
 type ewmaSnap struct {
 	lcSnap
@@ -82,6 +73,7 @@ func NewP2CEWMA(cfg Config) *P2CEWMA {
 	b := &P2CEWMA{
 		p: &ewmaParams{
 			tau:     float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
+			rate:    1 / float64(orDuration(cfg.DecayWindow, DefaultDecayWindow)),
 			penalty: float64(orDuration(cfg.ErrorPenalty, DefaultErrorPenalty)),
 			clock:   clock.Real,
 		},
@@ -127,17 +119,41 @@ func (b *P2CEWMA) Pick(info *Info) (Result, error) {
 	if len(s.eps) == 0 {
 		return Result{}, ErrNoEndpoint
 	}
-	return s.pickAt(&b.rng, b.p.seen.Load(), info), nil
-}
-
-// pickAt is Pick as of now.
-func (s *ewmaSnap) pickAt(r *rng, now int64, info *Info) Result {
-	a, c := s.two(r, info)
+	a, c := s.two(&b.rng, info)
 	sa, sc := s.sides[a], s.sides[c]
-	if la, lc := sa.load(now), sc.load(now); lc*1.01 < la {
+	if sc.below(sa) {
 		sa = sc
 	}
-	return pickWith(sa.ep, sa.done)
+	return pickWith(sa.ep, sa.done), nil
+}
+
+// below reports whether s's load is more than 1% below o's (costs within
+// 1% of each other are equal).
+//
+// Two estimates decay towards 0 with the same time constant, so their
+// ratio as of any time after both stamps is the same: the one observed
+// earlier is decayed to the later one's stamp, and Pick need not read the
+// clock. Only an endpoint never observed that has requests in flight
+// (ErrorPenalty each, which does not decay) is compared as of the clock's
+// now.
+func (s *ewmaSide) below(o *ewmaSide) bool {
+	ts, to := s.stamp.Load(), o.stamp.Load()
+	if ts == 0 || to == 0 {
+		var now int64
+		if (ts == 0 && s.ep.InFlight() > 0) || (to == 0 && o.ep.InFlight() > 0) {
+			now = monoNow(s.p.clock)
+		}
+		return s.load(now)*1.01 < o.load(now)
+	}
+	ls := math.Float64frombits(s.cost.Load()) * float64(s.ep.InFlight()+1)
+	lo := math.Float64frombits(o.cost.Load()) * float64(o.ep.InFlight()+1)
+	switch {
+	case ts < to:
+		ls *= expNeg(float64(to-ts) * s.p.rate)
+	case to < ts:
+		lo *= expNeg(float64(ts-to) * s.p.rate)
+	}
+	return ls*1.01 < lo
 }
 
 // load is the endpoint's cost as of now: the estimate decayed for the time
@@ -150,25 +166,27 @@ func (s *ewmaSide) load(now int64) float64 {
 	}
 	c := math.Float64frombits(s.cost.Load())
 	if el := now - last; el > 0 {
-		c *= expNeg(float64(el) / s.p.tau)
+		c *= expNeg(float64(el) * s.p.rate)
 	}
 	return c * (in + 1)
 }
 
-// release is the endpoint's Done: observe, then release the endpoint.
+// release is the endpoint's Done: observe as of o.At (the clock when it
+// is unset), then release the endpoint.
 func (s *ewmaSide) release(o endpoint.Outcome) {
-	now := monoNow(s.p.clock)
-	s.observe(now, o)
-	s.ep.Release(o)
-	if now-s.p.seen.Load() >= seenResolution {
-		s.p.seen.Store(now)
+	if o.At == 0 {
+		o.At = monoNow(s.p.clock)
 	}
+	s.observe(o.At, &o)
+	s.ep.Release(o)
 }
 
-// observe folds one outcome at now into the estimate. Concurrent observers
-// may both decay over the same interval; that only shifts a little weight
-// to the newer sample.
-func (s *ewmaSide) observe(now int64, o endpoint.Outcome) {
+// observe folds one outcome at now into the estimate; a failed request
+// counts as at least ErrorPenalty. Concurrent observers may both decay
+// over the same interval; that only shifts a little weight to the newer
+// sample. It takes o by pointer: copying an Outcome into a call that does
+// not inline costs more than the rest of a Done here.
+func (s *ewmaSide) observe(now int64, o *endpoint.Outcome) {
 	if o.Canceled {
 		return
 	}
@@ -182,7 +200,7 @@ func (s *ewmaSide) observe(now int64, o endpoint.Outcome) {
 		old := math.Float64frombits(oldBits)
 		next := rtt
 		if last != 0 && rtt < old {
-			w := expNeg(float64(max(now-last, 0)) / s.p.tau)
+			w := expNeg(float64(max(now-last, 0)) * s.p.rate)
 			next = old*w + rtt*(1-w)
 		}
 		if s.cost.CompareAndSwap(oldBits, math.Float64bits(next)) {
@@ -198,4 +216,4 @@ func (s *ewmaSide) observe(now int64, o endpoint.Outcome) {
 // failed reports whether an outcome counts as an error for latency-aware
 // policies: a transport error, or a 5xx answer (a fast-failing endpoint
 // must not look fast).
-func failed(o endpoint.Outcome) bool { return o.Failed() || (o.Status >= 500 && !o.Canceled) }
+func failed(o *endpoint.Outcome) bool { return !o.Canceled && (o.Err != nil || o.Status >= 500) }

@@ -112,9 +112,9 @@ func TestP2CEWMACancellationDoesNotPenalise(t *testing.T) {
 	eps := newEndpoints(1)
 	b.Update(setOf(eps))
 	s := b.snap.Load().sides[0]
-	s.observe(1e9, endpoint.Outcome{Latency: 10 * time.Millisecond})
+	s.observe(1e9, &endpoint.Outcome{Latency: 10 * time.Millisecond})
 	before := s.load(1e9)
-	s.observe(1e9+1, endpoint.Outcome{Err: errors.New("context canceled"), Canceled: true, Latency: 30 * time.Second})
+	s.observe(1e9+1, &endpoint.Outcome{Err: errors.New("context canceled"), Canceled: true, Latency: 30 * time.Second})
 	if after := s.load(1e9 + 1); after > before*1.0001 {
 		t.Fatalf("a canceled request raised the cost from %.0f to %.0f; cancellations must not count", before, after)
 	}
@@ -125,12 +125,12 @@ func TestP2CEWMAErrorCountsAsPenalty(t *testing.T) {
 	eps := newEndpoints(1)
 	b.Update(setOf(eps))
 	s := b.snap.Load().sides[0]
-	s.observe(1e9, endpoint.Outcome{Latency: 10 * time.Millisecond})
-	s.observe(1e9+1, endpoint.Outcome{Err: errors.New("connection refused"), Latency: time.Millisecond})
+	s.observe(1e9, &endpoint.Outcome{Latency: 10 * time.Millisecond})
+	s.observe(1e9+1, &endpoint.Outcome{Err: errors.New("connection refused"), Latency: time.Millisecond})
 	if c := s.load(1e9 + 1); c < float64(2*time.Second)*0.999 {
 		t.Fatalf("after a failure the cost is %v, want the 2s penalty", time.Duration(c))
 	}
-	s.observe(1e9+2, endpoint.Outcome{Status: 503, Latency: time.Millisecond})
+	s.observe(1e9+2, &endpoint.Outcome{Status: 503, Latency: time.Millisecond})
 	if c := s.load(1e9 + 2); c < float64(2*time.Second)*0.999 {
 		t.Fatalf("after a 503 the cost is %v, want the 2s penalty", time.Duration(c))
 	}
@@ -180,7 +180,7 @@ func TestP2CEWMAKeepsEstimatesAcrossUpdates(t *testing.T) {
 	eps := newEndpoints(1, 1)
 	b.Update(setOf(eps))
 	s := b.snap.Load().sides[0]
-	s.observe(1e9, endpoint.Outcome{Latency: 42 * time.Millisecond})
+	s.observe(1e9, &endpoint.Outcome{Latency: 42 * time.Millisecond})
 	b.Update(&endpoint.Set{All: eps, Ready: eps[1:]}) // eps[0] ejected
 	b.Update(setOf(eps))                              // and back
 	if got := b.snap.Load().sides[0]; got != s {

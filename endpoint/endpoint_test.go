@@ -132,3 +132,39 @@ func TestObserversFanOut(t *testing.T) {
 		t.Fatalf("a %v, b %v", a.got, b.got)
 	}
 }
+
+// Nanotime readings and time.Now readings share one scale: NanotimeOf and
+// TimeOf convert between them without loss (on the monotonic clock), and a
+// Nanotime reading falls between the time.Now readings around it. No
+// reading is 0, which means unset.
+func TestNanotimeMatchesTimeNow(t *testing.T) {
+	before := time.Now()
+	n := endpoint.Nanotime()
+	after := time.Now()
+	if n == 0 {
+		t.Fatal("Nanotime returned 0, the unset value")
+	}
+	if lo, hi := endpoint.NanotimeOf(before), endpoint.NanotimeOf(after); n < lo || n > hi {
+		t.Fatalf("Nanotime %d is outside [%d, %d], the time.Now readings around it", n, lo, hi)
+	}
+	past := before.Add(-time.Hour)
+	if back := endpoint.TimeOf(endpoint.NanotimeOf(past)); back.Sub(past) != 0 || !back.Equal(past) {
+		t.Fatalf("TimeOf(NanotimeOf(t)) is %v away from t", back.Sub(past))
+	}
+}
+
+// Outcome.Time is TimeOf(At) when At is set, without reading the clock,
+// and time.Now when it is not.
+func TestOutcomeTimeIsAtOrNow(t *testing.T) {
+	at := time.Now().Add(-time.Minute)
+	o := endpoint.Outcome{At: endpoint.NanotimeOf(at)}
+	if got := o.Time(); got.Sub(at) != 0 {
+		t.Fatalf("with At set a minute ago, Time() is %v away from it", got.Sub(at))
+	}
+	before := time.Now()
+	got := (&endpoint.Outcome{}).Time()
+	after := time.Now()
+	if got.Before(before) || got.After(after) {
+		t.Fatalf("without At, Time() = %v is not between the time.Now readings around the call (%v, %v)", got, before, after)
+	}
+}

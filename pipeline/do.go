@@ -64,7 +64,9 @@ func (c *Call) Finish(status int, bodyErr error) {
 	c.finished = true
 	now := time.Now()
 	if c.pick.Done != nil {
-		o := endpoint.Outcome{Status: c.status, Latency: c.latency, LoadReport: c.load}
+		// At: latency-aware policies and the endpoint's breaker take this
+		// reading instead of reading the clock again.
+		o := endpoint.Outcome{Status: c.status, Latency: c.latency, LoadReport: c.load, At: endpoint.NanotimeOf(now)}
 		if bodyErr != nil && c.Req.Context().Err() == nil {
 			o.Err = errUpstreamBody
 		}

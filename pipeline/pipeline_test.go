@@ -252,3 +252,35 @@ func TestHTTPTransportRefusesAStatusBelow100(t *testing.T) {
 		t.Fatalf("an endpoint answering status 42: %d %s, want 502 %s", st, code, pipeline.CodeUpstreamError)
 	}
 }
+
+// atRecorder is an endpoint observer that keeps the At of every outcome.
+type atRecorder struct {
+	mu sync.Mutex
+	at []int64
+}
+
+func (r *atRecorder) Observe(_ *endpoint.Endpoint, o endpoint.Outcome) {
+	r.mu.Lock()
+	r.at = append(r.at, o.At)
+	r.mu.Unlock()
+}
+
+// Finish reports the endpoint's outcome with the clock reading it took
+// anyway (Outcome.At), so that latency-aware policies and the endpoint's
+// breaker need no reading of their own.
+func TestFinishHandsTheOutcomeItsClockReading(t *testing.T) {
+	u := newUpstream(t, upstream.Config{}, "a:1")
+	rec := &atRecorder{}
+	u.Pool().Snapshot().All[0].SetObserver(rec)
+	r := newRoute(t, pipeline.Config{}, u, fakeTransport{"a:1": answer(200)})
+	before := endpoint.Nanotime()
+	if code, _ := do(t, r); code != 200 {
+		t.Fatalf("status %d, want 200", code)
+	}
+	after := endpoint.Nanotime()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.at) != 1 || rec.at[0] < before || rec.at[0] > after {
+		t.Fatalf("the endpoint heard outcomes with At %v; want one, within [%d, %d] (the call's span)", rec.at, before, after)
+	}
+}

@@ -278,9 +278,10 @@ func (h *signals) onBreaker(ep *endpoint.Endpoint, to breaker.State, reason stri
 	})
 }
 
-// breakerObserver feeds every outcome of an endpoint to its breaker. An
-// outcome the breaker does not admit (its half-open probe slots are taken)
-// is not counted.
+// breakerObserver feeds every outcome of an endpoint to its breaker, at
+// the outcome's time (out.At when the caller or the policy read the clock
+// already). An outcome the breaker does not admit (its half-open probe
+// slots are taken) is not counted.
 type breakerObserver struct{ h *signals }
 
 func (o breakerObserver) Observe(ep *endpoint.Endpoint, out endpoint.Outcome) {
@@ -288,7 +289,7 @@ func (o breakerObserver) Observe(ep *endpoint.Endpoint, out endpoint.Outcome) {
 	if b == nil {
 		return
 	}
-	now := time.Now()
+	now := out.Time()
 	if t, err := b.Allow(now); err == nil {
 		t.Done(out, now)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/health"
@@ -278,4 +279,30 @@ func TestAPassingActiveCheckEndsAnEjectionItNeverSawFail(t *testing.T) {
 		t.Fatalf("after a failure the endpoint is %s, want ejected", ep.State())
 	}
 	testutil.WaitFor(t, 5*time.Second, "a passing check to end the ejection", func() bool { return ep.State() == endpoint.Probation })
+}
+
+// An endpoint's breaker judges each outcome at the outcome's time: At when
+// the caller (or the policy) read the clock already, so the breaker that
+// opens says it opened then, not at a reading of its own.
+func TestTheEndpointBreakerTakesTheOutcomesTime(t *testing.T) {
+	u, err := upstream.New("app", upstream.Config{Targets: targets("a:1"), Breaker: &breaker.Config{ConsecutiveFailures: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	at := time.Now().Add(-time.Second) // distinct from any reading the breaker could take
+	for range 2 {
+		p, err := u.Pick(&balance.Info{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(endpoint.Outcome{Err: errors.New("reset"), At: endpoint.NanotimeOf(at)})
+	}
+	st := u.Pool().Snapshot().All[0].Status()
+	if st.State != endpoint.BreakerOpen {
+		t.Fatalf("a:1 is %s after 2 failures with consecutive_failures 2, want breaker_open", st.State)
+	}
+	if d := st.Since.Sub(at); d != 0 {
+		t.Fatalf("the breaker opened %v after the failures' At; want at At exactly", d)
+	}
 }

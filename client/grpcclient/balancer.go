@@ -229,7 +229,7 @@ func (b *lb) publish() {
 		}
 	}
 	b.bal.Update(set)
-	p := &picker{bal: b.bal, scs: scs, cfg: b.cfg}
+	p := &picker{bal: b.bal, scs: newSubConns(scs), cfg: b.cfg}
 	state := connectivity.Ready
 	switch {
 	case len(set.Ready) > 0:

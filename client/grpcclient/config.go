@@ -88,7 +88,8 @@ type lbConfig struct {
 	// loadMD is the trailer key a load report comes in (dynamic_weight).
 	loadMD string
 	// latency: the policy reads Outcome.Latency, so a pick reads the
-	// clock (twice: at the pick and in Done).
+	// clock (twice: at the pick and in Done, whose reading the policy then
+	// takes from Outcome.At instead of reading the clock itself).
 	latency bool
 }
 

@@ -100,8 +100,10 @@ func BenchmarkPick(b *testing.B) {
 func TestDoneReportsTheOutcome(t *testing.T) {
 	p := readyPicker(t, balance.RoundRobinName, "{}", 1).(*picker)
 	var ep *endpoint.Endpoint
-	for e := range p.scs {
-		ep = e
+	for _, e := range p.scs.eps {
+		if e != nil {
+			ep = e
+		}
 	}
 	for _, tc := range []struct {
 		name     string
@@ -151,5 +153,55 @@ func TestPickerWithoutReadyEndpoints(t *testing.T) {
 	}
 	if err := pick(); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no instances") {
 		t.Fatalf("no instances: %v; want Unavailable saying so", err)
+	}
+}
+
+// outcomeRecorder is an endpoint observer that keeps every outcome.
+type outcomeRecorder struct{ got []endpoint.Outcome }
+
+func (r *outcomeRecorder) Observe(_ *endpoint.Endpoint, o endpoint.Outcome) {
+	r.got = append(r.got, o)
+}
+
+// For a policy that reads latency, Done hands it the clock reading that
+// ended the latency in Outcome.At: the pick's reading plus the latency
+// (so the policy reads no clock of its own), between readings taken
+// around Pick and after Done. A policy that reads no latency gets neither
+// reading.
+func TestDoneHandsThePolicyItsClockReading(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		clock  bool
+	}{{balance.P2CEWMAName, true}, {balance.DynamicWeightName, true}, {balance.RoundRobinName, false}} {
+		p := readyPicker(t, tc.policy, pickertest.Config(tc.policy), 1).(*picker)
+		rec := &outcomeRecorder{}
+		for _, ep := range p.scs.eps {
+			if ep != nil {
+				ep.SetObserver(rec)
+			}
+		}
+		before := endpoint.Nanotime()
+		r, err := p.Pick(balancer.PickInfo{FullMethodName: benchMethod, Ctx: context.Background()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		picked := endpoint.Nanotime()
+		r.Done(answered)
+		after := endpoint.Nanotime()
+		if len(rec.got) != 1 {
+			t.Fatalf("%s: the endpoint heard %d outcomes; want 1", tc.policy, len(rec.got))
+		}
+		o := rec.got[0]
+		if !tc.clock {
+			if o.At != 0 || o.Latency != 0 {
+				t.Errorf("%s reads no latency, but Done read the clock: At %d, Latency %v", tc.policy, o.At, o.Latency)
+			}
+			continue
+		}
+		start := o.At - int64(o.Latency)
+		if start < before || start > picked || o.At < picked || o.At > after {
+			t.Errorf("%s: pick read at %d and Done at %d (latency %v); want the pick's reading in [%d, %d] and Done's in [%d, %d]",
+				tc.policy, start, o.At, o.Latency, before, picked, picked, after)
+		}
 	}
 }

@@ -13,14 +13,13 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	"github.com/switchboard-dev/switchboard/internal/clock"
 )
 
 // picker is an immutable snapshot: the switchboard balancer (whose own
 // pick state is lock-free) and the SubConn of each ready endpoint.
 type picker struct {
 	bal balance.Balancer
-	scs map[*endpoint.Endpoint]balancer.SubConn
+	scs subConns
 	cfg *lbConfig
 	err error // set when there is nothing to pick from
 }
@@ -30,7 +29,7 @@ type picker struct {
 // callback (built once per pick value, as a method value) allocates.
 type pick struct {
 	info   balance.Info
-	start  int64 // clock.NowNanos at the pick
+	start  int64 // endpoint.Nanotime at the pick; 0 when the policy reads no latency
 	done   func(endpoint.Outcome)
 	loadMD string
 	doneFn func(balancer.DoneInfo)
@@ -56,14 +55,22 @@ func (pk *pick) release() {
 // the policy (in-flight counts, latency EWMA, dynamic weights).
 func (pk *pick) finish(di balancer.DoneInfo) {
 	var lat time.Duration
+	var now int64
 	if pk.start != 0 {
-		lat = time.Duration(clock.NowNanos(clock.Real) - pk.start)
+		now = endpoint.Nanotime()
+		lat = time.Duration(now - pk.start)
 	}
-	o := Outcome(di.Err, lat, 0)
-	if di.Err == nil && !di.BytesSent && !di.BytesReceived {
+	// o.At: the policy stamps its averages with the reading that ended
+	// the latency rather than reading the clock again.
+	o := endpoint.Outcome{Status: 200, Latency: lat, At: now} // Outcome(nil, lat, 0), inline
+	switch {
+	case di.Err != nil:
+		o = Outcome(di.Err, lat, 0)
+		o.At = now
+	case !di.BytesSent && !di.BytesReceived:
 		// gRPC gives a pick back this way when the SubConn's transport
 		// went away before the call could use it: nothing happened.
-		o = endpoint.Outcome{Canceled: true}
+		o = endpoint.Outcome{Canceled: true, At: now}
 	}
 	if pk.loadMD != "" && di.Trailer != nil {
 		if v := di.Trailer.Get(pk.loadMD); len(v) > 0 {
@@ -125,7 +132,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		return balancer.PickResult{}, errNoEndpoint
 	}
-	sc, ok := p.scs[r.Endpoint]
+	sc, ok := p.scs.get(r.Endpoint)
 	if !ok {
 		// The balancer already has a newer snapshot than this picker: gRPC
 		// picks again with the next picker.
@@ -142,7 +149,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if p.cfg.latency {
 		// The monotonic clock only: half of time.Now's cost. Policies that
 		// do not read latency are spared both readings.
-		pk.start = clock.NowNanos(clock.Real) + 1
+		pk.start = endpoint.Nanotime()
 	} else {
 		pk.start = 0
 	}

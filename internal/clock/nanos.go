@@ -23,3 +23,9 @@ func NowNanos(c Clock) int64 {
 	}
 	return Nanos(c.Now())
 }
+
+// Time is the inverse of Nanos: the time n nanoseconds after the epoch.
+// It carries a monotonic reading, so comparing it with a time.Now reading
+// uses the monotonic clock; its wall reading is the epoch's plus n, which
+// differs from time.Now's by any step of the wall clock since the epoch.
+func Time(n int64) time.Time { return epoch.Add(time.Duration(n)) }
