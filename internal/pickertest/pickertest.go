@@ -122,7 +122,8 @@ func Config(policy string) string {
 var Answered = balancer.DoneInfo{BytesSent: true, BytesReceived: true}
 
 // Bench measures p's Pick plus the Done of an answered call, as
-// name/serial and, with b.RunParallel, name/parallel. Pick i gets ctxs[i
+// name/serial and, with b.RunParallel, name/parallel; and the Pick alone
+// as name/pick-only. Pick i gets ctxs[i
 // mod len(ctxs)] (contexts carrying hash keys, say).
 func Bench(b *testing.B, name string, p balancer.Picker, method string, ctxs []context.Context) {
 	info := func(i int) balancer.PickInfo {
@@ -138,6 +139,30 @@ func Bench(b *testing.B, name string, p balancer.Picker, method string, ctxs []c
 				b.Fatal(err)
 			}
 			r.Done(Answered)
+		}
+	})
+	// The Pick alone, as gRPC makes it before it sends: picks are timed
+	// in batches, and their Dones are called with the timer stopped.
+	b.Run(name+"/pick-only", func(b *testing.B) {
+		b.ReportAllocs()
+		const batch = 256
+		dones := make([]func(balancer.DoneInfo), 0, batch)
+		for i := 0; i < b.N; {
+			n := min(batch, b.N-i)
+			for j := 0; j < n; j++ {
+				r, err := p.Pick(info(i + j))
+				if err != nil {
+					b.Fatal(err)
+				}
+				dones = append(dones, r.Done)
+			}
+			i += n
+			b.StopTimer()
+			for _, d := range dones {
+				d(Answered)
+			}
+			dones = dones[:0]
+			b.StartTimer()
 		}
 	})
 	b.Run(name+"/parallel", func(b *testing.B) {
