@@ -120,7 +120,9 @@ type RetryOptions struct {
 	// the backoff and the budget's settings, and, in RetryOn, what is
 	// worth a retry: connect_failure and reset retry the codes in Codes,
 	// timeout retries an attempt that ran out of PerTryTimeout (never one
-	// that ran out of the call's own deadline). Statuses and BodyLimit are
+	// that ran out of the call's own deadline, nor a DeadlineExceeded the
+	// server answered before the per-try deadline: that is retried only
+	// when Codes has DeadlineExceeded). Statuses and BodyLimit are
 	// HTTP's and not read. With RetryNonIdempotent every method counts as
 	// idempotent.
 	Policy retry.Policy
@@ -175,7 +177,8 @@ func newRetrier(o RetryOptions) (*retrier, error) {
 }
 
 // UnaryRetry retries failed unary calls of idempotent methods as o says,
-// each retry paid from the budget, and never past the call's deadline: a
+// each retry paid from the budget (before its backoff, as the proxy's
+// pipeline pays), and never past the call's deadline: a
 // retry whose backoff would end after it is not made. Policy.PerTryTimeout
 // bounds every attempt, also of methods that are not retried. A retry goes to
 // another endpoint when the ClientConn uses a switchboard balancer and
