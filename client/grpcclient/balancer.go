@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc/balancer"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/serviceconfig"
-	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/endpoint"
@@ -242,7 +240,10 @@ func (b *lb) publish() {
 		if why == nil {
 			why = fmt.Errorf("no instance is reachable; last error: %v", lastErr)
 		}
-		p.err = status.Errorf(codes.Unavailable, "grpcclient: %s: %v", b.target, why)
+		// A plain error, as errNoEndpoint: Unavailable for a fail-fast
+		// call, and a WaitForReady call waits for an instance. (%v: a
+		// status error wrapped in it would make gRPC end every call.)
+		p.err = fmt.Errorf("grpcclient: %s: %v", b.target, why)
 	}
 	b.cc.UpdateState(balancer.State{ConnectivityState: state, Picker: p})
 }
@@ -254,7 +255,7 @@ func (b *lb) ResolverError(err error) {
 	b.resolverErr = err
 	if b.bal == nil {
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure,
-			Picker: &picker{err: status.Errorf(codes.Unavailable, "grpcclient: %s: %v", b.target, err)}})
+			Picker: &picker{err: fmt.Errorf("grpcclient: %s: %v", b.target, err)}})
 		return
 	}
 	b.publish()

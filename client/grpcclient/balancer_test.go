@@ -9,13 +9,16 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/client/grpcclient"
 	"github.com/switchboard-dev/switchboard/internal/pickertest"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
 // Every balance policy, as a gRPC balancer, routes real calls over the
@@ -222,5 +225,43 @@ func TestMissingHashKeyFailsWithErrNoHashKey(t *testing.T) {
 	}
 	if n := s.calls.Load(); n != 1 {
 		t.Fatalf("the server got %d calls; want 1", n)
+	}
+}
+
+// A call refused for want of a hash key never left the client: it counts
+// neither way, so it does not close a half-open breaker, and it gives its
+// probe slot back. It fails at once even when it would wait for ready.
+func TestMissingHashKeyCountsNeitherWayInHalfOpen(t *testing.T) {
+	env := startRegistry(t)
+	s := startServer(t, "a")
+	env.register(t, "orders", s, 0)
+	br, err := breaker.New(breaker.Config{ConsecutiveFailures: 1, OpenFor: time.Millisecond, HalfOpenProbes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, env.builder(t), "orders", lbConfig(balance.ConsistentHashName, `{"hash_key":"metadata:x-user","missing_key":"error"}`),
+		grpc.WithUnaryInterceptor(grpcclient.UnaryBreaker(br, 0)))
+	keyed := grpcclient.WithHashKey(context.Background(), "u1")
+	if id, err := call(keyed, c); err != nil || id != "a" {
+		t.Fatalf("call with a key: %q, %v", id, err)
+	}
+	s.fail.Store(uint32(codes.Unavailable))
+	if _, err := call(keyed, c); status.Code(err) != codes.Unavailable {
+		t.Fatalf("failing call: %v; want Unavailable", err)
+	}
+	s.fail.Store(0)
+	testutil.WaitFor(t, 10*time.Second, "the breaker to turn half-open", func() bool { return br.State(time.Now()) == breaker.HalfOpen })
+	_, err = call(context.Background(), c, grpc.WaitForReady(true))
+	if !errors.Is(err, grpcclient.ErrNoHashKey) || !errors.Is(err, balance.ErrNoHashKey) || status.Code(err) != codes.Internal {
+		t.Fatalf("a keyless (WaitForReady) call in half-open: %v; want ErrNoHashKey, also balance.ErrNoHashKey, code Internal", err)
+	}
+	if st := br.State(time.Now()); st != breaker.HalfOpen {
+		t.Fatalf("after a keyless probe the breaker is %v; want still half-open", st)
+	}
+	if id, err := call(keyed, c); err != nil || id != "a" {
+		t.Fatalf("keyed call after the keyless probe: %q, %v; want a (the probe slot given back)", id, err)
+	}
+	if st := br.State(time.Now()); st != breaker.Closed {
+		t.Fatalf("after a successful probe the breaker is %v; want closed", st)
 	}
 }

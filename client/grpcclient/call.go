@@ -63,18 +63,21 @@ func orDefault(s Codes) Codes {
 // and breakers read, with failures deciding what counts against the
 // server (0: DefaultFailureCodes):
 //
-//   - nil, or ErrNoHashKey (the caller's mistake): Status 200;
-//   - Canceled: Canceled, which counts neither way;
+//   - nil: Status 200;
+//   - Canceled, or ErrNoHashKey (the caller's mistake, found before
+//     anything was sent): Canceled, which counts neither way (it neither
+//     opens nor closes a breaker, and frees a half-open breaker's probe
+//     slot);
 //   - a code in failures: Err set (a failure, whatever the breaker's or the
 //     balancer's own rules for HTTP statuses);
 //   - any other code (NotFound, InvalidArgument, ...): Status 200, because
 //     the server answered as it should.
 func Outcome(err error, latency time.Duration, failures Codes) endpoint.Outcome {
-	if err == nil || callersMistake(err) {
+	if err == nil {
 		return endpoint.Outcome{Status: 200, Latency: latency}
 	}
 	switch c := status.Code(err); {
-	case c == codes.Canceled:
+	case c == codes.Canceled || callersMistake(err):
 		return endpoint.Outcome{Err: err, Canceled: true, Latency: latency}
 	case orDefault(failures).Has(c):
 		return endpoint.Outcome{Err: err, Latency: latency}
@@ -82,6 +85,14 @@ func Outcome(err error, latency time.Duration, failures Codes) endpoint.Outcome 
 		return endpoint.Outcome{Status: 200, Latency: latency}
 	}
 }
+
+// noHashKeyError is ErrNoHashKey: a gRPC status error (gRPC hands it to
+// the caller as it is) that is also balance.ErrNoHashKey.
+type noHashKeyError struct{ s *status.Status }
+
+func (e noHashKeyError) Error() string              { return e.s.Err().Error() }
+func (e noHashKeyError) GRPCStatus() *status.Status { return e.s }
+func (e noHashKeyError) Unwrap() error              { return balance.ErrNoHashKey }
 
 // callersMistake reports whether err is the caller's own doing that the
 // client found before sending anything (ErrNoHashKey).

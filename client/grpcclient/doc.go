@@ -14,8 +14,10 @@
 // (which speaks Consul's HTTP API), registry/etcd, registry/dns, or the
 // embedded registry's in-process Discoverer. While the registry is down
 // the view keeps serving the last known instances (and, with
-// discovery.Options.CacheDir, survives a restart); a service that has no
-// instances fails calls at once with Unavailable.
+// discovery.Options.CacheDir, survives a restart). While a service has no
+// instance (or none is reachable), a call fails at once with Unavailable,
+// unless it is made with grpc.WaitForReady(true): then it waits for an
+// instance to register and connect, until its deadline.
 //
 //	reg, _ := consul.New(consul.Config{Address: "127.0.0.1:8500"})
 //	rb, _ := grpcclient.NewResolverBuilder(reg, grpcclient.ResolverOptions{})
@@ -59,8 +61,10 @@
 // callers); with hash_key path, the full method name; otherwise the
 // outgoing metadata named by hash_key (metadata:NAME or header:NAME,
 // default metadata:x-switchboard-hash-key). A call without a key goes to
-// the policy's fallback, or with missing_key error fails with
-// ErrNoHashKey.
+// the policy's fallback, or with missing_key error fails at once (also
+// with WaitForReady) with ErrNoHashKey, which errors.Is also finds as
+// balance.ErrNoHashKey. It is the caller's mistake: the breaker counts it
+// neither way and the fallback interceptors leave it alone.
 //
 // # Resilience: interceptors
 //
@@ -69,16 +73,21 @@
 //   - UnaryBreaker, StreamBreaker: a breaker.Breaker for the service;
 //     calls fail fast with ErrBreakerOpen while it is open. Which codes
 //     count as failures is a Codes set (DefaultFailureCodes: Unavailable,
-//     DeadlineExceeded, ResourceExhausted, Internal, Unknown).
+//     DeadlineExceeded, ResourceExhausted, Internal, Unknown); Canceled
+//     and ErrNoHashKey count neither way. A stream counts once, when it
+//     ends: at its end of stream or error, at the response of a
+//     client-streaming call, or, abandoned, when its context ends.
 //   - UnaryRetry, StreamRetry: a retry.Policy with a retry.Budget, for
 //     methods declared idempotent, on Unavailable (configurable) and
-//     per-try timeouts, never past the call's deadline; a retry goes to
-//     an endpoint not yet tried.
+//     per-try timeouts (an attempt that outlived its own per-try deadline,
+//     not a DeadlineExceeded the server answers earlier), never past the
+//     call's deadline; a retry goes to an endpoint not yet tried.
 //   - UnaryRateLimit, StreamRateLimit: any ratelimit.Limiter; over the
 //     limit a call is rejected with ErrRateLimited or waits (LimitMode).
 //   - UnaryFallback, StreamFallback: a chain of steps that answer a failed
-//     call (a stream that failed before its first message); the answer is
-//     marked degraded in the call's header and trailer metadata
+//     call (a stream that failed before its first message, whose
+//     messages in both directions then go to the fallback's stream); the
+//     answer is marked degraded in the call's header and trailer metadata
 //     (MetadataDegraded; read it with Degraded).
 //
 // Chain them outermost first, as the proxy's pipeline orders them:

@@ -75,6 +75,42 @@ func (s *testServer) StreamingOutputCall(_ *testgrpc.StreamingOutputCallRequest,
 	return stream.Send(&testgrpc.StreamingOutputCallResponse{})
 }
 
+// StreamingInputCall reads the client's messages to the end, then
+// answers (or fails) once.
+func (s *testServer) StreamingInputCall(stream testgrpc.TestService_StreamingInputCallServer) error {
+	s.calls.Add(1)
+	for {
+		if _, err := stream.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			return err
+		}
+	}
+	if c := codes.Code(s.fail.Load()); c != codes.OK {
+		return status.Error(c, "injected by "+s.id)
+	}
+	return stream.SendAndClose(&testgrpc.StreamingInputCallResponse{})
+}
+
+// FullDuplexCall echoes each message's payload, or fails at once.
+func (s *testServer) FullDuplexCall(stream testgrpc.TestService_FullDuplexCallServer) error {
+	s.calls.Add(1)
+	if c := codes.Code(s.fail.Load()); c != codes.OK {
+		return status.Error(c, "injected by "+s.id)
+	}
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if err := stream.Send(&testgrpc.StreamingOutputCallResponse{Payload: m.GetPayload()}); err != nil {
+			return err
+		}
+	}
+}
+
 // registryEnv is the embedded registry over HTTP and a Consul client of
 // it: the registry a resolver watches and the one tests register in.
 type registryEnv struct {

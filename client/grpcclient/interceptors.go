@@ -51,9 +51,14 @@ func UnaryBreaker(b *breaker.Breaker, failures Codes) grpc.UnaryClientIntercepto
 }
 
 // StreamBreaker guards streams with b like UnaryBreaker. A stream's
-// outcome is known when it ends: when creating it fails, or when RecvMsg
-// returns io.EOF (success) or an error; a stream the caller abandons
-// before that reports nothing.
+// outcome is reported once, when the first of these happens: creating it
+// fails; RecvMsg returns io.EOF (a success) or an error; RecvMsg returns
+// the response of a stream without server streaming (client streaming:
+// CloseAndRecv's nil is the success, the caller reads no further); or the
+// call's context ends first — a stream the caller abandons, by cancelling
+// the context or letting its deadline pass, reports the context's error
+// (Canceled counts neither way and frees a half-open breaker's probe
+// slot; DeadlineExceeded counts as the failure it would be from RecvMsg).
 func StreamBreaker(b *breaker.Breaker, failures Codes) grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		start := time.Now()
@@ -67,25 +72,36 @@ func StreamBreaker(b *breaker.Breaker, failures Codes) grpc.StreamClientIntercep
 			t.Done(Outcome(err, now.Sub(start), failures), now)
 			return nil, err
 		}
-		return &reportingStream{ClientStream: cs, report: func(err error) {
+		s := &reportingStream{ClientStream: cs, unary: !desc.ServerStreams, report: func(err error) {
 			now := time.Now()
 			t.Done(Outcome(err, now.Sub(start), failures), now)
-		}}, nil
+		}}
+		// The caller's context, not cs.Context(): gRPC cancels the
+		// stream's own context when RecvMsg ends the stream, before
+		// RecvMsg returns the outcome to report; and cs.Context() commits
+		// the stream's first attempt, ending gRPC's transparent retry.
+		s.stop = context.AfterFunc(ctx, func() {
+			s.once.Do(func() { s.report(status.FromContextError(ctx.Err()).Err()) })
+		})
+		return s, nil
 	}
 }
 
 // reportingStream calls report once, with nil or the stream's error, when
-// RecvMsg first returns an error.
+// the stream's outcome is known (see StreamBreaker).
 type reportingStream struct {
 	grpc.ClientStream
+	unary  bool // no server streaming: the first message is the answer
 	once   sync.Once
+	stop   func() bool // stops the report at the context's end
 	report func(error)
 }
 
 func (s *reportingStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
-	if err != nil {
+	if err != nil || s.unary {
 		s.once.Do(func() {
+			s.stop()
 			if errors.Is(err, io.EOF) {
 				s.report(nil)
 			} else {
@@ -104,7 +120,9 @@ type RetryOptions struct {
 	// the backoff and the budget's settings, and, in RetryOn, what is
 	// worth a retry: connect_failure and reset retry the codes in Codes,
 	// timeout retries an attempt that ran out of PerTryTimeout (never one
-	// that ran out of the call's own deadline). Statuses and BodyLimit are
+	// that ran out of the call's own deadline, nor a DeadlineExceeded the
+	// server answered before the per-try deadline: that is retried only
+	// when Codes has DeadlineExceeded). Statuses and BodyLimit are
 	// HTTP's and not read. With RetryNonIdempotent every method counts as
 	// idempotent.
 	Policy retry.Policy
@@ -159,7 +177,8 @@ func newRetrier(o RetryOptions) (*retrier, error) {
 }
 
 // UnaryRetry retries failed unary calls of idempotent methods as o says,
-// each retry paid from the budget, and never past the call's deadline: a
+// each retry paid from the budget (before its backoff, as the proxy's
+// pipeline pays), and never past the call's deadline: a
 // retry whose backoff would end after it is not made. Policy.PerTryTimeout
 // bounds every attempt, also of methods that are not retried. A retry goes to
 // another endpoint when the ClientConn uses a switchboard balancer and
@@ -179,16 +198,31 @@ func UnaryRetry(o RetryOptions) (grpc.UnaryClientInterceptor, error) {
 				actx, cancel = context.WithTimeout(ctx, r.p.PerTryTimeout)
 			}
 			err := invoker(actx, method, req, reply, cc, opts...)
-			// The server enforces the deadline too (grpc-timeout) and may
-			// answer DeadlineExceeded a moment before actx expires here.
-			perTry := err != nil && r.p.PerTryTimeout > 0 && ctx.Err() == nil &&
-				(actx.Err() != nil || status.Code(err) == codes.DeadlineExceeded)
+			// A per-try timeout is this attempt's own deadline passing. A
+			// DeadlineExceeded the server sent before it is the server's
+			// answer (its own downstream call timed out), retried only
+			// when Codes has it.
+			perTry := r.p.PerTryTimeout > 0 && status.Code(err) == codes.DeadlineExceeded &&
+				ctx.Err() == nil && perTryPassed(ctx, actx)
 			cancel()
 			if err == nil || !retryable || !r.again(ctx, attempt, err, perTry) {
 				return err
 			}
 		}
 	}, nil
+}
+
+// perTryPassed reports whether the deadline of actx, an attempt's
+// context, has passed and was its per-try timeout's, not the call's own.
+// It reads the clock, not actx.Err(): gRPC may end the attempt for its
+// deadline (the server resets the stream at the grpc-timeout it was sent)
+// a moment before actx's own timer has cancelled it.
+func perTryPassed(ctx, actx context.Context) bool {
+	dl, _ := actx.Deadline()
+	if cdl, ok := ctx.Deadline(); ok && !dl.Before(cdl) {
+		return false
+	}
+	return !time.Now().Before(dl)
 }
 
 // StreamRetry retries creating a stream of an idempotent method when that
@@ -240,6 +274,11 @@ func (r *retrier) again(ctx context.Context, attempt int, err error, perTry bool
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= wait {
 		return false
 	}
+	// The budget decides before the backoff, as the pipeline's attempt
+	// loop does: while the budget is spent, a failed call returns its
+	// error at once instead of waiting a backoff for a retry it will not
+	// get. A call cancelled during the backoff has paid for a retry it did
+	// not make, which errs on the side the budget protects.
 	if !r.budget.TryWithdraw(time.Now()) {
 		return false
 	}

@@ -3,8 +3,10 @@ package grpcclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/client/grpcclient"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/ratelimit"
 	"github.com/switchboard-dev/switchboard/retry"
 )
@@ -216,19 +219,24 @@ func TestRetryGoesToAnotherServer(t *testing.T) {
 // end after it is not made, and the call returns its error at once rather
 // than at the deadline. Methods not known to be idempotent are not retried.
 func TestRetryHonoursTheDeadlineAndIdempotency(t *testing.T) {
-	p := retry.Policy{Attempts: 3, BackoffBase: 300 * time.Millisecond, BackoffMax: 300 * time.Millisecond}
-	ceiling := func(n int64) int64 { return n - 1 } // every backoff is 300ms
+	policy := func(backoff time.Duration) retry.Policy {
+		return retry.Policy{Attempts: 3, BackoffBase: backoff, BackoffMax: backoff}
+	}
+	ceiling := func(n int64) int64 { return n - 1 } // every backoff is the ceiling
 	env := startRegistry(t)
 	s := startServer(t, "a")
 	env.register(t, "orders", s, 0)
 	b := env.builder(t)
-	idem := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""),
-		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.WithBackoffRand(
-			grpcclient.RetryOptions{Policy: p, Idempotent: grpcclient.IdempotentMethods(unaryMethod)}, ceiling))))
-	other := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""),
-		grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.WithBackoffRand(grpcclient.RetryOptions{Policy: p}, ceiling))))
-	waitUntil(t, idem, "a answers", 1, func(id string) bool { return id == "a" })
-	waitUntil(t, other, "a answers", 1, func(id string) bool { return id == "a" })
+	client := func(p retry.Policy, idempotent func(string) bool) testgrpc.TestServiceClient {
+		c := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""),
+			grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.WithBackoffRand(
+				grpcclient.RetryOptions{Policy: p, Idempotent: idempotent}, ceiling))))
+		waitUntil(t, c, "a answers", 1, func(id string) bool { return id == "a" })
+		return c
+	}
+	idem := client(policy(300*time.Millisecond), grpcclient.IdempotentMethods(unaryMethod))
+	patient := client(policy(10*time.Second), grpcclient.IdempotentMethods(unaryMethod))
+	other := client(policy(300*time.Millisecond), nil)
 	s.fail.Store(uint32(codes.Unavailable))
 
 	attempts := func(c testgrpc.TestServiceClient, timeout time.Duration) (int64, error) {
@@ -240,12 +248,12 @@ func TestRetryHonoursTheDeadlineAndIdempotency(t *testing.T) {
 	}
 	// Time for both retries: 3 attempts.
 	if n, err := attempts(idem, 10*time.Second); n != 3 || status.Code(err) != codes.Unavailable {
-		t.Fatalf("with a 10s deadline: %d attempts, %v; want 3, Unavailable", n, err)
+		t.Fatalf("with a 10s deadline and 300ms backoffs: %d attempts, %v; want 3, Unavailable", n, err)
 	}
 	// A deadline shorter than the backoff: no retry, and the server's own
 	// error at once, not DeadlineExceeded.
-	if n, err := attempts(idem, 150*time.Millisecond); n != 1 || status.Code(err) != codes.Unavailable {
-		t.Fatalf("with a 150ms deadline and 300ms backoffs: %d attempts, %v; want 1, Unavailable", n, err)
+	if n, err := attempts(patient, 5*time.Second); n != 1 || status.Code(err) != codes.Unavailable {
+		t.Fatalf("with a 5s deadline and 10s backoffs: %d attempts, %v; want 1, Unavailable", n, err)
 	}
 	if n, err := attempts(other, 10*time.Second); n != 1 || status.Code(err) != codes.Unavailable {
 		t.Fatalf("a method not marked idempotent: %d attempts, %v; want 1, Unavailable", n, err)
@@ -275,12 +283,16 @@ func TestRateLimitRejects(t *testing.T) {
 // turn would come after its deadline is rejected at once.
 func TestRateLimitWaits(t *testing.T) {
 	const interval = 40 * time.Millisecond
-	for name, l := range map[string]ratelimit.Limiter{
-		"leaky bucket": ratelimit.NewLeakyBucket(ratelimit.Rate{N: 1, Per: interval}, 10, 0),
-		"token bucket": ratelimit.NewTokenBucket(ratelimit.Rate{N: 1, Per: interval}, 1),
+	for name, newLimiter := range map[string]func(per time.Duration) ratelimit.Limiter{
+		"leaky bucket": func(per time.Duration) ratelimit.Limiter {
+			return ratelimit.NewLeakyBucket(ratelimit.Rate{N: 1, Per: per}, 10, 0)
+		},
+		"token bucket": func(per time.Duration) ratelimit.Limiter {
+			return ratelimit.NewTokenBucket(ratelimit.Rate{N: 1, Per: per}, 1)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			s, c := oneServerClient(t, grpc.WithUnaryInterceptor(grpcclient.UnaryRateLimit(l, grpcclient.Wait)))
+			s, c := oneServerClient(t, grpc.WithUnaryInterceptor(grpcclient.UnaryRateLimit(newLimiter(interval), grpcclient.Wait)))
 			start := time.Now()
 			for i := range 5 {
 				if _, err := call(context.Background(), c); err != nil {
@@ -295,14 +307,16 @@ func TestRateLimitWaits(t *testing.T) {
 			if s.calls.Load() != 5 {
 				t.Fatalf("server got %d calls; want 5", s.calls.Load())
 			}
-			// Fill the limiter, then a call with a deadline shorter than its
-			// wait is rejected without waiting for the deadline.
-			for range 3 {
-				l.ReserveN(time.Now(), 1)
+			// At one call an hour, the second call's turn comes long after
+			// its deadline: it is rejected at once, without waiting for
+			// the deadline (which would be DeadlineExceeded).
+			_, slow := oneServerClient(t, grpc.WithUnaryInterceptor(grpcclient.UnaryRateLimit(newLimiter(time.Hour), grpcclient.Wait)))
+			if _, err := call(context.Background(), slow); err != nil {
+				t.Fatalf("first call at 1 per hour: %v", err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), interval/4)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+			_, err := slow.UnaryCall(ctx, &testgrpc.SimpleRequest{})
 			if !errors.Is(err, grpcclient.ErrRateLimited) {
 				t.Fatalf("call whose turn comes after its deadline: %v; want ErrRateLimited", err)
 			}
@@ -469,5 +483,238 @@ func TestRetryAfterAPerTryTimeout(t *testing.T) {
 	}
 	if slow.calls.Load() == before {
 		t.Fatal("no attempt went to slow: the test did not exercise the per-try timeout")
+	}
+}
+
+// A client-streaming call's success counts when CloseAndRecv returns the
+// response (the caller reads no further): 3 successes and 2 failures are
+// a 40% failure rate, under the breaker's 50%; a third failure reaches it.
+func TestStreamBreakerCountsClientStreamingSuccesses(t *testing.T) {
+	br, err := breaker.New(breaker.Config{FailureRate: 0.5, MinRequests: 2, WindowSize: 20, OpenFor: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, c := oneServerClient(t, grpc.WithStreamInterceptor(grpcclient.StreamBreaker(br, 0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	upload := func() error {
+		st, err := c.StreamingInputCall(ctx)
+		if err != nil {
+			return err
+		}
+		// io.EOF: the server ended the stream; CloseAndRecv says how.
+		if err := st.Send(&testgrpc.StreamingInputCallRequest{}); err != nil && err != io.EOF {
+			return err
+		}
+		_, err = st.CloseAndRecv()
+		return err
+	}
+	for i := range 3 {
+		if err := upload(); err != nil {
+			t.Fatalf("healthy upload %d: %v", i, err)
+		}
+	}
+	s.fail.Store(uint32(codes.Unavailable))
+	for i := range 2 {
+		if err := upload(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("failing upload %d: %v; want Unavailable", i, err)
+		}
+	}
+	if st := br.State(time.Now()); st != breaker.Closed {
+		t.Fatalf("after 3 successful and 2 failed client-streaming calls (40%% failures) the breaker is %v; want closed under a 50%% failure rate (are the successes counted?)", st)
+	}
+	if err := upload(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("third failing upload: %v; want Unavailable", err)
+	}
+	if st := br.State(time.Now()); st != breaker.Open {
+		t.Fatalf("after 3 successful and 3 failed uploads (50%% failures) the breaker is %v; want open", st)
+	}
+}
+
+// A stream the caller abandons (it cancels the context without reading
+// the stream to its end) counts neither way: it gives back the half-open
+// breaker's probe slot, and the next stream is admitted as a probe.
+func TestStreamBreakerFreesTheProbeOfAnAbandonedStream(t *testing.T) {
+	br, err := breaker.New(breaker.Config{ConsecutiveFailures: 1, OpenFor: time.Millisecond, HalfOpenProbes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, c := oneServerClient(t, grpc.WithStreamInterceptor(grpcclient.StreamBreaker(br, 0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := &testgrpc.StreamingOutputCallRequest{}
+	recvAll := func(st testgrpc.TestService_StreamingOutputCallClient) error {
+		for {
+			if _, err := st.Recv(); err == io.EOF {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
+	}
+	s.fail.Store(uint32(codes.Unavailable))
+	st, err := c.StreamingOutputCall(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recvAll(st); status.Code(err) != codes.Unavailable {
+		t.Fatalf("failing stream: %v; want Unavailable", err)
+	}
+	s.fail.Store(0)
+	testutil.WaitFor(t, 10*time.Second, "the breaker to turn half-open", func() bool { return br.State(time.Now()) == breaker.HalfOpen })
+
+	pctx, pcancel := context.WithCancel(ctx)
+	if _, err := c.StreamingOutputCall(pctx, req); err != nil {
+		t.Fatalf("the probe stream: %v", err)
+	}
+	if _, err := c.StreamingOutputCall(ctx, req); !errors.Is(err, grpcclient.ErrBreakerOpen) {
+		t.Fatalf("a second stream while the only probe is out: %v; want ErrBreakerOpen", err)
+	}
+	pcancel() // abandoned, never read
+	testutil.WaitFor(t, 10*time.Second, "a stream admitted after the probe was abandoned", func() bool {
+		st, err := c.StreamingOutputCall(ctx, req)
+		if errors.Is(err, grpcclient.ErrBreakerOpen) {
+			return false
+		}
+		if err == nil {
+			err = recvAll(st)
+		}
+		if err != nil {
+			t.Fatalf("the stream admitted after the abandoned probe: %v", err)
+		}
+		return true
+	})
+	if st := br.State(time.Now()); st != breaker.Closed {
+		t.Fatalf("after the abandoned probe and a successful one the breaker is %v; want closed", st)
+	}
+}
+
+// echoStream is a bidirectional fallback stream: RecvMsg answers each
+// message SendMsg gave it with the same payload, and io.EOF after
+// CloseSend. Its first RecvMsg closes waiting.
+type echoStream struct {
+	ctx     context.Context
+	in      chan *testgrpc.StreamingOutputCallRequest
+	waiting chan struct{}
+	once    sync.Once
+}
+
+func (e *echoStream) Header() (metadata.MD, error) {
+	return metadata.Pairs("x-answered-by", "echo"), nil
+}
+func (e *echoStream) Trailer() metadata.MD     { return metadata.MD{} }
+func (e *echoStream) Context() context.Context { return e.ctx }
+func (e *echoStream) CloseSend() error         { close(e.in); return nil }
+func (e *echoStream) SendMsg(m any) error {
+	e.in <- m.(*testgrpc.StreamingOutputCallRequest)
+	return nil
+}
+
+func (e *echoStream) RecvMsg(m any) error {
+	e.once.Do(func() { close(e.waiting) })
+	select {
+	case r, ok := <-e.in:
+		if !ok {
+			return io.EOF
+		}
+		m.(*testgrpc.StreamingOutputCallResponse).Payload = r.GetPayload()
+		return nil
+	case <-e.ctx.Done():
+		return status.FromContextError(e.ctx.Err()).Err()
+	}
+}
+
+// Once a fallback has taken over a bidirectional stream, the stream is
+// the fallback's: SendMsg, Header and CloseSend go to it, and they are
+// not held up while its RecvMsg waits for a message (which SendMsg
+// gives it).
+func TestStreamFallbackTakesOverABidiStreamWithoutBlockingIt(t *testing.T) {
+	echo := &echoStream{in: make(chan *testgrpc.StreamingOutputCallRequest, 4), waiting: make(chan struct{})}
+	step := grpcclient.StreamFallbackStep{Name: "echo", Func: func(ctx context.Context, _ *grpc.StreamDesc, _ string, _ any, _ error) (grpc.ClientStream, error) {
+		echo.ctx = ctx
+		return echo, nil
+	}}
+	s, c := oneServerClient(t, grpc.WithStreamInterceptor(grpcclient.StreamFallback(0, step)))
+	s.fail.Store(uint32(codes.Unavailable))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type recv struct {
+		body string
+		err  error
+	}
+	got := make(chan recv, 1)
+	go func() {
+		m, err := st.Recv()
+		got <- recv{string(m.GetPayload().GetBody()), err}
+	}()
+	select {
+	case <-echo.waiting:
+	case r := <-got:
+		t.Fatalf("Recv returned %q, %v before the fallback's stream waited for a message", r.body, r.err)
+	case <-ctx.Done():
+		t.Fatal("the fallback never took over the failed stream")
+	}
+	// RecvMsg is waiting inside the fallback's stream now.
+	sent := make(chan error, 1)
+	go func() {
+		if err := st.Send(&testgrpc.StreamingOutputCallRequest{Payload: &testgrpc.Payload{Body: []byte("ping")}}); err != nil {
+			sent <- err
+			return
+		}
+		md, err := st.Header()
+		if err == nil && (md.Get("x-answered-by") == nil || md.Get(grpcclient.MetadataDegraded) == nil) {
+			err = errors.New("header " + fmt.Sprint(md) + " lacks the fallback's x-answered-by or the degraded mark")
+		}
+		sent <- err
+	}()
+	select {
+	case err := <-sent:
+		if err != nil {
+			t.Fatalf("Send and Header while Recv waits in the fallback: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Send and Header blocked for 5s while Recv waited in the fallback's stream")
+	}
+	select {
+	case r := <-got:
+		if r.err != nil || r.body != "ping" {
+			t.Fatalf("Recv: %q, %v; want the fallback's echo of ping", r.body, r.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the message sent after the takeover never reached the fallback's stream")
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatalf("Recv after CloseSend: %v; want io.EOF (CloseSend reaching the fallback's stream)", err)
+	}
+	if r, _ := grpcclient.Degraded(st.Trailer()); r != "echo: code:Unavailable" {
+		t.Fatalf("trailer degraded %q; want \"echo: code:Unavailable\"", r)
+	}
+}
+
+// A DeadlineExceeded that the server answers at once (its own downstream
+// call timed out) is its answer, not this attempt's per-try timeout: it
+// is not retried under retry_on timeout, as DeadlineExceeded is not in
+// Codes. (An attempt that does run out of its per-try timeout is:
+// TestRetryAfterAPerTryTimeout.)
+func TestRetryTellsAServersDeadlineExceededFromAPerTryTimeout(t *testing.T) {
+	p := fastBackoff
+	p.Attempts, p.PerTryTimeout = 2, 5*time.Second
+	s, do := oneServer(t, grpc.WithUnaryInterceptor(retryInterceptor(t, grpcclient.RetryOptions{
+		Policy: p, Idempotent: grpcclient.IdempotentMethods(unaryMethod),
+	})))
+	s.fail.Store(uint32(codes.DeadlineExceeded))
+	before := s.calls.Load()
+	if _, err := do(); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("call the server answers DeadlineExceeded: %v", err)
+	}
+	if n := s.calls.Load() - before; n != 1 {
+		t.Fatalf("the server's own DeadlineExceeded was tried %d times; want 1 (no per-try timeout passed)", n)
 	}
 }

@@ -82,14 +82,21 @@ func (pk *pick) finish(di balancer.DoneInfo) {
 	done(o)
 }
 
-var errNoEndpoint = status.Error(codes.Unavailable, "grpcclient: no endpoint available")
+// errNoEndpoint fails a pick when the policy has no endpoint to give. It
+// is no status error, as none of the picker's errors is but ErrNoHashKey:
+// gRPC ends a call at once with a picker's status error, WaitForReady or
+// not, while it fails a fail-fast call with Unavailable on a plain error
+// and lets a WaitForReady call wait for the next picker.
+var errNoEndpoint = errors.New("grpcclient: no endpoint available")
 
 // ErrNoHashKey fails a call without a hash key when the hashing
 // balancer's missing_key is error. It is the caller's mistake, but gRPC
 // does not let a picker fail a call with InvalidArgument (gRFC A54), so
 // its code is Internal; Outcome and UnaryFallback know it for what it is:
-// no failure of the server, nothing for a fallback to answer.
-var ErrNoHashKey = status.Error(codes.Internal, "grpcclient: the call has no hash key (set it with WithHashKey or in the metadata hash_key names) and the balancer's missing_key is error")
+// no failure of the server, nothing for a fallback to answer. It fails
+// the call at once, WaitForReady or not, and matches balance.ErrNoHashKey
+// too (errors.Is).
+var ErrNoHashKey error = noHashKeyError{status.New(codes.Internal, "grpcclient: the call has no hash key (set it with WithHashKey or in the metadata hash_key names) and the balancer's missing_key is error")}
 
 // hasKeyIn sets info's key from balance.WithHashKey's, if ctx has one.
 func hasKeyIn(ctx context.Context, info *balance.Info) bool {

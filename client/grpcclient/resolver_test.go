@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 
@@ -75,6 +76,43 @@ func TestResolverEmptyServiceFailsWithUnavailable(t *testing.T) {
 	_, err = call(context.Background(), c)
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no instances") {
 		t.Fatalf("call to a service without instances: %v; want Unavailable saying it has no instances", err)
+	}
+}
+
+// While a service has no instance, a fail-fast call fails at once with
+// Unavailable, and a WaitForReady call waits: until its deadline, or
+// until an instance registers, which then answers it.
+func TestWaitForReadyCallsWaitForAnInstance(t *testing.T) {
+	env := startRegistry(t)
+	b, err := grpcclient.NewResolverBuilder(env.reg, grpcclient.ResolverOptions{Logger: quiet(), ReportAfter: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c := dial(t, b, "orders", lbConfig(balance.RoundRobinName, ""))
+	if _, err := call(context.Background(), c); status.Code(err) != codes.Unavailable {
+		t.Fatalf("fail-fast call without instances: %v; want Unavailable", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.WaitForReady(true))
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("WaitForReady call without instances: %v; want DeadlineExceeded (it waits for one)", err)
+	}
+
+	s := startServer(t, "a")
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		id, err := call(context.Background(), c, grpc.WaitForReady(true))
+		done <- result{id, err}
+	}()
+	env.register(t, "orders", s, 0)
+	if r := <-done; r.err != nil || r.id != "a" {
+		t.Fatalf("WaitForReady call while an instance registers: %q, %v; want a's answer", r.id, r.err)
 	}
 }
 

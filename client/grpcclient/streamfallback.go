@@ -31,9 +31,17 @@ type StreamFallbackStep struct {
 // it failed (an open breaker, no endpoint), or when its first RecvMsg did.
 // A stream that has delivered a message is never replaced, since the
 // caller has acted on part of the server's answer. The first step that
-// returns a stream takes over RecvMsg; Header and Trailer then carry
+// returns a stream takes the server's place: RecvMsg, SendMsg, CloseSend,
+// Header and Trailer go to it from then on, and Header and Trailer carry
 // MetadataDegraded, as do the call's grpc.Header and grpc.Trailer options.
 // When every step fails the caller sees the stream's own error.
+//
+// The steps run in the RecvMsg that found the failure, once, and no lock
+// is held while they or the streams' methods block: a SendMsg or Header
+// of another goroutine goes on meanwhile. A message sent after the
+// server's stream failed and before a step answered is dropped (a step
+// never sees a client or bidirectional stream's messages); once every
+// step failed, SendMsg returns io.EOF, and RecvMsg the stream's error.
 func StreamFallback(on Codes, steps ...StreamFallbackStep) grpc.StreamClientInterceptor {
 	on = orDefault(on)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -48,27 +56,41 @@ func StreamFallback(on Codes, steps ...StreamFallbackStep) grpc.StreamClientInte
 			fs.cause = err
 			return fs, nil
 		}
-		fs.ClientStream = cs
+		fs.server = cs
 		return fs, nil
 	}
 }
 
 // fallbackStream is the server's stream until a fallback takes over.
 type fallbackStream struct {
-	grpc.ClientStream // the server's; nil when creating it failed
-	ctx               context.Context
-	desc              *grpc.StreamDesc
-	method            string
-	on                Codes
-	steps             []StreamFallbackStep
-	opts              []grpc.CallOption
+	server grpc.ClientStream // nil when creating it failed
+	ctx    context.Context
+	desc   *grpc.StreamDesc
+	method string
+	on     Codes
+	steps  []StreamFallbackStep
+	opts   []grpc.CallOption
 
-	mu       sync.Mutex
+	takeover sync.Once // runs the steps
+
+	mu       sync.Mutex // guards what follows; never held across a call
 	req      any
 	received bool
 	cause    error             // why the server's stream is out
 	sub      grpc.ClientStream // the fallback's, once it answers
+	gaveUp   bool              // every step failed
 	degraded string
+}
+
+// state returns the stream to use: the fallback's once it answers, else
+// the server's while it is in (nil when it is out).
+func (s *fallbackStream) state() (sub, server grpc.ClientStream, cause error, gaveUp bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cause == nil {
+		server = s.server
+	}
+	return s.sub, server, s.cause, s.gaveUp
 }
 
 func (s *fallbackStream) SendMsg(m any) error {
@@ -76,71 +98,86 @@ func (s *fallbackStream) SendMsg(m any) error {
 	if !s.desc.ClientStreams && s.req == nil {
 		s.req = m
 	}
-	failed := s.ClientStream == nil
 	s.mu.Unlock()
-	if failed {
-		return nil // the fallback answers at RecvMsg
+	sub, server, _, gaveUp := s.state()
+	switch {
+	case sub != nil:
+		return sub.SendMsg(m)
+	case server != nil:
+		return server.SendMsg(m)
+	case gaveUp:
+		return io.EOF // RecvMsg returns the stream's error
 	}
-	return s.ClientStream.SendMsg(m)
+	return nil // the fallback answers at RecvMsg
 }
 
 func (s *fallbackStream) CloseSend() error {
-	if s.ClientStream == nil {
-		return nil
+	sub, server, _, _ := s.state()
+	switch {
+	case sub != nil:
+		return sub.CloseSend()
+	case server != nil:
+		return server.CloseSend()
 	}
-	return s.ClientStream.CloseSend()
+	return nil
 }
 
 func (s *fallbackStream) RecvMsg(m any) error {
-	s.mu.Lock()
-	sub, cause := s.sub, s.cause
-	s.mu.Unlock()
+	sub, server, cause, _ := s.state()
 	if sub != nil {
 		return sub.RecvMsg(m)
 	}
-	if cause == nil {
-		err := s.ClientStream.RecvMsg(m)
+	if server != nil {
+		err := server.RecvMsg(m)
 		s.mu.Lock()
-		defer s.mu.Unlock()
 		switch {
 		case err == nil:
 			s.received = true
+			s.mu.Unlock()
 			return nil
 		case errors.Is(err, io.EOF) || s.received || !s.on.Has(status.Code(err)):
+			s.mu.Unlock()
 			return err
 		}
-		cause = err
-		s.cause = err
-	} else {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		if s.cause == nil {
+			s.cause = err
+		}
+		cause = s.cause
+		s.mu.Unlock()
 	}
-	if s.sub == nil && !s.answer(cause) {
+	s.takeover.Do(func() { s.answer(cause) })
+	if sub, _, _, _ = s.state(); sub == nil {
 		return cause
 	}
-	return s.sub.RecvMsg(m)
+	return sub.RecvMsg(m)
 }
 
-// answer runs the steps for cause; s.mu is held.
-func (s *fallbackStream) answer(cause error) bool {
+// answer runs the steps for cause and installs the stream of the first
+// that answers.
+func (s *fallbackStream) answer(cause error) {
 	ctx := s.ctx
 	if ctx.Err() != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
+	s.mu.Lock()
+	req := s.req
+	s.mu.Unlock()
 	run := make([]fallback.Step[grpc.ClientStream], len(s.steps))
 	for i, st := range s.steps {
 		run[i] = fallback.Step[grpc.ClientStream]{Name: st.Name, Run: func(ctx context.Context) (grpc.ClientStream, error) {
-			return st.Func(ctx, s.desc, s.method, s.req, cause)
+			return st.Func(ctx, s.desc, s.method, req, cause)
 		}}
 	}
 	sub, step, err := fallback.First(ctx, run...)
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err != nil || sub == nil {
-		return false
+		s.gaveUp = true
+		return
 	}
 	s.sub = sub
 	s.degraded = fallback.Degraded(step, reason(cause))
 	markDegraded(s.opts, s.degraded)
-	return true
 }
 
 func (s *fallbackStream) withDegraded(md metadata.MD) metadata.MD {
@@ -159,25 +196,34 @@ func (s *fallbackStream) withDegraded(md metadata.MD) metadata.MD {
 }
 
 func (s *fallbackStream) Header() (metadata.MD, error) {
-	if s.ClientStream == nil {
+	sub, _, _, _ := s.state()
+	switch {
+	case sub != nil:
+		md, err := sub.Header()
+		return s.withDegraded(md), err
+	case s.server == nil:
 		return s.withDegraded(nil), nil
 	}
-	md, err := s.ClientStream.Header()
+	md, err := s.server.Header()
 	return s.withDegraded(md), err
 }
 
 func (s *fallbackStream) Trailer() metadata.MD {
-	if s.ClientStream == nil {
+	sub, _, _, _ := s.state()
+	switch {
+	case sub != nil:
+		return s.withDegraded(sub.Trailer())
+	case s.server == nil:
 		return s.withDegraded(nil)
 	}
-	return s.withDegraded(s.ClientStream.Trailer())
+	return s.withDegraded(s.server.Trailer())
 }
 
 func (s *fallbackStream) Context() context.Context {
-	if s.ClientStream == nil {
+	if s.server == nil {
 		return s.ctx
 	}
-	return s.ClientStream.Context()
+	return s.server.Context()
 }
 
 // FallbackStream returns a client stream for a StreamFallbackFunc: each
