@@ -10,9 +10,9 @@ import (
 	_ "github.com/zeromicro/go-zero/zrpc" // registers go-zero's "p2c_ewma" balancer
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/client/clienttest/pickertest"
 	"github.com/switchboard-dev/switchboard/client/grpcclient"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	"github.com/switchboard-dev/switchboard/internal/pickertest"
 )
 
 var epoch = time.Now()

@@ -16,8 +16,8 @@ import (
 
 	"github.com/switchboard-dev/switchboard/balance"
 	"github.com/switchboard-dev/switchboard/breaker"
+	"github.com/switchboard-dev/switchboard/client/clienttest/pickertest"
 	"github.com/switchboard-dev/switchboard/client/grpcclient"
-	"github.com/switchboard-dev/switchboard/internal/pickertest"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/client/clienttest/pickertest"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	"github.com/switchboard-dev/switchboard/internal/pickertest"
 )
 
 // readyPicker builds policy's balancer over n ready subchannels, weighted

@@ -1,8 +1,10 @@
 // Package pickertest builds a gRPC balancer by name over subchannels that a
 // test or benchmark drives itself, and hands back the picker the balancer
-// gives gRPC: enough to measure or check a pick without a network. The
-// grpcclient tests and the peer benchmarks of bench/grpcpeers (a module of
-// its own, under this module's import path) share it.
+// gives gRPC: enough to measure or check a pick without a network — a
+// switchboard_<policy> balancer of package client/grpcclient, a policy of
+// your own, or any other registered gRPC balancer, in the same run. The
+// grpcclient tests and the peer benchmarks of bench/grpcpeers (go-zero's
+// p2c) use it.
 package pickertest
 
 import (
