@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/balance"
-	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/pipeline"
 )
@@ -179,6 +177,14 @@ func (st *callState) finishErr(err error) {
 	st.finish(int(st.status), err)
 }
 
+// takeFirst hands the first attempt the request kept in the call's state.
+func (st *callState) takeFirst() *attemptReq {
+	if st.taken.CompareAndSwap(false, true) {
+		return &st.first
+	}
+	return nil
+}
+
 // finish reports the call's outcome once.
 func (st *callState) finish(status int, bodyErr error) {
 	if !st.done.CompareAndSwap(false, true) {
@@ -227,51 +233,6 @@ type ctxError struct {
 
 func (e *ctxError) Error() string   { return e.err.Error() + " (" + e.ctx.Error() + ")" }
 func (e *ctxError) Unwrap() []error { return []error{e.err, e.ctx} }
-
-// transport sends one attempt to one endpoint over a net/http
-// RoundTripper: a shallow copy of the caller's request, its URL pointed
-// at the endpoint.
-type transport struct {
-	rt http.RoundTripper
-}
-
-// attemptReq is what one attempt allocates: the request and its URL.
-type attemptReq struct {
-	req http.Request
-	url url.URL
-}
-
-func (t *transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
-	cancel := context.CancelFunc(nil)
-	if !deadline.IsZero() {
-		if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
-			ctx, cancel = context.WithDeadline(ctx, deadline)
-		}
-	}
-	r := c.Req
-	var a *attemptReq
-	if st, ok := c.Front.(*callState); ok && st.taken.CompareAndSwap(false, true) {
-		a = &st.first
-	} else {
-		a = new(attemptReq)
-	}
-	a.req, a.url = *r, *r.URL
-	a.url.Scheme, a.url.Host, a.url.User = "http", ep.Address(), nil
-	out := &a.req
-	out.URL = &a.url
-	if ctx != r.Context() {
-		out = out.WithContext(ctx)
-	}
-	out.Close = false
-	out.RequestURI = ""
-	out.GetBody = nil
-	if body == nil {
-		out.Body, out.ContentLength = nil, 0
-	} else {
-		out.Body = pipeline.RequestBody(body)
-	}
-	return pipeline.SendHTTP(t.rt, out, cancel)
-}
 
 // Degraded reports whether resp was answered by a fallback step in place
 // of the service, and why: the value of its X-Switchboard-Degraded
