@@ -16,6 +16,7 @@ import (
 	"github.com/switchboard-dev/switchboard/client"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/discovery"
+	"github.com/switchboard-dev/switchboard/endpoint/endpointtest"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
@@ -143,7 +144,7 @@ discovery: {empty_grace: 5s}
 		t.Fatalf("without the registry: %v, want an error naming it", err)
 	}
 	c := newClient(t, client.WithConfig(cfg), client.WithRegistry("consul", reg))
-	testutil.WaitReady(t, c.Upstream("orders").Pool(), 1)
+	endpointtest.WaitReady(t, c.Upstream("orders").Pool(), 1)
 	if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "a" {
 		t.Fatalf("%d %q", st, body)
 	}
@@ -198,7 +199,7 @@ upstreams:
 		t.Fatal(err)
 	}
 	c := newClient(t, client.WithConfig(cfg))
-	testutil.WaitReady(t, c.Upstream("orders").Pool(), 1)
+	endpointtest.WaitReady(t, c.Upstream("orders").Pool(), 1)
 	if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "a" {
 		t.Fatalf("%d %q", st, body)
 	}
@@ -209,7 +210,7 @@ upstreams:
 	b := newBackend(t, "b", nil)
 	register(t, otherReg, "orders-svc", "orders-2", b)
 	c2 := newClient(t, client.WithConfig(cfg), client.WithRegistry("fleet", otherReg))
-	testutil.WaitReady(t, c2.Upstream("orders").Pool(), 1)
+	endpointtest.WaitReady(t, c2.Upstream("orders").Pool(), 1)
 	if st, body := get(t, c2.HTTPClient(), "http://orders/"); st != 200 || body != "b" {
 		t.Fatalf("with the program's registry: %d %q, want b's answer", st, body)
 	}
@@ -255,7 +256,7 @@ discovery: {cache_dir: "`+dir+`"}
 	// the YAML's cache_dir still applies.
 	c := newClient(t, client.WithConfig(cfg), client.WithRegistry("consul", reg), client.WithTransport(ct),
 		client.WithDiscoveryOptions(discovery.Options{MinBackoff: 50 * time.Millisecond}))
-	testutil.WaitReady(t, c.Upstream("orders").Pool(), 1)
+	endpointtest.WaitReady(t, c.Upstream("orders").Pool(), 1)
 	if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "a" {
 		t.Fatalf("%d %q", st, body)
 	}
@@ -275,7 +276,7 @@ func TestADeclaredNameKeepsItsCaseInTheRegistryQuery(t *testing.T) {
 	a := newBackend(t, "a", nil)
 	register(t, reg, "Orders", "orders-1", a)
 	c := newClient(t, client.WithRegistry("consul", reg), client.WithService("Orders", client.Service{}))
-	testutil.WaitReady(t, c.Upstream("orders").Pool(), 1)
+	endpointtest.WaitReady(t, c.Upstream("orders").Pool(), 1)
 	if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "a" {
 		t.Fatalf("%d %q", st, body)
 	}

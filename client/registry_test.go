@@ -10,7 +10,7 @@ import (
 	"github.com/switchboard-dev/switchboard/client"
 	"github.com/switchboard-dev/switchboard/discovery"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	"github.com/switchboard-dev/switchboard/internal/testutil"
+	"github.com/switchboard-dev/switchboard/endpoint/endpointtest"
 	"github.com/switchboard-dev/switchboard/registry"
 	"github.com/switchboard-dev/switchboard/registry/consul"
 	"github.com/switchboard-dev/switchboard/registryd"
@@ -69,7 +69,7 @@ func TestCallsGoOnThroughARegistryOutage(t *testing.T) {
 		client.WithDiscoveryOptions(discovery.Options{MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}),
 		client.WithService("orders", client.Service{}))
 	up := c.Upstream("orders")
-	testutil.WaitReady(t, up.Pool(), 2)
+	endpointtest.WaitReady(t, up.Pool(), 2)
 	hc := c.HTTPClient()
 	for i := 0; i < 4; i++ {
 		if st, _ := get(t, hc, "http://orders/"); st != 200 {
@@ -116,7 +116,7 @@ func TestANewRegistrationIsFollowedThroughTheWatch(t *testing.T) {
 	register(t, reg, "orders", "orders-a", a)
 	c := newClient(t, client.WithRegistry("consul", reg), client.WithService("orders", client.Service{}))
 	pool := c.Upstream("orders").Pool()
-	testutil.WaitReady(t, pool, 1)
+	endpointtest.WaitReady(t, pool, 1)
 	hc := c.HTTPClient()
 	if st, body := get(t, hc, "http://orders/"); st != 200 || body != "a" {
 		t.Fatalf("before: %d %q", st, body)
@@ -163,7 +163,7 @@ func TestTheEmbeddedRegistryInProcess(t *testing.T) {
 	a := newBackend(t, "a", nil)
 	register(t, srv, "orders", "orders-a", a)
 	c := newClient(t, client.WithRegistry("embedded", srv.Discoverer()), client.WithService("orders", client.Service{}))
-	testutil.WaitReady(t, c.Upstream("orders").Pool(), 1)
+	endpointtest.WaitReady(t, c.Upstream("orders").Pool(), 1)
 	if st, body := get(t, c.HTTPClient(), "http://orders/"); st != 200 || body != "a" {
 		t.Fatalf("%d %q", st, body)
 	}

@@ -21,8 +21,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/switchboard-dev/switchboard/endpoint"
 )
 
 // WaitFor polls cond every 2 ms until it holds, failing t after timeout
@@ -195,30 +193,5 @@ func (s *RedisServer) Signal(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := s.Cmd.Process.Signal(sig); err != nil {
 		t.Fatalf("signal %v to redis-server: %v", sig, err)
-	}
-}
-
-// WaitReady waits, on the pool's own notifications, until exactly n of its
-// endpoints are ready, and fails t after 15s.
-func WaitReady(t testing.TB, p *endpoint.Pool, n int) {
-	t.Helper()
-	ch := make(chan int, 256)
-	cancel := p.Subscribe(func(s *endpoint.Set) {
-		select {
-		case ch <- len(s.Ready):
-		default:
-		}
-	})
-	defer cancel()
-	timeout := time.After(15 * time.Second)
-	for {
-		select {
-		case got := <-ch:
-			if got == n {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("pool %s has %d ready endpoints, want %d", p.Name(), len(p.Snapshot().Ready), n)
-		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/endpoint/endpointtest"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/registry"
 	etcdreg "github.com/switchboard-dev/switchboard/registry/etcd"
@@ -112,7 +113,7 @@ upstreams:
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitReady(t, pool(t, a, "api"), 2)
+	endpointtest.WaitReady(t, pool(t, a, "api"), 2)
 	url := "http://" + listen + "/"
 	if n, last := failures(url, 50); n != 0 {
 		t.Fatalf("%d of 50 requests failed before the outage (last: %s)", n, last)
@@ -139,7 +140,7 @@ upstreams:
 	// etcd returns: the view converges (a third instance shows up).
 	etcd.Restart(t)
 	register(hostport(b3), "b3")
-	testutil.WaitReady(t, pool(t, a, "api"), 3)
+	endpointtest.WaitReady(t, pool(t, a, "api"), 3)
 }
 
 // TestEmbeddedRegistryFeedsUpstreamsAndAutoRoutes runs `serve` with the
@@ -190,7 +191,7 @@ upstreams:
 		t.Fatalf("/api before any registration: %d, want 503 (no endpoints)", code)
 	}
 	reg(hostport(api), "api")
-	testutil.WaitReady(t, pool(t, a, "api"), 1)
+	endpointtest.WaitReady(t, pool(t, a, "api"), 1)
 	if code, body := status("/api"); code != 200 || body != "api" {
 		t.Fatalf("/api: %d %q", code, body)
 	}
@@ -272,11 +273,11 @@ upstreams:
 		}
 	}
 	p := pool(t, a, "api")
-	testutil.WaitReady(t, p, 2)
+	endpointtest.WaitReady(t, p, 2)
 	if err := c.Agent().FailTTL("service:b1", "disk full"); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitReady(t, p, 1)
+	endpointtest.WaitReady(t, p, 1)
 	set := p.Snapshot()
 	if len(set.All) != 2 {
 		t.Fatalf("the critical instance left the pool (%d endpoints); with passing_only: false it stays, marked", len(set.All))
@@ -295,7 +296,7 @@ upstreams:
 	if err := c.Agent().PassTTL("service:b1", ""); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WaitReady(t, p, 2)
+	endpointtest.WaitReady(t, p, 2)
 }
 
 // TestFailedReloadLeavesRegistriesAlone: a reload that changes a
@@ -342,14 +343,14 @@ listeners:
 		t.Fatal(err)
 	}
 	defer a.Shutdown()
-	testutil.WaitReady(t, pool(t, a, "api"), 1)
+	endpointtest.WaitReady(t, pool(t, a, "api"), 1)
 	writeFile(t, path, conf(fileB, fmt.Sprintf("  - name: busy\n    listen: %s\n    routes: [{upstream: api}]\n", busy.Addr())))
 	if err := a.Reload(); err == nil {
 		t.Fatal("a reload onto a busy port succeeded")
 	}
 	// Still following file A: an edit to it arrives, B's instance does not.
 	writeFile(t, fileA, svc(hostport(b1), hostport(b2))+"    - {id: i9, address: 127.0.0.1, port: 1}\n")
-	testutil.WaitReady(t, pool(t, a, "api"), 3)
+	endpointtest.WaitReady(t, pool(t, a, "api"), 3)
 }
 
 // TestReloadOntoADownRegistryKeepsTheEndpoints: a reload that moves an

@@ -12,7 +12,7 @@ import (
 	consul "github.com/hashicorp/consul/api"
 
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
-	"github.com/switchboard-dev/switchboard/internal/testutil"
+	"github.com/switchboard-dev/switchboard/endpoint/endpointtest"
 )
 
 // Issue 16, bug 1: a registry snapshot that cannot be loaded (here one
@@ -80,7 +80,7 @@ upstreams:
 		Check: &consul.AgentServiceCheck{TTL: "1m", Status: consul.HealthPassing}}); err != nil {
 		t.Fatalf("register with the embedded registry: %v", err)
 	}
-	testutil.WaitReady(t, pool(t, a, "api"), 1)
+	endpointtest.WaitReady(t, pool(t, a, "api"), 1)
 	if n, last := failures("http://"+listen+"/api", 5); n != 0 {
 		t.Fatalf("%d of 5 requests failed through the registry-fed upstream (last: %s)", n, last)
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/endpoint/endpointtest"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
@@ -115,8 +116,8 @@ func TestSoak(t *testing.T) {
 		rs.register(b)
 	}
 	staticPool, regPool := pool(t, a, "static"), pool(t, a, "reg")
-	testutil.WaitReady(t, staticPool, 3)
-	testutil.WaitReady(t, regPool, 3)
+	endpointtest.WaitReady(t, staticPool, 3)
+	endpointtest.WaitReady(t, regPool, 3)
 
 	var st soakStats
 	reload := func(gen int) {
@@ -247,8 +248,8 @@ func TestSoak(t *testing.T) {
 	if n := len(rs.live()); n != 3 {
 		t.Fatalf("%d registry instances registered after the chaos, want 3", n)
 	}
-	testutil.WaitReady(t, staticPool, 3)
-	testutil.WaitReady(t, regPool, 3)
+	endpointtest.WaitReady(t, staticPool, 3)
+	endpointtest.WaitReady(t, regPool, 3)
 	// The last generation applied is gen-1: move to one with new
 	// connection pools.
 	for last := gen - 1; conf.sameTransport(gen, last); {

@@ -10,7 +10,7 @@ import (
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
 	"github.com/switchboard-dev/switchboard/endpoint"
-	"github.com/switchboard-dev/switchboard/internal/testutil"
+	"github.com/switchboard-dev/switchboard/endpoint/endpointtest"
 )
 
 func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
@@ -45,7 +45,7 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 	// starts once it serves.
 	pool := upstreamPool(t, a, plane.AutoUpstreamName("demo"))
 
-	testutil.WaitReady(t, pool, 3)
+	endpointtest.WaitReady(t, pool, 3)
 
 	base := "http://" + a.Plane().Addr("demo")
 	get := func() (int, string) {
@@ -77,7 +77,7 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	testutil.WaitReady(t, pool, 2)
+	endpointtest.WaitReady(t, pool, 2)
 	for i := 0; i < 6; i++ {
 		code, b := get()
 		if code != 200 || b == "backend-1" {
