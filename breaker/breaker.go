@@ -78,6 +78,11 @@ type Breaker struct {
 	mu        sync.Mutex
 	openFor   time.Duration // the current open period, doubled on each reopen
 	listeners []Listener    // copied on write; read under mu, called outside it
+	// pending are the transitions not yet announced, in the order they
+	// happened (under mu); draining is set while a goroutine announces
+	// them, one at a time, outside mu (see drain).
+	pending  []transition
+	draining bool
 }
 
 // phase is one stretch of a breaker's life in one state, from the
@@ -150,8 +155,12 @@ func (s *settings) verdict(o *endpoint.Outcome) Verdict {
 }
 
 // OnStateChange adds a listener called once per transition, after the
-// breaker's lock is released (so it may call the breaker). Listeners of
-// transitions that race each other may run concurrently.
+// breaker's lock is released (so it may call the breaker). Listeners are
+// called one transition at a time, in the order the transitions happened,
+// so the announced sequence is a path through the state machine; a
+// transition that races one being announced is announced right after it,
+// by the goroutine announcing (so not necessarily before the call that
+// made it returns).
 func (b *Breaker) OnStateChange(l Listener) {
 	b.mu.Lock()
 	ls := make([]Listener, len(b.listeners), len(b.listeners)+1)
@@ -173,11 +182,54 @@ type transition struct {
 	reason    string
 	at        time.Time
 	listeners []Listener
+	b         *Breaker // set on the value setLocked returns: announce drains
 }
 
+// announce announces the transitions pending on the breaker, this one
+// among them, unless another goroutine is at it (see drain).
 func (t *transition) announce() {
-	for _, l := range t.listeners {
-		l(t.from, t.to, t.reason, t.at)
+	if t.b != nil {
+		t.b.drain()
+	}
+}
+
+// drain calls the listeners of the pending transitions, in order, one
+// transition at a time, outside mu. A goroutine that finds a drain under
+// way leaves its transition to it; so does a listener whose call makes a
+// transition (it is announced when the listener returns).
+func (b *Breaker) drain() {
+	b.mu.Lock()
+	if b.draining {
+		b.mu.Unlock()
+		return
+	}
+	b.draining = true
+	for len(b.pending) > 0 {
+		tr := b.pending[0]
+		b.pending[0] = transition{}
+		b.pending = b.pending[1:]
+		b.mu.Unlock()
+		b.call(tr)
+		b.mu.Lock()
+	}
+	b.pending = b.pending[:0:0]
+	b.draining = false
+	b.mu.Unlock()
+}
+
+// call runs tr's listeners; a listener that panics ends the drain so that
+// later transitions are still announced.
+func (b *Breaker) call(tr transition) {
+	defer func() {
+		if r := recover(); r != nil {
+			b.mu.Lock()
+			b.draining = false
+			b.mu.Unlock()
+			panic(r)
+		}
+	}()
+	for _, l := range tr.listeners {
+		l(tr.from, tr.to, tr.reason, tr.at)
 	}
 }
 
@@ -419,8 +471,9 @@ func (b *Breaker) halfOpenLocked(now time.Time) transition {
 	return b.setLocked(b.newPhase(HalfOpen), now, fmt.Sprintf("half-open: open for %v elapsed", b.openFor))
 }
 
-// setLocked publishes p as the breaker's phase and returns the transition
-// to announce.
+// setLocked publishes p as the breaker's phase, queues the transition's
+// announcement and returns the transition, whose announce (after mu is
+// released) drains the queue.
 func (b *Breaker) setLocked(p *phase, now time.Time, reason string) transition {
 	from := b.cur.Load().state
 	b.cur.Store(p)
@@ -428,7 +481,12 @@ func (b *Breaker) setLocked(p *phase, now time.Time, reason string) transition {
 	if ls == nil {
 		ls = []Listener{} // non-nil marks that a transition happened
 	}
-	return transition{from: from, to: p.state, reason: reason, at: now, listeners: ls}
+	tr := transition{from: from, to: p.state, reason: reason, at: now, listeners: ls}
+	if len(b.listeners) > 0 {
+		b.pending = append(b.pending, tr)
+		tr.b = b
+	}
+	return tr
 }
 
 func percent(r float64) int { return int(math.Round(r * 100)) }

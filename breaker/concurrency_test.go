@@ -15,10 +15,9 @@ import (
 
 // Under concurrent Allow/Done from many goroutines with a shared moving
 // clock, the breaker must stay consistent: run with -race. Every
-// transition is legal and announced exactly once (listeners of racing
-// transitions may run concurrently, so not necessarily in order): for each
-// state, the announcements into it and out of it balance, given where the
-// breaker started and where it ended.
+// transition is legal and announced exactly once, in order: each
+// announcement starts where the one before it ended, and the last ends
+// where the breaker is.
 func TestBreakerConcurrentAllowDone(t *testing.T) {
 	b, err := New(Config{WindowSize: 50, MinRequests: 10, OpenFor: time.Millisecond, MaxOpenFor: 4 * time.Millisecond, HalfOpenProbes: 2})
 	if err != nil {
@@ -67,20 +66,18 @@ func TestBreakerConcurrentAllowDone(t *testing.T) {
 	if len(bad) > 0 {
 		t.Errorf("illegal transitions announced: %v", bad)
 	}
-	// Exactly once each: a transition announced twice, or one lost,
-	// unbalances the count of its states.
-	balance := map[State]int{Closed: 1, final: -1} // it started closed
-	if final == Closed {
-		balance[Closed] = 0
-	}
-	for _, m := range moves {
-		balance[m[0]]--
-		balance[m[1]]++
-	}
-	for _, st := range []State{Closed, Open, HalfOpen} {
-		if balance[st] != 0 {
-			t.Errorf("%v: announcements into it and out of it do not balance (off by %d; it started closed and ended %v)", st, balance[st], final)
+	// In order and exactly once: a transition announced twice, lost, or
+	// announced out of turn breaks the chain.
+	prev := Closed
+	for i, m := range moves {
+		if m[0] != prev {
+			t.Errorf("announcement %d is %v→%v, but the one before ended in %v", i, m[0], m[1], prev)
+			break
 		}
+		prev = m[1]
+	}
+	if prev != final {
+		t.Errorf("the announcements end in %v, the breaker is %v", prev, final)
 	}
 	if len(moves) == 0 || refused.Load() == 0 {
 		t.Errorf("with 2 of 3 counted calls failing: %d transitions and %d refusals, want some of each", len(moves), refused.Load())
@@ -370,5 +367,52 @@ func TestBreakerConcurrentAllowHalfOpenAdmitsTheProbesOnly(t *testing.T) {
 		if n := halfOpens.Load(); n != 1 {
 			t.Fatalf("open→half-open announced %d times, want once", n)
 		}
+	}
+}
+
+// A listener may call the breaker, even into a transition of its own: the
+// transition is announced when the listener returns, after the one being
+// announced, and nothing deadlocks. A listener that panics does not stop
+// later announcements.
+func TestListenersMayCallTheBreakerAndPanicsDoNotStopAnnouncements(t *testing.T) {
+	b, err := New(Config{ConsecutiveFailures: 1, OpenFor: time.Second, HalfOpenProbes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moves []string
+	panicked := false
+	b.OnStateChange(func(from, to State, _ string, at time.Time) {
+		moves = append(moves, from.String()+"→"+to.String())
+		if to == Open {
+			// Past the open period: State moves it to half-open, from
+			// inside this listener.
+			if st := b.State(at.Add(2 * time.Second)); st != HalfOpen {
+				t.Errorf("State inside the listener: %v, want half-open", st)
+			}
+			if !panicked {
+				panicked = true
+				panic("listener panic")
+			}
+		}
+	})
+	tk, _ := b.Allow(t0)
+	func() {
+		defer func() {
+			if r := recover(); r != "listener panic" {
+				t.Fatalf("recovered %v, want the listener's panic", r)
+			}
+		}()
+		tk.Done(endpoint.Outcome{Err: errBoom}, t0)
+	}()
+	// The half-open transition made inside the panicking listener is
+	// still pending; the next transition announces it first.
+	tk, err = b.Allow(t0.Add(2 * time.Second))
+	if err != nil {
+		t.Fatalf("the half-open probe was refused: %v", err)
+	}
+	tk.Done(endpoint.Outcome{Err: errBoom}, t0.Add(2*time.Second)) // reopens; its listener calls State again
+	want := []string{"closed→open", "open→half-open", "half-open→open", "open→half-open"}
+	if !slices.Equal(moves, want) {
+		t.Fatalf("announced %v, want %v", moves, want)
 	}
 }
