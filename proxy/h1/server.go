@@ -706,8 +706,9 @@ func (w *response) commit(chunked bool) {
 		delete(h, "Trailer")
 	}
 	bw.WriteString("HTTP/1.1 ")
-	var nb [20]byte
-	bw.Write(strconv.AppendInt(nb[:0], int64(w.status), 10))
+	// Digits go straight into bw's free space: a local array handed to
+	// bw.Write would escape to the heap.
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(w.status), 10))
 	bw.WriteByte(' ')
 	bw.WriteString(http.StatusText(w.status))
 	bw.WriteString("\r\n")
@@ -788,8 +789,7 @@ func (w *response) writeBody(p []byte) error {
 	}
 	bw := w.c.bw
 	if w.chunked {
-		var nb [16]byte
-		bw.Write(strconv.AppendInt(nb[:0], int64(len(p)), 16))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(len(p)), 16))
 		bw.WriteString("\r\n")
 	}
 	n, err := bw.Write(p)
