@@ -119,6 +119,15 @@ type pconn struct {
 	// abort cuts the connection's I/O short; built once per connection so
 	// that watching a request's context allocates less.
 	abort func()
+	// rc is conn's raw connection, taken once (SyscallConn allocates), and
+	// peek the function alive hands it, built once too (a closure made
+	// per call would be allocated per call): it reports through peekOK.
+	// rcErr: conn is a syscall.Conn whose SyscallConn failed.
+	rc      syscall.RawConn
+	rcErr   bool
+	peek    func(fd uintptr) bool
+	peekOK  bool
+	peekBuf [1]byte
 }
 
 func (c *Client) pool(addr string) *connPool {
@@ -263,22 +272,38 @@ func (pc *pconn) alive() bool {
 	if pc.br.Buffered() > 0 {
 		return false
 	}
+	if pc.rcErr {
+		return false
+	}
+	if pc.rc == nil {
+		return true
+	}
+	pc.peekOK = false
+	pc.rc.Read(pc.peek)
+	return pc.peekOK
+}
+
+// peekFD is pc.peek: one non-blocking peek at the connection's socket.
+// Only EAGAIN (nothing to read, still open) makes the connection usable.
+func (pc *pconn) peekFD(fd uintptr) bool {
+	_, _, err := syscall.Recvfrom(int(fd), pc.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	pc.peekOK = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+	return true
+}
+
+// takeRawConn records conn's raw connection for alive.
+func (pc *pconn) takeRawConn() {
 	sc, ok := pc.conn.(syscall.Conn)
 	if !ok {
-		return true
+		return
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		pc.rcErr = true
+		return
 	}
-	alive := false
-	var b [1]byte
-	rc.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		alive = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
-		return true
-	})
-	return alive
+	pc.rc = rc
+	pc.peek = pc.peekFD
 }
 
 func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pconn, error) {
@@ -295,6 +320,7 @@ func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pc
 	pc.br.Reset(&pc.hr)
 	pc.bw = bwPool.Get().(*bufio.Writer)
 	pc.bw.Reset(conn)
+	pc.takeRawConn()
 	return pc, nil
 }
 
@@ -351,11 +377,18 @@ func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Re
 // pc is closed.
 func (c *Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, func() bool, error) {
 	// A cancelled client context unblocks whatever I/O the exchange or the
-	// body copy is doing.
-	stop := context.AfterFunc(ctx, pc.abort)
+	// body copy is doing. A context that can never end (the HTTP/1 server's
+	// requests carry none of their own) needs no watcher, and is spared
+	// the two allocations of registering one.
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, pc.abort)
+	}
 	resp, err := c.exchange1(ctx, deadline, pc, out)
 	if err != nil {
-		stop()
+		if stop != nil {
+			stop()
+		}
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
@@ -579,8 +612,7 @@ func (o *Request) write(bw *bufio.Writer) error {
 		return bw.Flush()
 	case o.Length >= 0:
 		bw.WriteString("Content-Length: ")
-		var nb [20]byte
-		bw.Write(strconv.AppendInt(nb[:0], o.Length, 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), o.Length, 10))
 		bw.WriteString("\r\n\r\n")
 		if err := copyFlushing(bw, bw, o.Body, o.Length); err != nil {
 			return err
