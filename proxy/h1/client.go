@@ -369,7 +369,12 @@ func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Re
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &Body{rc: resp.Body, pc: pc, c: c, stop: stop, close: resp.Close}
+	b := out.BodyStore
+	if b == nil {
+		b = new(Body)
+	}
+	*b = Body{rc: resp.Body, pc: pc, c: c, stop: stop, close: resp.Close}
+	resp.Body = b
 	return resp, nil
 }
 
@@ -567,6 +572,13 @@ type Request struct {
 	// Upgrade is the Upgrade header value for a protocol switch
 	// (WebSocket); "" otherwise.
 	Upgrade string
+	// BodyStore, when not nil, is where Do puts the response's Body
+	// instead of allocating one: the caller's per-request state can hold
+	// it, so that an exchange costs no allocation of its own. It is
+	// overwritten, and must not be given to another exchange while the
+	// response it ends up in is in use (one per request, for its first
+	// exchange, is the safe use).
+	BodyStore *Body
 }
 
 // replayable reports whether the request may be sent again after a reused
