@@ -358,13 +358,14 @@ func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Re
 		if pc, err = c.dial(ctx, p, deadline); err != nil {
 			return nil, err
 		}
+		now = time.Time{} // the dial took time: read the clock again
 	}
-	resp, stop, err := c.exchange(ctx, deadline, pc, &out)
+	resp, stop, err := c.exchange(ctx, deadline, now, pc, &out)
 	if err != nil && pc.reused && pc.hr.n == c.maxHead && out.replayable() && !isTimeout(err) && ctx.Err() == nil {
 		if pc, err = c.dial(ctx, p, deadline); err != nil {
 			return nil, err
 		}
-		resp, stop, err = c.exchange(ctx, deadline, pc, &out)
+		resp, stop, err = c.exchange(ctx, deadline, time.Time{}, pc, &out)
 	}
 	if err != nil {
 		return nil, err
@@ -379,8 +380,8 @@ func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Re
 }
 
 // exchange writes the request and reads the response header on pc. On error
-// pc is closed.
-func (c *Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, func() bool, error) {
+// pc is closed. now is the time, read just before (zero: read it).
+func (c *Client) exchange(ctx context.Context, deadline, now time.Time, pc *pconn, out *Request) (*http.Response, func() bool, error) {
 	// A cancelled client context unblocks whatever I/O the exchange or the
 	// body copy is doing. A context that can never end (the HTTP/1 server's
 	// requests carry none of their own) needs no watcher, and is spared
@@ -389,7 +390,7 @@ func (c *Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, ou
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, pc.abort)
 	}
-	resp, err := c.exchange1(ctx, deadline, pc, out)
+	resp, err := c.exchange1(ctx, deadline, now, pc, out)
 	if err != nil {
 		if stop != nil {
 			stop()
@@ -403,13 +404,16 @@ func (c *Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, ou
 }
 
 // headerDeadline is when the response header must have come, counted from
-// now: the response-header timeout (none when it is 0), capped by the
-// request's own deadline (none when zero).
-func (c *Client) headerDeadline(deadline time.Time) time.Time {
+// now (zero: the clock is read): the response-header timeout (none when it
+// is 0), capped by the request's own deadline (none when zero).
+func (c *Client) headerDeadline(now, deadline time.Time) time.Time {
 	if c.cfg.ResponseHeaderTimeout <= 0 {
 		return deadline
 	}
-	d := time.Now().Add(c.cfg.ResponseHeaderTimeout)
+	if now.IsZero() {
+		now = time.Now()
+	}
+	d := now.Add(c.cfg.ResponseHeaderTimeout)
 	if !deadline.IsZero() && deadline.Before(d) {
 		return deadline
 	}
@@ -419,12 +423,14 @@ func (c *Client) headerDeadline(deadline time.Time) time.Time {
 // exchange1 does the I/O of one exchange. Deadlines: the response-header
 // timeout starts once the request is sent and is capped by the request's
 // own deadline, which then bounds the body. A request without a body is
-// sent and answered under one deadline, set once.
-func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, error) {
+// sent and answered under one deadline, set once; its response-header
+// timeout is counted from now, the clock reading Do took before it looked
+// at the pooled connection (zero after a dial: read afresh).
+func (c *Client) exchange1(ctx context.Context, deadline, now time.Time, pc *pconn, out *Request) (*http.Response, error) {
 	// The head cap counts every head read, 1xx ones included; set before
 	// the request goes, it also tells Do whether any answer came.
 	pc.hr.n = c.maxHead
-	hdrDeadline := c.headerDeadline(deadline)
+	hdrDeadline := c.headerDeadline(now, deadline)
 	if out.Body == nil {
 		pc.conn.SetDeadline(hdrDeadline)
 	} else {
@@ -435,7 +441,7 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 		return nil, fmt.Errorf("write request: %w", err)
 	}
 	if out.Body != nil {
-		hdrDeadline = c.headerDeadline(deadline)
+		hdrDeadline = c.headerDeadline(time.Time{}, deadline) // after the body went
 		pc.conn.SetReadDeadline(hdrDeadline)
 	}
 	// A cancellation that came before a deadline was set must win over it.

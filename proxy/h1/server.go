@@ -773,7 +773,7 @@ func (w *response) commit(chunked bool) {
 // writeHeaderValue writes v with any CR or LF turned into a space, as
 // net/http does, so that no value can end the header early.
 func writeHeaderValue(bw *bufio.Writer, v string) {
-	if !strings.ContainsAny(v, "\r\n") {
+	if strings.IndexByte(v, '\r') < 0 && strings.IndexByte(v, '\n') < 0 {
 		bw.WriteString(v)
 		return
 	}
