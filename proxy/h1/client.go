@@ -119,6 +119,15 @@ type pconn struct {
 	// abort cuts the connection's I/O short; built once per connection so
 	// that watching a request's context allocates less.
 	abort func()
+	// rc is conn's raw connection, taken once (SyscallConn allocates), and
+	// peek the function alive hands it, built once too (a closure made
+	// per call would be allocated per call): it reports through peekOK.
+	// rcErr: conn is a syscall.Conn whose SyscallConn failed.
+	rc      syscall.RawConn
+	rcErr   bool
+	peek    func(fd uintptr) bool
+	peekOK  bool
+	peekBuf [1]byte
 }
 
 func (c *Client) pool(addr string) *connPool {
@@ -263,22 +272,38 @@ func (pc *pconn) alive() bool {
 	if pc.br.Buffered() > 0 {
 		return false
 	}
+	if pc.rcErr {
+		return false
+	}
+	if pc.rc == nil {
+		return true
+	}
+	pc.peekOK = false
+	pc.rc.Read(pc.peek)
+	return pc.peekOK
+}
+
+// peekFD is pc.peek: one non-blocking peek at the connection's socket.
+// Only EAGAIN (nothing to read, still open) makes the connection usable.
+func (pc *pconn) peekFD(fd uintptr) bool {
+	_, _, err := syscall.Recvfrom(int(fd), pc.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	pc.peekOK = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+	return true
+}
+
+// takeRawConn records conn's raw connection for alive.
+func (pc *pconn) takeRawConn() {
 	sc, ok := pc.conn.(syscall.Conn)
 	if !ok {
-		return true
+		return
 	}
 	rc, err := sc.SyscallConn()
 	if err != nil {
-		return false
+		pc.rcErr = true
+		return
 	}
-	alive := false
-	var b [1]byte
-	rc.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		alive = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
-		return true
-	})
-	return alive
+	pc.rc = rc
+	pc.peek = pc.peekFD
 }
 
 func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pconn, error) {
@@ -295,6 +320,7 @@ func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pc
 	pc.br.Reset(&pc.hr)
 	pc.bw = bwPool.Get().(*bufio.Writer)
 	pc.bw.Reset(conn)
+	pc.takeRawConn()
 	return pc, nil
 }
 
@@ -332,30 +358,43 @@ func (c *Client) Do(ctx context.Context, deadline time.Time, addr string, out Re
 		if pc, err = c.dial(ctx, p, deadline); err != nil {
 			return nil, err
 		}
+		now = time.Time{} // the dial took time: read the clock again
 	}
-	resp, stop, err := c.exchange(ctx, deadline, pc, &out)
+	resp, stop, err := c.exchange(ctx, deadline, now, pc, &out)
 	if err != nil && pc.reused && pc.hr.n == c.maxHead && out.replayable() && !isTimeout(err) && ctx.Err() == nil {
 		if pc, err = c.dial(ctx, p, deadline); err != nil {
 			return nil, err
 		}
-		resp, stop, err = c.exchange(ctx, deadline, pc, &out)
+		resp, stop, err = c.exchange(ctx, deadline, time.Time{}, pc, &out)
 	}
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = &Body{rc: resp.Body, pc: pc, c: c, stop: stop, close: resp.Close}
+	b := out.BodyStore
+	if b == nil {
+		b = new(Body)
+	}
+	*b = Body{rc: resp.Body, pc: pc, c: c, stop: stop, close: resp.Close}
+	resp.Body = b
 	return resp, nil
 }
 
 // exchange writes the request and reads the response header on pc. On error
-// pc is closed.
-func (c *Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, func() bool, error) {
+// pc is closed. now is the time, read just before (zero: read it).
+func (c *Client) exchange(ctx context.Context, deadline, now time.Time, pc *pconn, out *Request) (*http.Response, func() bool, error) {
 	// A cancelled client context unblocks whatever I/O the exchange or the
-	// body copy is doing.
-	stop := context.AfterFunc(ctx, pc.abort)
-	resp, err := c.exchange1(ctx, deadline, pc, out)
+	// body copy is doing. A context that can never end (the HTTP/1 server's
+	// requests carry none of their own) needs no watcher, and is spared
+	// the two allocations of registering one.
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, pc.abort)
+	}
+	resp, err := c.exchange1(ctx, deadline, now, pc, out)
 	if err != nil {
-		stop()
+		if stop != nil {
+			stop()
+		}
 		if ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
@@ -365,13 +404,16 @@ func (c *Client) exchange(ctx context.Context, deadline time.Time, pc *pconn, ou
 }
 
 // headerDeadline is when the response header must have come, counted from
-// now: the response-header timeout (none when it is 0), capped by the
-// request's own deadline (none when zero).
-func (c *Client) headerDeadline(deadline time.Time) time.Time {
+// now (zero: the clock is read): the response-header timeout (none when it
+// is 0), capped by the request's own deadline (none when zero).
+func (c *Client) headerDeadline(now, deadline time.Time) time.Time {
 	if c.cfg.ResponseHeaderTimeout <= 0 {
 		return deadline
 	}
-	d := time.Now().Add(c.cfg.ResponseHeaderTimeout)
+	if now.IsZero() {
+		now = time.Now()
+	}
+	d := now.Add(c.cfg.ResponseHeaderTimeout)
 	if !deadline.IsZero() && deadline.Before(d) {
 		return deadline
 	}
@@ -381,12 +423,14 @@ func (c *Client) headerDeadline(deadline time.Time) time.Time {
 // exchange1 does the I/O of one exchange. Deadlines: the response-header
 // timeout starts once the request is sent and is capped by the request's
 // own deadline, which then bounds the body. A request without a body is
-// sent and answered under one deadline, set once.
-func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, out *Request) (*http.Response, error) {
+// sent and answered under one deadline, set once; its response-header
+// timeout is counted from now, the clock reading Do took before it looked
+// at the pooled connection (zero after a dial: read afresh).
+func (c *Client) exchange1(ctx context.Context, deadline, now time.Time, pc *pconn, out *Request) (*http.Response, error) {
 	// The head cap counts every head read, 1xx ones included; set before
 	// the request goes, it also tells Do whether any answer came.
 	pc.hr.n = c.maxHead
-	hdrDeadline := c.headerDeadline(deadline)
+	hdrDeadline := c.headerDeadline(now, deadline)
 	if out.Body == nil {
 		pc.conn.SetDeadline(hdrDeadline)
 	} else {
@@ -397,7 +441,7 @@ func (c *Client) exchange1(ctx context.Context, deadline time.Time, pc *pconn, o
 		return nil, fmt.Errorf("write request: %w", err)
 	}
 	if out.Body != nil {
-		hdrDeadline = c.headerDeadline(deadline)
+		hdrDeadline = c.headerDeadline(time.Time{}, deadline) // after the body went
 		pc.conn.SetReadDeadline(hdrDeadline)
 	}
 	// A cancellation that came before a deadline was set must win over it.
@@ -534,6 +578,13 @@ type Request struct {
 	// Upgrade is the Upgrade header value for a protocol switch
 	// (WebSocket); "" otherwise.
 	Upgrade string
+	// BodyStore, when not nil, is where Do puts the response's Body
+	// instead of allocating one: the caller's per-request state can hold
+	// it, so that an exchange costs no allocation of its own. It is
+	// overwritten, and must not be given to another exchange while the
+	// response it ends up in is in use (one per request, for its first
+	// exchange, is the safe use).
+	BodyStore *Body
 }
 
 // replayable reports whether the request may be sent again after a reused
@@ -579,8 +630,7 @@ func (o *Request) write(bw *bufio.Writer) error {
 		return bw.Flush()
 	case o.Length >= 0:
 		bw.WriteString("Content-Length: ")
-		var nb [20]byte
-		bw.Write(strconv.AppendInt(nb[:0], o.Length, 10))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), o.Length, 10))
 		bw.WriteString("\r\n\r\n")
 		if err := copyFlushing(bw, bw, o.Body, o.Length); err != nil {
 			return err

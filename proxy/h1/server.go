@@ -215,6 +215,11 @@ type conn struct {
 	bw     *bufio.Writer
 	state  atomic.Int32
 	w      response
+	// staleDeadline: a read deadline set for an earlier purpose (an idle
+	// wait, a header read) may still be in force. It is left there after
+	// a request without a body, which reads nothing more, and cleared (or
+	// replaced) only before the connection is read again.
+	staleDeadline bool
 }
 
 // closeIfIdle closes the connection when it is between requests.
@@ -273,8 +278,16 @@ func (c *conn) serve() {
 			st = now
 			c.lr.n = headerLimit(st) - int64(c.br.Buffered())
 		}
-		if st.ReadHeaderTimeout > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(st.ReadHeaderTimeout))
+		// A head that is wholly buffered is parsed without a read, so no
+		// header deadline is needed (the common case: one setting of the
+		// connection's deadline, and one reading of the clock, saved).
+		if !c.headBuffered() {
+			if st.ReadHeaderTimeout > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(st.ReadHeaderTimeout))
+			} else if c.staleDeadline {
+				c.nc.SetReadDeadline(time.Time{})
+			}
+			c.staleDeadline = false
 		}
 		req, fr, err := c.readRequest()
 		if err != nil {
@@ -291,10 +304,17 @@ func (c *conn) serve() {
 			return
 		}
 		// Each read of the body may wait up to the body timeout for the
-		// client's next bytes (nginx's client_body_timeout).
-		c.nc.SetReadDeadline(time.Time{})
-		if d := st.bodyTimeout(); req.Body != http.NoBody && d > 0 {
-			req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: d}
+		// client's next bytes (nginx's client_body_timeout). A request
+		// without a body reads nothing more from the connection: the
+		// deadline in force stays until the next wait replaces it.
+		if req.Body != http.NoBody {
+			c.nc.SetReadDeadline(time.Time{})
+			c.staleDeadline = false
+			if d := st.bodyTimeout(); d > 0 {
+				req.Body = &timedBody{ReadCloser: req.Body, c: c.nc, idle: d}
+			}
+		} else {
+			c.staleDeadline = true
 		}
 		req.RemoteAddr = c.remote
 		req.TLS = c.tls
@@ -322,6 +342,13 @@ func headerLimit(st *Settings) int64 {
 	return int64(st.MaxHeaderBytes) + 4096 // net/http's allowance for bufio's read-ahead
 }
 
+// headBuffered reports whether br holds the whole head of the next
+// request, so that parsing it reads nothing from the connection.
+func (c *conn) headBuffered() bool {
+	b, _ := c.br.Peek(c.br.Buffered())
+	return headEnd(b) >= 0
+}
+
 // awaitRequest waits between requests for the next one's first byte. It
 // reports false when the connection is to be closed: it went quiet past
 // its timeout, the client closed it, the header limit ran out, or
@@ -341,7 +368,10 @@ func (c *conn) awaitRequest(first bool, st *Settings) bool {
 	}
 	if wait > 0 {
 		c.nc.SetReadDeadline(time.Now().Add(wait))
+	} else if c.staleDeadline {
+		c.nc.SetReadDeadline(time.Time{})
 	}
+	c.staleDeadline = false
 	if !c.state.CompareAndSwap(connActive, connIdle) && c.state.Load() != connIdle {
 		return false
 	}
@@ -706,8 +736,9 @@ func (w *response) commit(chunked bool) {
 		delete(h, "Trailer")
 	}
 	bw.WriteString("HTTP/1.1 ")
-	var nb [20]byte
-	bw.Write(strconv.AppendInt(nb[:0], int64(w.status), 10))
+	// Digits go straight into bw's free space: a local array handed to
+	// bw.Write would escape to the heap.
+	bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(w.status), 10))
 	bw.WriteByte(' ')
 	bw.WriteString(http.StatusText(w.status))
 	bw.WriteString("\r\n")
@@ -742,7 +773,7 @@ func (w *response) commit(chunked bool) {
 // writeHeaderValue writes v with any CR or LF turned into a space, as
 // net/http does, so that no value can end the header early.
 func writeHeaderValue(bw *bufio.Writer, v string) {
-	if !strings.ContainsAny(v, "\r\n") {
+	if strings.IndexByte(v, '\r') < 0 && strings.IndexByte(v, '\n') < 0 {
 		bw.WriteString(v)
 		return
 	}
@@ -788,8 +819,7 @@ func (w *response) writeBody(p []byte) error {
 	}
 	bw := w.c.bw
 	if w.chunked {
-		var nb [16]byte
-		bw.Write(strconv.AppendInt(nb[:0], int64(len(p)), 16))
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(len(p)), 16))
 		bw.WriteString("\r\n")
 	}
 	n, err := bw.Write(p)

@@ -450,3 +450,59 @@ func TestServeConnServesATLSConnectionWithItsState(t *testing.T) {
 		t.Fatalf("a connection handed over after Shutdown: %v, want it closed", err)
 	}
 }
+
+// TestH1ServerBoundsTheNextHeadAfterABodylessRequest: a request without a
+// body leaves the connection's read deadline as it was (nothing more is
+// read for it, and a head already buffered is parsed without a read), yet
+// the next request's head, when it trickles in, is held to
+// ReadHeaderTimeout, not to the far longer idle timeout: whether it comes
+// after a wait or pipelined behind the first.
+func TestH1ServerBoundsTheNextHeadAfterABodylessRequest(t *testing.T) {
+	s := &Server{Handler: okHandler, ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: time.Minute, MaxHeaderBytes: 1 << 20,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(l)
+	defer s.Close()
+	const get, partial = "GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET / HTTP/1.1\r\nHost: a\r\n"
+	for _, tc := range []struct {
+		name   string
+		writes []string
+	}{
+		{"after a wait", []string{get, partial}},
+		{"pipelined", []string{get + partial}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			for _, w := range tc.writes {
+				if _, err := io.WriteString(c, w); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.HasPrefix(w, get) {
+					continue
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("first request: %v", err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			start := time.Now()
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("a head that stopped coming: %v, want the server to close the connection", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("connection closed after %v, want about the 300ms read-header timeout (the idle timeout is a minute)", d)
+			}
+		})
+	}
+}

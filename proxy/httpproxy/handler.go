@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -76,13 +77,30 @@ var (
 )
 
 // reqState is the per-request state that must live on the heap, in one
-// allocation: the pipeline's call and the backing array of the header
-// values the proxy adds.
+// allocation: the pipeline's call, the backing array of the header values
+// the proxy adds, the bytes of a request id it makes, and the first
+// HTTP/1 exchange's response body. It is the call's Front, and is never
+// reused: whatever points into it keeps it alive.
 type reqState struct {
 	call pipeline.Call
 	// vals backs the values of X-Forwarded-For, X-Forwarded-Host and
 	// X-Request-Id.
 	vals [3]string
+	// id backs a request id made for this request (vals[2]).
+	id [32]byte
+	// body is the response body of the call's first HTTP/1 exchange
+	// (takeBody); a retry or hedge after it gets one of its own.
+	body      h1.Body
+	bodyTaken atomic.Bool
+}
+
+// takeBody hands the first exchange of the call the body kept in its
+// state; nil after that.
+func (st *reqState) takeBody() *h1.Body {
+	if st.bodyTaken.CompareAndSwap(false, true) {
+		return &st.body
+	}
+	return nil
 }
 
 // serve runs r through route rt's pipeline and relays the answer.
@@ -95,9 +113,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 		defer held.Close() // after Finish, deferred below
 	}
 	st := new(reqState)
-	prepareHeader(r, &st.vals)
+	prepareHeader(r, &st.vals, &st.id)
 	c := &st.call
-	c.Req, c.Body = r, body
+	c.Req, c.Body, c.Front = r, body, st
 	if r.ProtoMajor == 1 {
 		c.Upgrade = upgradeOf(r)
 	}
@@ -403,8 +421,9 @@ func (h *Handler) access(t *Table, r *http.Request, rt *route, ep *endpoint.Endp
 // client names in Connection, appends the client to X-Forwarded-For, sets
 // X-Forwarded-Proto and -Host for this hop, and keeps or makes X-Request-Id.
 // Connection and Upgrade are left for the caller (it needs them to see a
-// protocol switch). The values it sets are backed by vals.
-func prepareHeader(r *http.Request, vals *[3]string) {
+// protocol switch). The values it sets are backed by vals, and a request
+// id it makes by id.
+func prepareHeader(r *http.Request, vals *[3]string, idBuf *[32]byte) {
 	h := r.Header
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
@@ -450,7 +469,7 @@ func prepareHeader(r *http.Request, vals *[3]string) {
 	if id := h["X-Request-Id"]; len(id) == 1 && validRequestID(id[0]) {
 		vals[2] = id[0]
 	} else {
-		vals[2] = newRequestID()
+		vals[2] = newRequestID(idBuf)
 	}
 	h["X-Request-Id"] = vals[2:3:3]
 }
@@ -487,15 +506,18 @@ func validRequestID(s string) bool {
 	return true
 }
 
-func newRequestID() string {
+// newRequestID makes a random request id of 32 hex digits in b and returns
+// it as a string backed by b, without a copy: b must be the request's own
+// and never written again (a reqState's id is), and the string keeps it
+// alive for as long as it is referenced.
+func newRequestID(b *[32]byte) string {
 	const hexdigits = "0123456789abcdef"
-	var b [32]byte
 	a, c := rand.Uint64(), rand.Uint64()
 	for i := 0; i < 16; i++ {
 		b[i] = hexdigits[a>>(60-4*i)&0xf]
 		b[16+i] = hexdigits[c>>(60-4*i)&0xf]
 	}
-	return string(b[:])
+	return unsafe.String(&b[0], len(b))
 }
 
 // copyResponseHeader copies the upstream's response header to the client's

@@ -145,8 +145,13 @@ func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpo
 		length = 0
 	}
 	if t.h1 != nil {
+		var store *h1.Body
+		if st, ok := c.Front.(*reqState); ok {
+			store = st.takeBody()
+		}
 		resp, err := t.h1.Do(ctx, deadline, ep.Address(), h1.Request{
 			Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: r.Header, Body: body, Length: length, Upgrade: c.Upgrade,
+			BodyStore: store,
 		})
 		if err != nil {
 			err = markBodyError(err)

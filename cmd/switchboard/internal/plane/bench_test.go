@@ -13,10 +13,10 @@ import (
 // rawBackend answers every request on a keep-alive connection with a fixed
 // small response, allocating nothing per request, so that a benchmark's
 // allocations and CPU are the proxy's.
-func rawBackend(b *testing.B) string {
-	b.Helper()
+func rawBackend(t testing.TB) string {
+	t.Helper()
 	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
-	return serveRaw(b, func(c net.Conn) {
+	return serveRaw(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
 			if err := skipHead(br); err != nil {
@@ -114,4 +114,45 @@ func benchGets(b *testing.B, dial func() (net.Conn, error)) {
 			}
 		}
 	})
+}
+
+// maxProxiedRequestAllocs bounds the allocations of one proxied keep-alive
+// GET (TestProxiedRequestAllocations). Of today's, one is the request's
+// state (httpproxy's reqState); the rest are net/http's head parsers
+// (http.ReadRequest and http.ReadResponse: the request and response, their
+// header maps and values, the URL, the body framing). Lower it as they go.
+const maxProxiedRequestAllocs = 18
+
+// TestProxiedRequestAllocations counts the allocations of one keep-alive
+// GET through the proxy to a keep-alive endpoint over loopback, as
+// BenchmarkProxyHTTP1 sends it: a regression guard for the hot path
+// (server loop, routing, pipeline, upstream client). The count is the
+// process's, per request; the test's client and the endpoint allocate
+// nothing per request.
+func TestProxiedRequestAllocations(t *testing.T) {
+	be := rawBackend(t)
+	p := startProxy(t, upstreamYAML("", be))
+	c, err := net.Dial("tcp", p.srv.Addr("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	get := func() {
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := readResponse(br); err != nil || st != 200 {
+			t.Fatalf("status %d, %v", st, err)
+		}
+	}
+	for range 200 { // warm up: pools, the upstream connection, the date cache
+		get()
+	}
+	n := testing.AllocsPerRun(2000, get)
+	t.Logf("%.2f allocations per proxied request", n)
+	if n > maxProxiedRequestAllocs {
+		t.Errorf("a proxied GET allocates %.2f times, want at most %d", n, maxProxiedRequestAllocs)
+	}
 }
