@@ -230,6 +230,7 @@ func (l *Listener) worker(j job) {
 	defer l.wg.Done()
 	for {
 		l.serveConn(j.c, j.s, j.w)
+		j = job{} // an idle worker keeps nothing of the last connection alive
 		if l.idle.Add(1) > maxIdleWorkers {
 			l.idle.Add(-1)
 			return
