@@ -32,6 +32,8 @@ type conn struct {
 
 	es    *epState     // the endpoint, once picked for good
 	ended atomic.Int32 // directions whose copy has returned
+	upWG  sync.WaitGroup
+	toUp  int64 // bytes pipeUp moved; read after upWG.Wait
 
 	// Activity watch (idle timeout and byte counters of long
 	// connections); see watch.
@@ -94,12 +96,19 @@ func (c *conn) run() {
 		}
 	}
 	prefix := uint64(headerLen + len(buf))
-	var wg sync.WaitGroup
-	var toUp int64
-	wg.Go(func() { toUp = c.pipe(up2, c.client, &c.copied[0]) })
+	c.upWG.Add(1)
+	go c.pipeUp(up2)
 	fromUp := c.pipe(c.client, up2, &c.copied[1])
-	wg.Wait()
-	c.finish(prefix+uint64(toUp), uint64(fromUp))
+	c.upWG.Wait()
+	c.finish(prefix+uint64(c.toUp), uint64(fromUp))
+}
+
+// pipeUp is the client-to-endpoint direction, on a goroutine of its own.
+// Its state lives in conn rather than in a closure: two allocations less
+// per connection.
+func (c *conn) pipeUp(up *net.TCPConn) {
+	defer c.upWG.Done()
+	c.toUp = c.pipe(up, c.client, &c.copied[0])
 }
 
 // prelude is what a connection says before its bytes are forwarded.
@@ -278,11 +287,14 @@ func (c *conn) finish(down, up uint64) {
 	if up > c.countUp {
 		c.es.m.rxUp.Add(float64(up - c.countUp))
 	}
-	cause := CloseDone
-	c.cause.CompareAndSwap(nil, &cause)
+	c.cause.CompareAndSwap(nil, &causeDone)
 	c.l.lm.closed[*c.cause.Load()].Inc()
 	c.closeAll()
 }
+
+// causeDone is the cause of a connection that ended normally, as a
+// pointer that costs no allocation.
+var causeDone = CloseDone
 
 // abort closes both sockets, recording why if nobody did before.
 func (c *conn) abort(cause string) {

@@ -46,5 +46,8 @@
 // Listen (a socket without per-connection keep-alive), NewListener, then
 // Serve in a goroutine; Update swaps settings for new
 // connections without touching established ones; Shutdown stops accepting,
-// drains until its context is done and then cuts what is left.
+// drains until its context is done and then cuts what is left. A
+// connection's goroutine, once done, waits for the listener's next
+// connection (up to 256 wait; Shutdown ends them), keeping the stack it
+// grew while dialing.
 package tcpproxy

@@ -3,6 +3,7 @@ package tcpproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -146,5 +147,33 @@ func TestUpdateRejectsBadConfigAndKeepsOld(t *testing.T) {
 	}
 	if got := readLine(t, p.dial(t)); got != "a" {
 		t.Fatalf("after rejected Updates: reached %q, want a", got)
+	}
+}
+
+// TestWorkerServesNextConnection: the goroutine that served a connection
+// waits for the next one instead of exiting, so sequential connections
+// are served by one goroutine; Shutdown returns only once such idle
+// goroutines have left.
+func TestWorkerServesNextConnection(t *testing.T) {
+	b := startServer(t, echo)
+	up := newUpstream(t, "app", rr(), b.addr)
+	p := startProxy(t, Config{Name: "t", Upstream: "app"}, up)
+	for i := range 3 {
+		c := p.dial(t)
+		roundTrip(t, c, fmt.Sprintf("connection %d", i))
+		c.Close()
+		testutil.WaitFor(t, 5*time.Second, "the connection to end", func() bool { return p.closed(CloseDone) == float64(i+1) })
+		testutil.WaitFor(t, 5*time.Second, "its goroutine to wait for the next", func() bool { return p.l.idle.Load() >= 1 })
+		if n := p.l.idle.Load(); n != 1 {
+			t.Fatalf("after %d sequential connection(s): %d idle workers, want 1 (reused)", i+1, n)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.l.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if n := p.l.idle.Load(); n != 0 {
+		t.Fatalf("Shutdown returned with %d idle workers still waiting, want 0", n)
 	}
 }

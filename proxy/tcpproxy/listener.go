@@ -76,7 +76,23 @@ type Listener struct {
 
 	serving  atomic.Bool
 	finished sync.Once // its metric series let go (finish)
+
+	// Goroutines that served a connection wait on jobs for the next one
+	// (up to maxIdleWorkers of them), keeping the stack a connection grew
+	// while it dialed; idle counts them. They leave at Shutdown.
+	jobs chan job
+	idle atomic.Int32
 }
+
+// job is an admitted connection for a worker goroutine.
+type job struct {
+	c *net.TCPConn
+	s *settings
+	w *waiter
+}
+
+// maxIdleWorkers bounds the goroutines kept waiting for connections.
+const maxIdleWorkers = 256
 
 type waiter struct {
 	ch      chan struct{} // closed when granted
@@ -114,6 +130,7 @@ func NewListener(ln *net.TCPListener, cfg Config, upstreams func(name string) Up
 		log:       log,
 		conns:     map[*conn]struct{}{},
 		shutCh:    make(chan struct{}),
+		jobs:      make(chan job),
 	}
 	l.eps.m, l.eps.metrics, l.eps.listener = map[epKey]*epState{}, m, cfg.Name
 	l.cutCtx, l.cut = context.WithCancel(context.Background())
@@ -193,7 +210,39 @@ func (l *Listener) accept(c *net.TCPConn) {
 		l.wg.Done()
 		return
 	}
-	go l.serveConn(c, s, w)
+	j := job{c, s, w}
+	select {
+	case l.jobs <- j: // an idle worker took it
+	default:
+		// The connection's own count in wg is held, so this Add cannot
+		// race Shutdown's Wait.
+		l.wg.Add(1)
+		go l.worker(j)
+	}
+}
+
+// worker serves j, then waits for the next connection, as long as fewer
+// than maxIdleWorkers others wait and the listener is not shutting down.
+// A goroutine that has dialed once has grown its stack for it: reusing it
+// saves the next connection the growth (a copy of the stack) and the
+// goroutine's creation and exit.
+func (l *Listener) worker(j job) {
+	defer l.wg.Done()
+	for {
+		l.serveConn(j.c, j.s, j.w)
+		j = job{} // an idle worker keeps nothing of the last connection alive
+		if l.idle.Add(1) > maxIdleWorkers {
+			l.idle.Add(-1)
+			return
+		}
+		select {
+		case j = <-l.jobs:
+			l.idle.Add(-1)
+		case <-l.shutCh:
+			l.idle.Add(-1)
+			return
+		}
+	}
 }
 
 func (l *Listener) serveConn(c *net.TCPConn, s *settings, w *waiter) {
