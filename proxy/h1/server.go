@@ -211,6 +211,7 @@ type conn struct {
 	tls    *tls.ConnectionState // nc's, shared by its requests; nil for cleartext
 	lr     headReader           // caps what the header parser may read
 	rec    []byte               // a request head too long for br's buffer, as read
+	fields []fieldPos           // parseRequestHead's scratch space
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	state  atomic.Int32
@@ -358,11 +359,16 @@ func (c *conn) awaitRequest(first bool, st *Settings) bool {
 }
 
 // readRequest parses the next request, and reports the framing fields
-// its head carried as sent.
+// its head carried as sent: with parseRequestHead when the head fits in
+// br's buffer and is one it takes, else with http.ReadRequest.
 func (c *conn) readRequest() (*http.Request, framing, error) {
 	var fr framing
 	head := rawHead(c.br, &c.lr, &c.rec)
 	if head != nil {
+		if req, fr, ok := parseRequestHead(head, &c.fields); ok {
+			c.br.Discard(len(head))
+			return req, fr, nil
+		}
 		fr = framingOf(head)
 		req, err := http.ReadRequest(c.br)
 		return req, fr, err

@@ -1,0 +1,173 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"reflect"
+	"testing"
+)
+
+// parsed is what the fast path and http.ReadRequest made of the same
+// bytes. fast is false when the fast path left the head to
+// http.ReadRequest.
+type parsed struct {
+	ours   *http.Request
+	fr     framing
+	fast   bool
+	std    *http.Request
+	stdErr error
+	head   []byte
+}
+
+// parseBoth gives raw to parseRequestHead and to http.ReadRequest.
+func parseBoth(raw []byte) (p parsed) {
+	b := raw
+	if len(b) > 4096 {
+		b = b[:4096] // what a server connection's buffer holds
+	}
+	end := headEnd(b)
+	if end < 0 {
+		return p
+	}
+	p.head = b[:end]
+	var fs []fieldPos
+	p.ours, p.fr, p.fast = parseRequestHead(p.head, &fs)
+	p.std, p.stdErr = http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
+	return p
+}
+
+// consumed is how much of raw http.ReadRequest reads as the head of its
+// first request.
+func consumed(raw []byte) int {
+	r := bytes.NewReader(raw)
+	br := bufio.NewReader(r)
+	if _, err := http.ReadRequest(br); err != nil {
+		return -1
+	}
+	return len(raw) - r.Len() - br.Buffered()
+}
+
+// FuzzRequestHeadMatchesNetHTTP feeds the same bytes to the fast path's
+// parser and to http.ReadRequest. Where the fast path takes a head,
+// net/http must accept it too, read exactly as many bytes as the head,
+// and produce the same request, field for field; and the server's checks
+// after parsing (Host, framing, header syntax, Expect) must come to the
+// same verdict on both. Where the fast path does not take a head,
+// http.ReadRequest parses it, as before.
+//
+//	go test -run '^$' -fuzz=FuzzRequestHeadMatchesNetHTTP -fuzztime=5m -parallel=1 ./proxy/h1
+func FuzzRequestHeadMatchesNetHTTP(f *testing.F) {
+	for _, s := range []string{
+		"GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n",
+		"GET /a/b;c=d?x=1&y=%20#f HTTP/1.0\nhost:  a:80 \nconnection: keep-alive, Close\n\n",
+		"HEAD //x/../y?? HTTP/1.1\r\nHost: a\r\nX-A: 1\r\nx-a: 2\r\nX-B:\r\n\r\n",
+		"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET http://b/x HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX : a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nX: caf\xc3\xa9\t\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nPragma: no-cache\r\n\r\n",
+		"GET /%41 HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /! HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.2\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"G@T / HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET / HTTP/1.0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\r\n\r\n",
+		"GET /  HTTP/1.1\r\nHost: a\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		p := parseBoth(raw)
+		ours, std, err, head := p.ours, p.std, p.stdErr, p.head
+		if !p.fast {
+			return
+		}
+		if err != nil {
+			t.Fatalf("the fast path took a head net/http refuses (%v):\n%q", err, raw)
+		}
+		if n := consumed(raw); n != len(head) {
+			t.Fatalf("the fast path took %d bytes as the head, net/http %d:\n%q", len(head), n, raw)
+		}
+		if ours.Body != http.NoBody || std.Body != http.NoBody {
+			t.Fatalf("bodies: fast path %T, net/http %T; both must be http.NoBody:\n%q", ours.Body, std.Body, raw)
+		}
+		if !reflect.DeepEqual(*ours.URL, *std.URL) {
+			t.Fatalf("URL: fast path %#v, net/http %#v:\n%q", *ours.URL, *std.URL, raw)
+		}
+		o, s := *ours, *std
+		o.URL, s.URL = nil, nil
+		if !reflect.DeepEqual(o, s) {
+			t.Fatalf("requests differ:\nfast path %#v\nnet/http  %#v\n%q", o, s, raw)
+		}
+		var c conn
+		oc, om := c.check(ours)
+		sc, sm := c.check(std)
+		if oc != sc || om != sm {
+			t.Fatalf("server checks: fast path %d %q, net/http %d %q:\n%q", oc, om, sc, sm, raw)
+		}
+		if o, s := p.fr.ambiguous(ours), framingOf(head).ambiguous(std); o != s {
+			t.Fatalf("framing checks: fast path %q, net/http %q:\n%q", o, s, raw)
+		}
+	})
+}
+
+// TestRequestHeadFastPathTakesPlainRequests pins which heads the fast
+// path takes (the common ones, so that they cost few allocations) and
+// which it leaves to http.ReadRequest.
+func TestRequestHeadFastPathTakesPlainRequests(t *testing.T) {
+	for _, tc := range []struct {
+		raw  string
+		fast bool
+	}{
+		{"GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n", true},
+		{"GET /a?b=c HTTP/1.0\nHost: a\n\n", true},
+		{"DELETE /x HTTP/1.1\r\nhost: a\r\nx-a: 1\r\nX-A: 2\r\n\r\n", true},
+		{"GET / HTTP/1.1\r\n\r\n", false},                                    // no Host: 400 from the server's checks
+		{"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", false},              // refused by net/http
+		{"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n 2\r\n\r\n", false},           // obs-fold
+		{"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", false},    // framing
+		{"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: x\r\n\r\n", false}, // framing
+		{"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", false},                 // absolute form
+		{"GET /%7e HTTP/1.1\r\nHost: a\r\n\r\n", false},                      // net/url unescapes
+		{"GET / HTTP/2.0\r\nHost: a\r\n\r\n", false},                         // version
+	} {
+		if fast := parseBoth([]byte(tc.raw)).fast; fast != tc.fast {
+			t.Errorf("fast path takes %q: %v, want %v", tc.raw, fast, tc.fast)
+		}
+	}
+}
+
+// BenchmarkReadRequestHead compares the fast path with http.ReadRequest
+// on the benchmark's request.
+func BenchmarkReadRequestHead(b *testing.B) {
+	raw := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		var fs []fieldPos
+		for b.Loop() {
+			if _, _, ok := parseRequestHead(raw, &fs); !ok {
+				b.Fatal("not taken")
+			}
+		}
+	})
+	b.Run("net-http", func(b *testing.B) {
+		b.ReportAllocs()
+		r := bytes.NewReader(raw)
+		br := bufio.NewReader(r)
+		for b.Loop() {
+			r.Reset(raw)
+			br.Reset(r)
+			if _, err := http.ReadRequest(br); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
