@@ -1,7 +1,9 @@
 package h1
 
 import (
+	"bufio"
 	"bytes"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -45,17 +47,143 @@ type reqBox struct {
 }
 
 // fieldPos locates a header field in a head: the name is head[name:colon],
-// the value head[val:end].
+// the value head[val:end]. kind says which of the fields the fast paths
+// look at it is.
 type fieldPos struct {
 	name, colon, val, end int
+	kind                  fieldKind
+}
+
+type fieldKind uint8
+
+const (
+	fieldOther fieldKind = iota
+	fieldHost
+	fieldContentLength
+	fieldTransferEncoding
+	fieldTrailer
+	fieldPragma
+	fieldConnection
+)
+
+// scanFields reads the field lines of head from offset i up to the blank
+// line that ends them, appending each to fs. ok is false when a line is
+// not one the fast paths take: a name that is not a token (or none), a
+// value with a control character other than HTAB (so no CR, LF or NUL),
+// a continuation line (obs-fold), a head without its blank line.
+func scanFields(head []byte, i int, fs []fieldPos) (_ []fieldPos, ok bool) {
+	for {
+		j := bytes.IndexByte(head[i:], '\n')
+		if j < 0 {
+			return fs, false
+		}
+		line := trimCR(head[i : i+j])
+		if len(line) == 0 {
+			return fs, true
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon <= 0 || !isToken(line[:colon]) || !validValue(line[colon+1:]) {
+			return fs, false // includes obs-fold: a line starting with SP or HTAB
+		}
+		v, e := colon+1, len(line)
+		for v < e && (line[v] == ' ' || line[v] == '\t') {
+			v++
+		}
+		for e > v && (line[e-1] == ' ' || line[e-1] == '\t') {
+			e--
+		}
+		fs = append(fs, fieldPos{name: i, colon: i + colon, val: i + v, end: i + e, kind: kindOf(line[:colon])})
+		i += j + 1
+	}
+}
+
+func kindOf(name []byte) fieldKind {
+	switch len(name) {
+	case len("Host"):
+		if asciiEqualFold(name, "Host") {
+			return fieldHost
+		}
+	case len("Content-Length"):
+		if asciiEqualFold(name, "Content-Length") {
+			return fieldContentLength
+		}
+	case len("Transfer-Encoding"):
+		if asciiEqualFold(name, "Transfer-Encoding") {
+			return fieldTransferEncoding
+		}
+	case len("Trailer"):
+		if asciiEqualFold(name, "Trailer") {
+			return fieldTrailer
+		}
+	case len("Pragma"):
+		if asciiEqualFold(name, "Pragma") {
+			return fieldPragma
+		}
+	case len("Connection"):
+		if asciiEqualFold(name, "Connection") {
+			return fieldConnection
+		}
+	}
+	return fieldOther
+}
+
+// headText returns head as one string, its field names in canonical form
+// (as net/textproto writes them): every string of a parsed head is a slice
+// of it, so the head costs one allocation.
+func headText(head []byte, fs []fieldPos) string {
+	var sb strings.Builder
+	sb.Grow(len(head))
+	last := 0
+	for _, f := range fs {
+		sb.Write(head[last:f.name])
+		upper := true
+		for _, c := range head[f.name:f.colon] {
+			if upper && 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			} else if !upper && 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			sb.WriteByte(c)
+			upper = c == '-'
+		}
+		last = f.colon
+	}
+	sb.Write(head[last:])
+	return sb.String()
+}
+
+// buildHeader makes the header of fields fs of head text s, but for the
+// field at index skip (-1: none). The values of the first len(vals) fields
+// are held in vals.
+func buildHeader(s string, fs []fieldPos, skip int, vals []string) http.Header {
+	n := len(fs)
+	if skip >= 0 {
+		n--
+	}
+	if len(fs) > len(vals) {
+		vals = make([]string, len(fs))
+	}
+	h := make(http.Header, n)
+	for k, f := range fs {
+		if k == skip {
+			continue
+		}
+		name, v := s[f.name:f.colon], s[f.val:f.end]
+		if vv, dup := h[name]; dup {
+			h[name] = append(vv, v)
+			continue
+		}
+		vals[k] = v
+		h[name] = vals[k : k+1 : k+1]
+	}
+	return h
 }
 
 // parseRequestHead parses a request head (the request line, the field
 // lines and the blank line that ends them, as rawHead returns it) when it
 // is one the fast path takes. ok is false when it is not: the caller then
-// parses the same bytes with http.ReadRequest. fields is scratch space the
-// caller keeps between requests.
-func parseRequestHead(head []byte, fields *[]fieldPos) (req *http.Request, fr framing, ok bool) {
+// parses the same bytes with http.ReadRequest.
+func parseRequestHead(head []byte) (req *http.Request, fr framing, ok bool) {
 	// The request line: method SP origin-form SP version.
 	eol := bytes.IndexByte(head, '\n')
 	if eol < 0 {
@@ -85,44 +213,23 @@ func parseRequestHead(head []byte, fields *[]fieldPos) (req *http.Request, fr fr
 		return nil, fr, false
 	}
 
-	// The fields.
-	fs := (*fields)[:0]
+	var fa [maxFastFields]fieldPos
+	fs, ok := scanFields(head, eol+1, fa[:0])
+	if !ok {
+		return nil, fr, false
+	}
 	host := -1
-	for i := eol + 1; ; {
-		j := bytes.IndexByte(head[i:], '\n')
-		if j < 0 {
-			return nil, fr, false
-		}
-		line := trimCR(head[i : i+j])
-		if len(line) == 0 {
-			break
-		}
-		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 || !isToken(line[:colon]) || !validValue(line[colon+1:]) {
-			return nil, fr, false // includes obs-fold: a line starting with SP or HTAB
-		}
-		v, e := colon+1, len(line)
-		for v < e && (line[v] == ' ' || line[v] == '\t') {
-			v++
-		}
-		for e > v && (line[e-1] == ' ' || line[e-1] == '\t') {
-			e--
-		}
-		name := line[:colon]
-		switch {
-		case asciiEqualFold(name, "Host"):
+	for k, f := range fs {
+		switch f.kind {
+		case fieldHost:
 			if host >= 0 {
 				return nil, fr, false
 			}
-			host = len(fs)
-		case asciiEqualFold(name, "Content-Length"), asciiEqualFold(name, "Transfer-Encoding"),
-			asciiEqualFold(name, "Trailer"), asciiEqualFold(name, "Pragma"):
+			host = k
+		case fieldContentLength, fieldTransferEncoding, fieldTrailer, fieldPragma:
 			return nil, fr, false
 		}
-		fs = append(fs, fieldPos{name: i, colon: i + colon, val: i + v, end: i + e})
-		i += j + 1
 	}
-	*fields = fs
 	if host < 0 {
 		return nil, fr, false
 	}
@@ -130,46 +237,11 @@ func parseRequestHead(head []byte, fields *[]fieldPos) (req *http.Request, fr fr
 		return nil, fr, false
 	}
 
-	// Accepted: one string for all the head's text, field names in
-	// canonical form.
-	var sb strings.Builder
-	sb.Grow(len(head))
-	last := 0
-	for _, f := range fs {
-		sb.Write(head[last:f.name])
-		upper := true
-		for _, c := range head[f.name:f.colon] {
-			if upper && 'a' <= c && c <= 'z' {
-				c -= 'a' - 'A'
-			} else if !upper && 'A' <= c && c <= 'Z' {
-				c += 'a' - 'A'
-			}
-			sb.WriteByte(c)
-			upper = c == '-'
-		}
-		last = f.colon
-	}
-	sb.Write(head[last:])
-	s := sb.String()
-
+	// Accepted.
+	s := headText(head, fs)
 	box := new(reqBox)
-	vals := box.vals[:]
-	if len(fs) > len(vals) {
-		vals = make([]string, len(fs))
-	}
-	h := make(http.Header, len(fs)-1)
-	for k, f := range fs {
-		if k == host {
-			continue // in r.Host, not in the header, as with http.ReadRequest
-		}
-		name, v := s[f.name:f.colon], s[f.val:f.end]
-		if vv, dup := h[name]; dup {
-			h[name] = append(vv, v)
-			continue
-		}
-		vals[k] = v
-		h[name] = vals[k : k+1 : k+1]
-	}
+	// Host is in r.Host, not in the header, as with http.ReadRequest.
+	h := buildHeader(s, fs, host, box.vals[:])
 	r := &box.req
 	r.Method = s[:sp1]
 	r.RequestURI = s[sp1+1 : sp2]
@@ -191,6 +263,151 @@ func parseRequestHead(head []byte, fields *[]fieldPos) (req *http.Request, fr fr
 	r.Close = httpguts.HeaderValuesContainsToken(conn, "close") ||
 		minor == 0 && !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
 	return r, framing{host: true}, true
+}
+
+// respBox is a response with its body and the backing array of its
+// header values: one allocation.
+type respBox struct {
+	resp http.Response
+	body lengthBody
+	vals [maxFastFields]string
+}
+
+// parseResponseHead parses a response head (the status line, the field
+// lines and the blank line, as rawHead returns it) to req when it is one
+// the fast path takes: HTTP/1.1, a status from 200 to 599 other than 204
+// and 304, one Content-Length, no Transfer-Encoding, Trailer or Pragma, no
+// Connection: close, and a request other than HEAD. Its body is read from
+// br, after the head. ok is false when the head is not one the fast path
+// takes: the caller then parses the same bytes with http.ReadResponse.
+func parseResponseHead(head []byte, req *http.Request, br *bufio.Reader) (resp *http.Response, ok bool) {
+	if req == nil || req.Method == http.MethodHead {
+		return nil, false
+	}
+	eol := bytes.IndexByte(head, '\n')
+	if eol < 0 {
+		return nil, false
+	}
+	line := trimCR(head[:eol])
+	const proto = "HTTP/1.1 "
+	if len(line) < len(proto)+3 || string(line[:len(proto)]) != proto ||
+		len(line) > len(proto)+3 && line[len(proto)+3] != ' ' {
+		return nil, false
+	}
+	code := 0
+	for _, c := range line[len(proto) : len(proto)+3] {
+		if c < '0' || c > '9' {
+			return nil, false
+		}
+		code = code*10 + int(c-'0')
+	}
+	if code < 200 || code > 599 || code == http.StatusNoContent || code == http.StatusNotModified {
+		return nil, false
+	}
+
+	var fa [maxFastFields]fieldPos
+	fs, ok := scanFields(head, eol+1, fa[:0])
+	if !ok {
+		return nil, false
+	}
+	cl := -1
+	for k, f := range fs {
+		switch f.kind {
+		case fieldContentLength:
+			if cl >= 0 {
+				return nil, false
+			}
+			cl = k
+		case fieldTransferEncoding, fieldTrailer, fieldPragma:
+			return nil, false
+		case fieldConnection:
+			if hasToken(head[f.val:f.end], "close") {
+				return nil, false
+			}
+		}
+	}
+	if cl < 0 {
+		return nil, false
+	}
+	v := head[fs[cl].val:fs[cl].end]
+	if len(v) == 0 || len(v) > 18 {
+		return nil, false
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return nil, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+
+	// Accepted.
+	s := headText(head, fs)
+	box := new(respBox)
+	r := &box.resp
+	r.Status = s[len(proto):len(line)]
+	r.StatusCode = code
+	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
+	r.Header = buildHeader(s, fs, -1, box.vals[:])
+	r.ContentLength = n
+	r.Body = http.NoBody
+	if n > 0 {
+		box.body = lengthBody{r: br, n: n}
+		r.Body = &box.body
+	}
+	r.Request = req
+	return r, true
+}
+
+// hasToken reports whether v, a comma-separated list, holds token tok
+// (ASCII case-insensitive), as httpguts.HeaderValuesContainsToken reads
+// it.
+func hasToken(v []byte, tok string) bool {
+	for len(v) > 0 {
+		t, rest, _ := bytes.Cut(v, []byte{','})
+		if asciiEqualFold(bytes.Trim(t, " \t"), tok) {
+			return true
+		}
+		v = rest
+	}
+	return false
+}
+
+// lengthBody is a message body of a known length, read from the
+// connection's buffered reader, as net/http reads one: it ends with io.EOF
+// (returned with its last bytes) after n bytes, or with
+// io.ErrUnexpectedEOF when the connection ends first. Close does not
+// drain it: the client's Body decides what becomes of the connection.
+type lengthBody struct {
+	r      *bufio.Reader
+	n      int64 // bytes left
+	closed bool
+}
+
+func (b *lengthBody) Read(p []byte) (int, error) {
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	switch {
+	case b.n == 0:
+		return n, io.EOF
+	case err == io.EOF:
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *lengthBody) Close() error {
+	b.closed = true
+	return nil
 }
 
 // originForm reports whether target is an origin-form request target

@@ -3,8 +3,10 @@ package h1
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -31,8 +33,7 @@ func parseBoth(raw []byte) (p parsed) {
 		return p
 	}
 	p.head = b[:end]
-	var fs []fieldPos
-	p.ours, p.fr, p.fast = parseRequestHead(p.head, &fs)
+	p.ours, p.fr, p.fast = parseRequestHead(p.head)
 	p.std, p.stdErr = http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
 	return p
 }
@@ -151,9 +152,8 @@ func BenchmarkReadRequestHead(b *testing.B) {
 	raw := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
-		var fs []fieldPos
 		for b.Loop() {
-			if _, _, ok := parseRequestHead(raw, &fs); !ok {
+			if _, _, ok := parseRequestHead(raw); !ok {
 				b.Fatal("not taken")
 			}
 		}
@@ -166,6 +166,157 @@ func BenchmarkReadRequestHead(b *testing.B) {
 			r.Reset(raw)
 			br.Reset(r)
 			if _, err := http.ReadRequest(br); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzResponseHeadMatchesNetHTTP feeds the same bytes, as the answer to a
+// GET or a HEAD, to the response fast path and to http.ReadResponse.
+// Where the fast path takes a head, net/http must accept it too, read
+// exactly as many bytes as the head, and produce the same response, field
+// for field; and the two bodies must give the same bytes, end the same
+// way and leave the same bytes behind.
+//
+//	go test -run '^$' -fuzz=FuzzResponseHeadMatchesNetHTTP -fuzztime=5m -parallel=1 ./proxy/h1
+func FuzzResponseHeadMatchesNetHTTP(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale",
+		"HTTP/1.1 404\nconnection: keep-alive, x\ncontent-length:  0 \nx-a: 1\nX-A: 2\n\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nshort",
+		"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nshort",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nstale",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1  200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nX : a\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200\tOK\r\nContent-Length: 2\r\n\r\nok",
+	} {
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), true)
+	f.Fuzz(func(t *testing.T, raw []byte, head bool) {
+		req, _ := http.NewRequest(http.MethodGet, "http://e/", nil)
+		if head {
+			req.Method = http.MethodHead
+		}
+		r1 := bytes.NewReader(raw)
+		br1 := bufio.NewReader(r1)
+		b, _ := br1.Peek(br1.Size())
+		end := headEnd(b)
+		if end < 0 {
+			return
+		}
+		ours, ok := parseResponseHead(b[:end], req, br1)
+		if !ok {
+			return
+		}
+		br1.Discard(end)
+		r2 := bytes.NewReader(raw)
+		br2 := bufio.NewReader(r2)
+		std, err := http.ReadResponse(br2, req)
+		if err != nil {
+			t.Fatalf("the fast path took a head net/http refuses (%v):\n%q", err, raw)
+		}
+		if n := len(raw) - r2.Len() - br2.Buffered(); n != end {
+			t.Fatalf("the fast path took %d bytes as the head, net/http %d:\n%q", end, n, raw)
+		}
+		ob, oerr := io.ReadAll(ours.Body)
+		sb, serr := io.ReadAll(std.Body)
+		if !bytes.Equal(ob, sb) || oerr != serr {
+			t.Fatalf("bodies: fast path %q, %v; net/http %q, %v:\n%q", ob, oerr, sb, serr, raw)
+		}
+		if (ours.Body == http.NoBody) != (std.Body == http.NoBody) {
+			t.Fatalf("bodies: fast path %T, net/http %T:\n%q", ours.Body, std.Body, raw)
+		}
+		if o, s := len(raw)-r1.Len()-br1.Buffered(), len(raw)-r2.Len()-br2.Buffered(); o != s {
+			t.Fatalf("after the body the fast path is at byte %d, net/http at %d:\n%q", o, s, raw)
+		}
+		o, s := *ours, *std
+		o.Body, s.Body = nil, nil
+		if !reflect.DeepEqual(o, s) {
+			t.Fatalf("responses differ:\nfast path %#v\nnet/http  %#v\n%q", o, s, raw)
+		}
+	})
+}
+
+// TestResponseHeadFastPathTakesPlainResponses pins which response heads
+// the fast path takes and which it leaves to http.ReadResponse.
+func TestResponseHeadFastPathTakesPlainResponses(t *testing.T) {
+	for _, tc := range []struct {
+		raw    string
+		method string
+		fast   bool
+	}{
+		{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok", "GET", true},
+		{"HTTP/1.1 503\nContent-Length: 0\n\n", "POST", true},
+		{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", "HEAD", false},                     // no body whatever the length
+		{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: Close\r\n\r\nok", "GET", false}, // the field is kept for the caller
+		{"HTTP/1.1 200 OK\r\n\r\nok", "GET", false},                                           // read to close
+		{"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "GET", false},      // chunked
+		{"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", "GET", false},      // 1xx
+		{"HTTP/1.1 304 Not Modified\r\nContent-Length: 2\r\n\r\n", "GET", false},              // no body
+		{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok", "GET", false}, // repeated
+		{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX: 1\r\n\t2\r\n\r\nok", "GET", false},       // obs-fold
+		{"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", "GET", false},                      // version
+	} {
+		req, _ := http.NewRequest(tc.method, "http://e/", nil)
+		br := bufio.NewReader(strings.NewReader(tc.raw))
+		b, _ := br.Peek(len(tc.raw))
+		if _, fast := parseResponseHead(b[:headEnd(b)], req, br); fast != tc.fast {
+			t.Errorf("fast path takes %q to %s: %v, want %v", tc.raw, tc.method, fast, tc.fast)
+		}
+	}
+}
+
+// TestLengthBodyEndsLikeNetHTTP pins the fast path's body: io.EOF with the
+// last bytes, io.ErrUnexpectedEOF when the connection ends early, and no
+// read after Close.
+func TestLengthBodyEndsLikeNetHTTP(t *testing.T) {
+	b := &lengthBody{r: bufio.NewReader(strings.NewReader("okrest")), n: 2}
+	p := make([]byte, 8)
+	if n, err := b.Read(p); n != 2 || err != io.EOF || string(p[:n]) != "ok" {
+		t.Fatalf("read of a whole body: %d %q %v, want 2 \"ok\" EOF", n, p[:n], err)
+	}
+	b = &lengthBody{r: bufio.NewReader(strings.NewReader("ok")), n: 5}
+	if got, err := io.ReadAll(b); string(got) != "ok" || err != io.ErrUnexpectedEOF {
+		t.Fatalf("body cut short: %q %v, want \"ok\" and io.ErrUnexpectedEOF", got, err)
+	}
+	b.Close()
+	if _, err := b.Read(p); err != http.ErrBodyReadAfterClose {
+		t.Fatalf("read after close: %v, want http.ErrBodyReadAfterClose", err)
+	}
+}
+
+// BenchmarkReadResponseHead compares the fast path with http.ReadResponse
+// on a small response.
+func BenchmarkReadResponseHead(b *testing.B) {
+	raw := []byte("HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Tue, 01 Dec 2026 23:00:00 GMT\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok")
+	req, _ := http.NewRequest(http.MethodGet, "http://e/", nil)
+	end := headEnd(raw)
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := parseResponseHead(raw[:end], req, nil); !ok {
+				b.Fatal("not taken")
+			}
+		}
+	})
+	b.Run("net-http", func(b *testing.B) {
+		b.ReportAllocs()
+		r := bytes.NewReader(raw)
+		br := bufio.NewReader(r)
+		for b.Loop() {
+			r.Reset(raw)
+			br.Reset(r)
+			if _, err := http.ReadResponse(br, req); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -211,7 +211,6 @@ type conn struct {
 	tls    *tls.ConnectionState // nc's, shared by its requests; nil for cleartext
 	lr     headReader           // caps what the header parser may read
 	rec    []byte               // a request head too long for br's buffer, as read
-	fields []fieldPos           // parseRequestHead's scratch space
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	state  atomic.Int32
@@ -365,7 +364,7 @@ func (c *conn) readRequest() (*http.Request, framing, error) {
 	var fr framing
 	head := rawHead(c.br, &c.lr, &c.rec)
 	if head != nil {
-		if req, fr, ok := parseRequestHead(head, &c.fields); ok {
+		if req, fr, ok := parseRequestHead(head); ok {
 			c.br.Discard(len(head))
 			return req, fr, nil
 		}
