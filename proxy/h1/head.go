@@ -6,7 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
+	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -36,14 +36,19 @@ import (
 
 // maxFastFields is how many header values the fast path keeps in the
 // request's own allocation; a head with more gets an array of its own.
-const maxFastFields = 16
+const maxFastFields = 12
 
-// reqBox is a request with its URL and the backing array of its header
-// values: one allocation.
+// maxFastText is how long a head may be for its text to be kept in the
+// message's own allocation; a longer one gets an array of its own.
+const maxFastText = 384
+
+// reqBox is a request with its URL, the backing array of its header
+// values and its text: one allocation.
 type reqBox struct {
 	req  http.Request
 	url  url.URL
 	vals [maxFastFields]string
+	text [maxFastText]byte
 }
 
 // fieldPos locates a header field in a head: the name is head[name:colon],
@@ -129,27 +134,30 @@ func kindOf(name []byte) fieldKind {
 
 // headText returns head as one string, its field names in canonical form
 // (as net/textproto writes them): every string of a parsed head is a slice
-// of it, so the head costs one allocation.
-func headText(head []byte, fs []fieldPos) string {
-	var sb strings.Builder
-	sb.Grow(len(head))
-	last := 0
+// of it, so the head's text costs at most one allocation. When the head
+// fits in buf, the string is made over buf, which costs none: buf is part
+// of the message's own allocation, written here once and never again
+// (the message is never reused), so the string stays immutable.
+func headText(head []byte, fs []fieldPos, buf []byte) string {
+	if len(head) > len(buf) {
+		buf = make([]byte, len(head))
+	}
+	buf = buf[:len(head)]
+	copy(buf, head)
 	for _, f := range fs {
-		sb.Write(head[last:f.name])
 		upper := true
-		for _, c := range head[f.name:f.colon] {
+		for i := f.name; i < f.colon; i++ {
+			c := buf[i]
 			if upper && 'a' <= c && c <= 'z' {
 				c -= 'a' - 'A'
 			} else if !upper && 'A' <= c && c <= 'Z' {
 				c += 'a' - 'A'
 			}
-			sb.WriteByte(c)
+			buf[i] = c
 			upper = c == '-'
 		}
-		last = f.colon
 	}
-	sb.Write(head[last:])
-	return sb.String()
+	return unsafe.String(unsafe.SliceData(buf), len(buf))
 }
 
 // buildHeader makes the header of fields fs of head text s, but for the
@@ -238,8 +246,8 @@ func parseRequestHead(head []byte) (req *http.Request, fr framing, ok bool) {
 	}
 
 	// Accepted.
-	s := headText(head, fs)
 	box := new(reqBox)
+	s := headText(head, fs, box.text[:])
 	// Host is in r.Host, not in the header, as with http.ReadRequest.
 	h := buildHeader(s, fs, host, box.vals[:])
 	r := &box.req
@@ -265,12 +273,13 @@ func parseRequestHead(head []byte) (req *http.Request, fr framing, ok bool) {
 	return r, framing{host: true}, true
 }
 
-// respBox is a response with its body and the backing array of its
-// header values: one allocation.
+// respBox is a response with its body, the backing array of its header
+// values and its text: one allocation.
 type respBox struct {
 	resp http.Response
 	body lengthBody
 	vals [maxFastFields]string
+	text [maxFastText]byte
 }
 
 // parseResponseHead parses a response head (the status line, the field
@@ -342,8 +351,8 @@ func parseResponseHead(head []byte, req *http.Request, br *bufio.Reader) (resp *
 	}
 
 	// Accepted.
-	s := headText(head, fs)
 	box := new(respBox)
+	s := headText(head, fs, box.text[:])
 	r := &box.resp
 	r.Status = s[len(proto):len(line)]
 	r.StatusCode = code
