@@ -9,12 +9,12 @@
 //
 // Server parses the common request head itself (parseRequestHead: an
 // origin-form target net/url keeps as it is, HTTP/1.0 or 1.1, token field
-// names and clean values without obs-fold, exactly one valid Host, no
-// Content-Length, Transfer-Encoding, Trailer or Pragma, the whole head
-// within the read buffer) into the *http.Request http.ReadRequest would
-// make of it, in three allocations: one for the request with its URL, its
-// header values and its text (up to 12 values and 384 bytes), two for the
-// header map. Every other head goes to the
+// names and clean values without obs-fold, exactly one valid Host, at
+// most one Content-Length of plain digits, no Transfer-Encoding, Trailer
+// or Pragma, the whole head within the read buffer) into the
+// *http.Request http.ReadRequest would make of it, in three allocations:
+// one for the request with its URL, its body reader, its header values and
+// its text (up to 12 values and 384 bytes), two for the header map. Every other head goes to the
 // standard library's parser (http.ReadRequest: the same code, and so the
 // same request-smuggling defences, as net/http's server: conflicting
 // lengths, bad chunking, header syntax). The fast path is a strict subset

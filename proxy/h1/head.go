@@ -11,28 +11,34 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// The request-head fast path.
+// The head fast paths.
 //
-// http.ReadRequest costs about nine allocations for a plain GET: the
-// Request, the request line, the URL, the transfer reader, the header map
-// and one string per header value. Most requests a proxy sees are plain:
-// an origin-form target, HTTP/1.1 or 1.0, a Host field, no body. For those
-// parseRequestHead builds the same *http.Request itself in three or four:
-// the Request together with its URL and the backing array of its header
-// values (one allocation), one string holding the whole head (method,
-// target, field names and values are all slices of it), and the header
-// map.
+// http.ReadRequest costs nine allocations for a plain GET (the Request,
+// the request line, the URL, the transfer reader, the header map and one
+// string per header value), http.ReadResponse eleven for a small
+// response. Most messages a proxy sees are plain: a request with an
+// origin-form target, HTTP/1.1 or 1.0, a Host field, no body or one of a
+// given length; a response with a Content-Length. For those
+// parseRequestHead and parseResponseHead build the same *http.Request or
+// *http.Response themselves, in three allocations: the message together
+// with its URL or body reader, the backing array of its header values and
+// the head's text (method, target, field names and values are all slices
+// of that text); and the header map (two).
 //
-// The fast path is a strict subset of http.ReadRequest: it takes a head
-// only when every line of it is one it understands exactly, and for that
-// head it produces the request http.ReadRequest would. Anything else (a
-// body, framing fields, absolute-form or asterisk targets, escapes or
-// other bytes in the path that net/url would rewrite, other versions,
-// obs-fold, a field name outside the token characters, a missing,
-// repeated or malformed Host, Pragma) is left to http.ReadRequest and the
-// checks the server makes after it, unchanged. So the fast path can never
-// accept what the standard parser refuses, nor read a request another
-// way; FuzzRequestHeadMatchesNetHTTP holds it to that.
+// Each fast path is a strict subset of the standard parser: it takes a
+// head only when every line of it is one it understands exactly, and for
+// that head it produces the message the standard parser would, with a
+// body that reads the same bytes and ends the same way. Anything else
+// (chunking, absolute-form or asterisk targets, escapes or other bytes in
+// the path that net/url would rewrite, other versions, obs-fold, a field
+// name outside the token characters, a missing, repeated or malformed
+// Host, repeated or unusual Content-Length, Trailer, Pragma, and on the
+// response side 1xx, 204, 304, HEAD, Connection: close, a body read to
+// the close) is left to http.ReadRequest or http.ReadResponse and the
+// checks after them, unchanged. So a fast path can never accept what the
+// standard parser refuses, nor read a message another way;
+// FuzzRequestHeadMatchesNetHTTP and FuzzResponseHeadMatchesNetHTTP hold
+// them to that on the same bytes.
 
 // maxFastFields is how many header values the fast path keeps in the
 // request's own allocation; a head with more gets an array of its own.
@@ -42,11 +48,12 @@ const maxFastFields = 12
 // message's own allocation; a longer one gets an array of its own.
 const maxFastText = 384
 
-// reqBox is a request with its URL, the backing array of its header
-// values and its text: one allocation.
+// reqBox is a request with its URL, its body reader, the backing array
+// of its header values and its text: one allocation.
 type reqBox struct {
 	req  http.Request
 	url  url.URL
+	body lengthBody
 	vals [maxFastFields]string
 	text [maxFastText]byte
 }
@@ -189,9 +196,10 @@ func buildHeader(s string, fs []fieldPos, skip int, vals []string) http.Header {
 
 // parseRequestHead parses a request head (the request line, the field
 // lines and the blank line that ends them, as rawHead returns it) when it
-// is one the fast path takes. ok is false when it is not: the caller then
-// parses the same bytes with http.ReadRequest.
-func parseRequestHead(head []byte) (req *http.Request, fr framing, ok bool) {
+// is one the fast path takes. A body (Content-Length) is read from br,
+// after the head. ok is false when the head is not one the fast path
+// takes: the caller then parses the same bytes with http.ReadRequest.
+func parseRequestHead(head []byte, br *bufio.Reader) (req *http.Request, fr framing, ok bool) {
 	// The request line: method SP origin-form SP version.
 	eol := bytes.IndexByte(head, '\n')
 	if eol < 0 {
@@ -226,7 +234,7 @@ func parseRequestHead(head []byte) (req *http.Request, fr framing, ok bool) {
 	if !ok {
 		return nil, fr, false
 	}
-	host := -1
+	host, cl := -1, -1
 	for k, f := range fs {
 		switch f.kind {
 		case fieldHost:
@@ -234,12 +242,23 @@ func parseRequestHead(head []byte) (req *http.Request, fr framing, ok bool) {
 				return nil, fr, false
 			}
 			host = k
-		case fieldContentLength, fieldTransferEncoding, fieldTrailer, fieldPragma:
+		case fieldContentLength:
+			if cl >= 0 {
+				return nil, fr, false
+			}
+			cl = k
+		case fieldTransferEncoding, fieldTrailer, fieldPragma:
 			return nil, fr, false
 		}
 	}
 	if host < 0 {
 		return nil, fr, false
+	}
+	var n int64
+	if cl >= 0 {
+		if n, ok = contentLength(head[fs[cl].val:fs[cl].end]); !ok {
+			return nil, fr, false
+		}
 	}
 	if hv := fs[host]; !httpguts.ValidHostHeader(string(head[hv.val:hv.end])) {
 		return nil, fr, false
@@ -266,11 +285,16 @@ func parseRequestHead(head []byte) (req *http.Request, fr framing, ok bool) {
 	}
 	r.Header = h
 	r.Host = s[fs[host].val:fs[host].end]
+	r.ContentLength = n
 	r.Body = http.NoBody
+	if n > 0 {
+		box.body = lengthBody{r: br, n: n}
+		r.Body = &box.body
+	}
 	conn := h["Connection"]
 	r.Close = httpguts.HeaderValuesContainsToken(conn, "close") ||
 		minor == 0 && !httpguts.HeaderValuesContainsToken(conn, "keep-alive")
-	return r, framing{host: true}, true
+	return r, framing{host: true, contentLength: cl >= 0}, true
 }
 
 // respBox is a response with its body, the backing array of its header
@@ -338,16 +362,9 @@ func parseResponseHead(head []byte, req *http.Request, br *bufio.Reader) (resp *
 	if cl < 0 {
 		return nil, false
 	}
-	v := head[fs[cl].val:fs[cl].end]
-	if len(v) == 0 || len(v) > 18 {
+	n, ok := contentLength(head[fs[cl].val:fs[cl].end])
+	if !ok {
 		return nil, false
-	}
-	var n int64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return nil, false
-		}
-		n = n*10 + int64(c-'0')
 	}
 
 	// Accepted.
@@ -366,6 +383,22 @@ func parseResponseHead(head []byte, req *http.Request, br *bufio.Reader) (resp *
 	}
 	r.Request = req
 	return r, true
+}
+
+// contentLength returns the length a Content-Length value gives when it
+// is one the fast paths take: 1 to 18 digits, nothing else (net/http also
+// takes 19).
+func contentLength(v []byte) (n int64, ok bool) {
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
 }
 
 // hasToken reports whether v, a comma-separated list, holds token tok

@@ -20,33 +20,33 @@ type parsed struct {
 	std    *http.Request
 	stdErr error
 	head   []byte
+	// Each parser's reader.
+	r1, r2   *bytes.Reader
+	br1, br2 *bufio.Reader
 }
 
-// parseBoth gives raw to parseRequestHead and to http.ReadRequest.
+// parseBoth gives raw to parseRequestHead and to http.ReadRequest, each
+// on a reader of its own, as a server connection's (a 4 KiB buffer).
 func parseBoth(raw []byte) (p parsed) {
-	b := raw
-	if len(b) > 4096 {
-		b = b[:4096] // what a server connection's buffer holds
-	}
+	p.r1, p.r2 = bytes.NewReader(raw), bytes.NewReader(raw)
+	p.br1, p.br2 = bufio.NewReaderSize(p.r1, 4096), bufio.NewReaderSize(p.r2, 4096)
+	b, _ := p.br1.Peek(p.br1.Size())
 	end := headEnd(b)
 	if end < 0 {
 		return p
 	}
 	p.head = b[:end]
-	p.ours, p.fr, p.fast = parseRequestHead(p.head)
-	p.std, p.stdErr = http.ReadRequest(bufio.NewReader(bytes.NewReader(raw)))
+	p.ours, p.fr, p.fast = parseRequestHead(p.head, p.br1)
+	if p.fast {
+		p.br1.Discard(end)
+	}
+	p.std, p.stdErr = http.ReadRequest(p.br2)
 	return p
 }
 
-// consumed is how much of raw http.ReadRequest reads as the head of its
-// first request.
-func consumed(raw []byte) int {
-	r := bytes.NewReader(raw)
-	br := bufio.NewReader(r)
-	if _, err := http.ReadRequest(br); err != nil {
-		return -1
-	}
-	return len(raw) - r.Len() - br.Buffered()
+// at is how much of its input a parser's reader has given out.
+func at(r *bytes.Reader, br *bufio.Reader) int {
+	return int(r.Size()) - r.Len() - br.Buffered()
 }
 
 // FuzzRequestHeadMatchesNetHTTP feeds the same bytes to the fast path's
@@ -82,6 +82,11 @@ func FuzzRequestHeadMatchesNetHTTP(f *testing.F) {
 		"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
 		"GET / HTTP/1.1\r\nHost: a\r\r\n\r\n",
 		"GET /  HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.1\r\n\r\n",
+		"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 9\r\n\r\nabc",
+		"POST /up HTTP/1.0\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+		"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+		"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -94,17 +99,25 @@ func FuzzRequestHeadMatchesNetHTTP(f *testing.F) {
 		if err != nil {
 			t.Fatalf("the fast path took a head net/http refuses (%v):\n%q", err, raw)
 		}
-		if n := consumed(raw); n != len(head) {
+		if n := at(p.r2, p.br2); n != len(head) {
 			t.Fatalf("the fast path took %d bytes as the head, net/http %d:\n%q", len(head), n, raw)
 		}
-		if ours.Body != http.NoBody || std.Body != http.NoBody {
-			t.Fatalf("bodies: fast path %T, net/http %T; both must be http.NoBody:\n%q", ours.Body, std.Body, raw)
+		if (ours.Body == http.NoBody) != (std.Body == http.NoBody) {
+			t.Fatalf("bodies: fast path %T, net/http %T:\n%q", ours.Body, std.Body, raw)
+		}
+		ob, oerr := io.ReadAll(ours.Body)
+		sb, serr := io.ReadAll(std.Body)
+		if !bytes.Equal(ob, sb) || oerr != serr {
+			t.Fatalf("bodies: fast path %q, %v; net/http %q, %v:\n%q", ob, oerr, sb, serr, raw)
+		}
+		if o, s := at(p.r1, p.br1), at(p.r2, p.br2); o != s {
+			t.Fatalf("after the body the fast path is at byte %d, net/http at %d:\n%q", o, s, raw)
 		}
 		if !reflect.DeepEqual(*ours.URL, *std.URL) {
 			t.Fatalf("URL: fast path %#v, net/http %#v:\n%q", *ours.URL, *std.URL, raw)
 		}
 		o, s := *ours, *std
-		o.URL, s.URL = nil, nil
+		o.URL, s.URL, o.Body, s.Body = nil, nil, nil, nil
 		if !reflect.DeepEqual(o, s) {
 			t.Fatalf("requests differ:\nfast path %#v\nnet/http  %#v\n%q", o, s, raw)
 		}
@@ -131,14 +144,17 @@ func TestRequestHeadFastPathTakesPlainRequests(t *testing.T) {
 		{"GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n", true},
 		{"GET /a?b=c HTTP/1.0\nHost: a\n\n", true},
 		{"DELETE /x HTTP/1.1\r\nhost: a\r\nx-a: 1\r\nX-A: 2\r\n\r\n", true},
-		{"GET / HTTP/1.1\r\n\r\n", false},                                    // no Host: 400 from the server's checks
-		{"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", false},              // refused by net/http
-		{"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n 2\r\n\r\n", false},           // obs-fold
-		{"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", false},    // framing
-		{"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: x\r\n\r\n", false}, // framing
-		{"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", false},                 // absolute form
-		{"GET /%7e HTTP/1.1\r\nHost: a\r\n\r\n", false},                      // net/url unescapes
-		{"GET / HTTP/2.0\r\nHost: a\r\n\r\n", false},                         // version
+		{"GET / HTTP/1.1\r\n\r\n", false},                          // no Host: 400 from the server's checks
+		{"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", false},    // refused by net/http
+		{"GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n 2\r\n\r\n", false}, // obs-fold
+		{"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", true},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc", true},
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc", false}, // repeated
+		{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +3\r\n\r\nabc", false},                     // refused by net/http
+		{"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: x\r\n\r\n", false},                       // framing
+		{"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", false},                                       // absolute form
+		{"GET /%7e HTTP/1.1\r\nHost: a\r\n\r\n", false},                                            // net/url unescapes
+		{"GET / HTTP/2.0\r\nHost: a\r\n\r\n", false},                                               // version
 	} {
 		if fast := parseBoth([]byte(tc.raw)).fast; fast != tc.fast {
 			t.Errorf("fast path takes %q: %v, want %v", tc.raw, fast, tc.fast)
@@ -153,7 +169,7 @@ func BenchmarkReadRequestHead(b *testing.B) {
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, ok := parseRequestHead(raw); !ok {
+			if _, _, ok := parseRequestHead(raw, nil); !ok {
 				b.Fatal("not taken")
 			}
 		}
@@ -328,7 +344,7 @@ func BenchmarkReadResponseHead(b *testing.B) {
 // header map (http.ReadRequest takes nine, http.ReadResponse eleven).
 func TestFastPathsAllocateThreeTimesPerHead(t *testing.T) {
 	reqHead := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-	if n := testing.AllocsPerRun(100, func() { parseRequestHead(reqHead) }); n > 3 {
+	if n := testing.AllocsPerRun(100, func() { parseRequestHead(reqHead, nil) }); n > 3 {
 		t.Errorf("parseRequestHead: %v allocations, want at most 3", n)
 	}
 	respHead := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n")

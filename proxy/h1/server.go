@@ -366,7 +366,7 @@ func (c *conn) readRequest() (*http.Request, framing, error) {
 	var fr framing
 	head := rawHead(c.br, &c.lr, &c.rec)
 	if head != nil {
-		if req, fr, ok := parseRequestHead(head); ok {
+		if req, fr, ok := parseRequestHead(head, c.br); ok {
 			c.br.Discard(len(head))
 			return req, fr, nil
 		}
