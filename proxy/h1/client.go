@@ -487,7 +487,9 @@ func (c *Client) exchange1(ctx context.Context, deadline, now time.Time, pc *pco
 	return resp, nil
 }
 
-// readResponse reads one response head with http.ReadResponse. That drops
+// readResponse reads one response head: with parseResponseHead when the
+// head fits in br's buffer and is one it takes (no Connection: close among
+// its rules), else with http.ReadResponse. That drops
 // the Connection field of a response that says close (HTTP/1.1), but the
 // fields it names are hop-by-hop all the same: readResponse puts it back,
 // as the endpoint sent it, so that the caller can remove them. To that end
@@ -496,6 +498,12 @@ func (c *Client) exchange1(ctx context.Context, deadline, now time.Time, pc *pco
 func (pc *pconn) readResponse(req *http.Request) (*http.Response, error) {
 	var raw []byte
 	head := rawHead(pc.br, &pc.hr, &pc.rec)
+	if head != nil {
+		if resp, ok := parseResponseHead(head, req, pc.br); ok {
+			pc.br.Discard(len(head))
+			return resp, nil
+		}
+	}
 	if head != nil && namesFields(head) {
 		raw = bytes.Clone(head)
 	}

@@ -7,11 +7,24 @@
 //
 // # Server
 //
-// Server parses requests with the standard library's parser
-// (http.ReadRequest: the same code, and so the same request-smuggling
-// defences, as net/http's server: conflicting lengths, bad chunking,
-// header syntax) and adds the checks net/http's server makes after
-// parsing (Host, protocol version, Expect, header field validity); a
+// Server parses the common request head itself (parseRequestHead: an
+// origin-form target net/url keeps as it is, HTTP/1.0 or 1.1, token field
+// names and clean values without obs-fold, exactly one valid Host, at
+// most one Content-Length of plain digits, no Transfer-Encoding, Trailer
+// or Pragma, the whole head within the read buffer) into the
+// *http.Request http.ReadRequest would make of it, in three allocations:
+// one for the request with its URL, its body reader, its header values and
+// its text (up to 12 values and 384 bytes), two for the header map. Every other head goes to the
+// standard library's parser (http.ReadRequest: the same code, and so the
+// same request-smuggling defences, as net/http's server: conflicting
+// lengths, bad chunking, header syntax). The fast path is a strict subset
+// of that parser, so it accepts nothing http.ReadRequest refuses and reads
+// nothing another way (FuzzRequestHeadMatchesNetHTTP compares the two on
+// the same bytes, field for field). Requests and their headers are not
+// reused between requests: a hedge's losing attempt may still read them
+// after the handler returned. The server adds the checks net/http's server
+// makes after parsing (Host, protocol version, Expect, header field
+// validity); a
 // differential test holds its verdicts to net/http's. It is stricter than
 // net/http where that is lenient, as nginx is: a request with both
 // Content-Length and Transfer-Encoding, or with Transfer-Encoding on
@@ -34,8 +47,15 @@
 //
 // Client writes the request and reads the response on the caller's
 // goroutine (net/http.Transport runs two goroutines per connection and
-// hands each exchange across channels). Responses are parsed with
-// http.ReadResponse; a response's Header keeps its Connection field as the
+// hands each exchange across channels). The common response head
+// (parseResponseHead, sharing its field scanner with the request's:
+// HTTP/1.1, a status from 200 to 599 other than 204 and 304, one
+// Content-Length, no Transfer-Encoding, Trailer, Pragma or Connection:
+// close, not an answer to HEAD, the head within the read buffer) is
+// parsed in three allocations, its body read as net/http reads one of a
+// known length (FuzzResponseHeadMatchesNetHTTP holds it to
+// http.ReadResponse); every other head is parsed with
+// http.ReadResponse. A response's Header keeps its Connection field as the
 // endpoint sent it, also when it says close (which http.ReadResponse
 // drops), so that the caller can remove the fields it names. The response
 // head is capped (ClientConfig.MaxResponseHeaderBytes, 64 KiB by default):

@@ -22,11 +22,13 @@ import (
 
 // Server serves HTTP/1.x: on the connections of a listener (Serve), or on
 // connections accepted elsewhere (ServeConn), such as TLS connections
-// whose handshake chose HTTP/1.1. It parses requests with the standard
-// library's parser (http.ReadRequest: the same code, and so the same
-// request-smuggling defences, as net/http's server) and adds the checks
-// net/http's server makes on top of it (Host, header field syntax, version,
-// Expect), and refuses the framing net/http tolerates (Content-Length with
+// whose handshake chose HTTP/1.1. It parses the common request head
+// itself, and every other with the standard library's parser
+// (http.ReadRequest: the same code, and so the same request-smuggling
+// defences, as net/http's server), of which its own is a strict subset
+// (see the package doc). It adds the checks net/http's server makes on
+// top of the parser (Host, header field syntax, version, Expect), and
+// refuses the framing net/http tolerates (Content-Length with
 // Transfer-Encoding, Transfer-Encoding on HTTP/1.0). It differs from
 // net/http.Server in what it leaves out on the hot path: no background
 // read and no context per request, no header copy per response, one
@@ -388,11 +390,16 @@ func (c *conn) awaitRequest(first bool, st *Settings) bool {
 }
 
 // readRequest parses the next request, and reports the framing fields
-// its head carried as sent.
+// its head carried as sent: with parseRequestHead when the head fits in
+// br's buffer and is one it takes, else with http.ReadRequest.
 func (c *conn) readRequest() (*http.Request, framing, error) {
 	var fr framing
 	head := rawHead(c.br, &c.lr, &c.rec)
 	if head != nil {
+		if req, fr, ok := parseRequestHead(head, c.br); ok {
+			c.br.Discard(len(head))
+			return req, fr, nil
+		}
 		fr = framingOf(head)
 		req, err := http.ReadRequest(c.br)
 		return req, fr, err
