@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
@@ -421,12 +422,20 @@ func hasToken(v []byte, tok string) bool {
 // io.ErrUnexpectedEOF when the connection ends first. Close does not
 // drain it: the client's Body decides what becomes of the connection.
 type lengthBody struct {
+	// mu makes Read and Close safe to call from two goroutines at once,
+	// as net/http's body is: a transport may still read a request's body
+	// after the handler returned while the server drains it, and both
+	// read the connection's buffer (without it they could read past the
+	// length and garble the next request on the connection).
+	mu     sync.Mutex
 	r      *bufio.Reader
 	n      int64 // bytes left
 	closed bool
 }
 
 func (b *lengthBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
 	}
@@ -448,7 +457,9 @@ func (b *lengthBody) Read(p []byte) (int, error) {
 }
 
 func (b *lengthBody) Close() error {
+	b.mu.Lock()
 	b.closed = true
+	b.mu.Unlock()
 	return nil
 }
 
