@@ -750,7 +750,10 @@ func (w *response) commit(chunked bool) {
 	bw.WriteString(http.StatusText(w.status))
 	bw.WriteString("\r\n")
 	for k, vv := range h {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
+		if strings.HasPrefix(k, http.TrailerPrefix) || !httpguts.ValidHeaderFieldName(k) {
+			// A name that is not a token (an upstream's "Content-Length :"
+			// kept by net/http's parser) is never written: RFC 9112 5.1
+			// wants the space gone, and a lenient client could read it.
 			continue
 		}
 		for _, v := range vv {
@@ -906,7 +909,7 @@ func (w *response) finish() bool {
 		bw.WriteString("0\r\n")
 		for k, vv := range w.header {
 			name, ok := strings.CutPrefix(k, http.TrailerPrefix)
-			if !ok {
+			if !ok || !httpguts.ValidHeaderFieldName(name) {
 				continue
 			}
 			for _, v := range vv {

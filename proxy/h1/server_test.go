@@ -506,3 +506,28 @@ func TestH1ServerBoundsTheNextHeadAfterABodylessRequest(t *testing.T) {
 		})
 	}
 }
+
+// A header name that is not a token — net/http's parser keeps an
+// upstream's "Content-Length :" as the name "Content-Length " — is never
+// written to the client, in the header or the trailer.
+func TestInvalidHeaderNamesAreNotWritten(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Length "] = []string{"0"}
+		w.Header()["Transfer-Encoding "] = []string{"chunked"}
+		w.Header()["Bad Name"] = []string{"x"}
+		w.(http.Flusher).Flush() // unknown length: chunked, with trailers
+		io.WriteString(w, "hello")
+		w.Header()[http.TrailerPrefix+"X-Sum"] = []string{"5"}
+		w.Header()[http.TrailerPrefix+"X-Bad Trailer"] = []string{"y"}
+	})
+	ours, _ := startH1(t, h, 1<<20)
+	resp := exchange(t, ours, "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+	for _, bad := range []string{"Content-Length :", "Transfer-Encoding :", "Bad Name", "X-Bad Trailer"} {
+		if strings.Contains(resp, bad) {
+			t.Errorf("the response carries %q:\n%s", bad, resp)
+		}
+	}
+	if !strings.Contains(resp, "hello") || !strings.Contains(resp, "X-Sum: 5") {
+		t.Fatalf("the response lost its body or its valid trailer:\n%s", resp)
+	}
+}
