@@ -69,7 +69,7 @@ func TestSeriesOfEndpointsThatLeftAreDeleted(t *testing.T) {
 	const churn = 300
 	var last string
 	for i := range churn {
-		last = testutil.FreeAddr(t) // nothing listens: the connect is refused
+		last = testutil.DeadAddr(t) // nothing listens: the connect is refused
 		up.pool.Update([]endpoint.Spec{{Address: last}})
 		c, err := net.Dial("tcp", addr)
 		if err != nil {

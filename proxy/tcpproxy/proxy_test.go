@@ -199,7 +199,7 @@ func TestIdleTimeoutOff(t *testing.T) {
 
 func TestConnectRefusedRetriesNextEndpoint(t *testing.T) {
 	good := startServer(t, echo)
-	refused := testutil.FreeAddr(t)
+	refused := testutil.DeadAddr(t)
 	up := newUpstream(t, "app", rr(), refused, good.addr)
 	p := startProxy(t, Config{Name: "t", Upstream: "app"}, up)
 	for i := 0; i < 4; i++ {
@@ -239,7 +239,7 @@ func TestConnectTimeoutRetriesNextEndpoint(t *testing.T) {
 }
 
 func TestConnectAttemptsExhausted(t *testing.T) {
-	a, b := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	a, b := testutil.DeadAddr(t), testutil.DeadAddr(t)
 	up := newUpstream(t, "app", rr(), a, b)
 	p := startProxy(t, Config{Name: "t", Upstream: "app", ConnectAttempts: 2}, up)
 	c := p.dial(t)

@@ -156,7 +156,7 @@ func newBackendWith(t *testing.T, name string, h http.HandlerFunc, configure fun
 func (b *backend) addr() string { return strings.TrimPrefix(b.URL, "http://") }
 
 // deadAddr returns a loopback address where nothing listens.
-func deadAddr(t *testing.T) string { return testutil.FreeAddr(t) }
+func deadAddr(t *testing.T) string { return testutil.DeadAddr(t) }
 
 func get(t *testing.T, c *http.Client, url string) (*http.Response, string) {
 	t.Helper()
