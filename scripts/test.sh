@@ -44,6 +44,10 @@ need_pkg python3-consul "registryd's conformance test runs python-consul" /usr/b
 need_pkg nodejs "registryd's conformance test runs node-consul" command -v node
 need_pkg npm "installs node-consul for registryd's conformance test" command -v npm
 need_pkg strace "proxy/tcpproxy's test that bytes move with splice(2) runs strace" command -v strace
+need_pkg zsh "the CLI's completion test checks the zsh script" command -v zsh
+need_pkg fish "the CLI's completion test runs the fish script" command -v fish
+need_pkg systemd "deploy's test runs systemd-analyze verify on the unit" command -v systemd-analyze
+need_pkg file "deploy's test checks that the binary is static" command -v file
 
 # node-consul, pinned by its package-lock.json.
 nodeclient=registryd/testdata/nodeclient

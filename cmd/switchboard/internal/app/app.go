@@ -161,8 +161,21 @@ func New(path string, opt Options) (*App, error) {
 			}
 		}()
 	}
-	a.log.Info("switchboard started", "config", path, "listeners", len(cfg.Listeners), "upstreams", len(cfg.Upstreams), "admin", a.AdminAddr(), "registry", a.RegistryAddr())
+	a.log.Info("switchboard started", "config", path, "listeners", len(cfg.Listeners), "upstreams", len(cfg.Upstreams), "auto_routes", autoRouteListeners(cfg), "admin", a.AdminAddr(), "registry", a.RegistryAddr())
 	return a, nil
+}
+
+// autoRouteListeners counts cfg's listeners whose routes come from the
+// registry: their upstreams are not among cfg's, and "auto routes
+// applied" says how many they get.
+func autoRouteListeners(cfg *config.Config) int {
+	n := 0
+	for _, l := range cfg.Listeners {
+		if l.AutoRoutes {
+			n++
+		}
+	}
+	return n
 }
 
 // tcpStats is the admin API's view of the tcp listeners, by name.

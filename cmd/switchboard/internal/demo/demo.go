@@ -31,8 +31,12 @@ type Options struct {
 	Registry string
 	// Backends are the demo backends' addresses. Default 127.0.0.1:9001-9003.
 	Backends []string
-	Stdout   io.Writer
-	Stderr   io.Writer
+	// Command is how the user ran switchboard, for the hints the demo
+	// prints ("switchboard", "./bin/switchboard", "go run
+	// ./cmd/switchboard"). Default "switchboard".
+	Command string
+	Stdout  io.Writer
+	Stderr  io.Writer
 	// Started, if set, is called once everything serves (tests use it).
 	Started func(*app.App)
 }
@@ -47,6 +51,9 @@ func Run(ctx context.Context, opt Options) error {
 	}
 	if opt.Registry == "" {
 		opt.Registry = "127.0.0.1:8500"
+	}
+	if opt.Command == "" {
+		opt.Command = "switchboard"
 	}
 	if len(opt.Backends) == 0 {
 		opt.Backends = []string{"127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"}
@@ -109,10 +116,10 @@ Try:
   curl -s -X POST http://%[5]s/_demo/recover # it passes its check again and rejoins
   curl -s -X POST http://%[5]s/_demo/slow?delay=500ms
   curl -s 'http://%[6]s/v1/health/service/demo?passing' | head -c 300; echo
-  switchboard status --admin %[2]s
+  %[7]s status --admin %[2]s
 
 Ctrl-C stops everything.
-`, a.Plane().Addr("demo"), a.AdminAddr(), len(addrs), path, addrs[0], regAddr)
+`, a.Plane().Addr("demo"), a.AdminAddr(), len(addrs), path, addrs[0], regAddr, opt.Command)
 	if opt.Started != nil {
 		opt.Started(a)
 	}

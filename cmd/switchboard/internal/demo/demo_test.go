@@ -24,6 +24,7 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 			Admin:    "127.0.0.1:0",
 			Registry: "127.0.0.1:0",
 			Backends: []string{"127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"},
+			Command:  "go run ./cmd/switchboard",
 			Stdout:   &out, Stderr: io.Discard,
 			Started: func(a *app.App) { started <- a },
 		})
@@ -86,6 +87,11 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "curl -s http://127.0.0.1:") || !strings.Contains(out.String(), "/v1/health/service/demo?passing") {
 		t.Fatalf("the demo does not say what to curl:\n%s", out.String())
+	}
+	// The hint repeats the command the user ran, not a binary they may
+	// not have.
+	if want := "go run ./cmd/switchboard status --admin " + a.AdminAddr(); !strings.Contains(out.String(), want) {
+		t.Fatalf("the demo's hints do not say %q:\n%s", want, out.String())
 	}
 }
 

@@ -257,4 +257,5 @@ func (p *Plane) logAutoRoutes(services map[string][]string) {
 			claimed[k] = svc
 		}
 	}
+	p.log.Info("auto routes applied", "routes", len(claimed), "services", len(services))
 }
