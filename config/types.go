@@ -232,7 +232,8 @@ type UpstreamDiscovery struct {
 	Service string `yaml:"service"`
 	// Tags: an instance must carry every one.
 	Tags []string `yaml:"tags"`
-	// PassingOnly keeps only instances whose registry health is passing.
+	// PassingOnly lets only instances whose registry health is passing
+	// take traffic; the others stay visible as unhealthy endpoints.
 	// Default true.
 	PassingOnly *bool `yaml:"passing_only"`
 }

@@ -32,8 +32,11 @@ type signals struct {
 	monitor  *health.Monitor
 	detector *health.Detector
 	brkCfg   *breaker.Config // per-endpoint breakers; nil for none
-	stop     context.CancelFunc
-	done     chan struct{}
+	// requirePassing: the registry's warning takes an endpoint out too
+	// (Config.RequirePassing).
+	requirePassing bool
+	stop           context.CancelFunc
+	done           chan struct{}
 
 	mu       sync.Mutex
 	verdict  map[*endpoint.Endpoint]*verdicts
@@ -55,7 +58,7 @@ type verdicts struct {
 
 // newSignals builds (but does not start) the health machinery of u. It
 // returns nil when there is nothing to judge endpoints by.
-func newSignals(u *Upstream, cfg Health, brk *breaker.Config, discovered bool) (*signals, error) {
+func newSignals(u *Upstream, cfg Health, brk *breaker.Config, discovered, requirePassing bool) (*signals, error) {
 	if cfg.Passive != nil && cfg.Passive.Off() {
 		cfg.Passive = nil
 	}
@@ -67,7 +70,7 @@ func newSignals(u *Upstream, cfg Health, brk *breaker.Config, discovered bool) (
 			return nil, fmt.Errorf("breaker: %w", err)
 		}
 	}
-	h := &signals{u: u, brkCfg: brk, verdict: map[*endpoint.Endpoint]*verdicts{}}
+	h := &signals{u: u, brkCfg: brk, verdict: map[*endpoint.Endpoint]*verdicts{}, requirePassing: requirePassing}
 	empty := map[*endpoint.Endpoint]*breaker.Breaker{}
 	h.breakers.Store(&empty)
 	if cfg.Active != nil {
@@ -303,7 +306,7 @@ func (h *signals) fold(ep *endpoint.Endpoint, now time.Time) {
 		h.mu.Unlock()
 		return
 	}
-	st, reason := v.state()
+	st, reason := v.state(h.requirePassing)
 	changed := ep.SetStatus(st, reason, now)
 	h.mu.Unlock()
 	if !changed {
@@ -316,7 +319,7 @@ func (h *signals) fold(ep *endpoint.Endpoint, now time.Time) {
 }
 
 // state is the endpoint state the verdicts add up to, and why.
-func (v *verdicts) state() (endpoint.State, string) {
+func (v *verdicts) state(requirePassing bool) (endpoint.State, string) {
 	switch {
 	case v.passive == endpoint.Ejected:
 		return endpoint.Ejected, v.passiveReason
@@ -326,6 +329,8 @@ func (v *verdicts) state() (endpoint.State, string) {
 		return endpoint.Unhealthy, v.activeReason
 	case v.registry == registry.Critical:
 		return endpoint.Unhealthy, "registry: critical"
+	case v.registry == registry.Warning && requirePassing:
+		return endpoint.Unhealthy, "registry: warning"
 	case v.passive == endpoint.Probation:
 		return endpoint.Probation, v.passiveReason
 	}

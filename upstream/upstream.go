@@ -41,6 +41,13 @@ type Config struct {
 	// Targets. The upstream owns it from then on: it closes the view when
 	// it is closed, or when a later configuration follows another view.
 	View View `yaml:"-"`
+	// RequirePassing, with View, keeps an instance the registry calls
+	// warning out of traffic, as it does a critical one: both stay in the
+	// pool, visible with their counters, in state unhealthy with the
+	// registry's verdict as the reason ("registry: warning"). Without it
+	// a warning instance takes traffic (as Consul's DNS interface does).
+	// The proxy sets it for discovery's passing_only (the default).
+	RequirePassing bool `yaml:"-"`
 	// Health configures active checks, passive ejection and panic mode.
 	Health Health `yaml:"health"`
 	// Breaker gives every endpoint a circuit breaker of its own: an open
@@ -285,10 +292,10 @@ func (u *Upstream) build(g, prev *generation) error {
 		}
 	}
 	if prev != nil && reflect.DeepEqual(prev.cfg.Health, cfg.Health) && reflect.DeepEqual(prev.cfg.Breaker, cfg.Breaker) &&
-		(prev.cfg.View != nil) == (cfg.View != nil) {
+		(prev.cfg.View != nil) == (cfg.View != nil) && prev.cfg.RequirePassing == cfg.RequirePassing {
 		g.signals = prev.signals
 	} else {
-		s, err := newSignals(u, cfg.Health, cfg.Breaker, cfg.View != nil)
+		s, err := newSignals(u, cfg.Health, cfg.Breaker, cfg.View != nil, cfg.RequirePassing)
 		if err != nil {
 			return err
 		}

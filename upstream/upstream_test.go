@@ -172,6 +172,28 @@ func TestRegistryCriticalKeepsTheEndpointVisibleButOut(t *testing.T) {
 	}
 }
 
+// With RequirePassing (passing_only), a warning instance is out as well,
+// visible with the registry's verdict; without it, it takes traffic.
+func TestRegistryWarningIsOutOnlyWhenPassingIsRequired(t *testing.T) {
+	for _, require := range []bool{true, false} {
+		v := newView()
+		u, err := upstream.New("app", upstream.Config{View: v, RequirePassing: require})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.publish(registry.Instance{ID: "a", Address: "10.0.0.1", Port: 80}, registry.Instance{ID: "b", Address: "10.0.0.2", Port: 80, Health: registry.Warning})
+		s := u.Pool().Snapshot()
+		st := s.All[1].Status()
+		if require && (len(s.Ready) != 1 || st.State != endpoint.Unhealthy || st.Reason != "registry: warning") {
+			t.Errorf("passing required: %d ready, the warning instance %s (%q); want 1, unhealthy (registry: warning)", len(s.Ready), st.State, st.Reason)
+		}
+		if !require && (len(s.Ready) != 2 || st.State != endpoint.Healthy) {
+			t.Errorf("passing not required: %d ready, the warning instance %s (%q); want 2, healthy", len(s.Ready), st.State, st.Reason)
+		}
+		u.Close()
+	}
+}
+
 func TestCloseGivesEndpointsBackTheirHealthyState(t *testing.T) {
 	u, err := upstream.New("app", upstream.Config{Targets: targets("a:1", "b:1"),
 		Health: upstream.Health{Passive: &health.PassiveConfig{ConsecutiveFailures: 1}}})

@@ -2,11 +2,13 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/switchboard-dev/switchboard/admin"
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/app"
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
 	"github.com/switchboard-dev/switchboard/endpoint"
@@ -71,8 +73,31 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 	}
 
 	// Failover: backend-1's check fails, the registry marks it critical,
-	// it leaves the passing set and the pool.
+	// and it takes no traffic, but stays in the pool: visible, with its
+	// reason and its counters.
 	backend1 := backendAddr(t, out.String())
+	ep1 := func() admin.EndpointView {
+		t.Helper()
+		resp, err := http.Get("http://" + a.AdminAddr() + "/api/v1/upstreams")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v struct{ Upstreams []admin.UpstreamView }
+		if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range v.Upstreams {
+			for _, e := range u.Endpoints {
+				if e.Address == backend1 {
+					return e
+				}
+			}
+		}
+		t.Fatalf("backend-1 (%s) is not in the admin API's upstreams: %+v", backend1, v.Upstreams)
+		return admin.EndpointView{}
+	}
+	before := ep1().Requests
 	resp, err := http.Post("http://"+backend1+"/_demo/fail", "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +109,18 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 		if code != 200 || b == "backend-1" {
 			t.Fatalf("after failover: %d from %q, want 200 from backend-2 or -3", code, b)
 		}
+	}
+	if e := ep1(); e.State != "unhealthy" || e.Reason != "registry: critical" || e.Requests != before {
+		t.Fatalf("backend-1 after its check failed: %s (%q), %d requests; want unhealthy (registry: critical) with its %d requests", e.State, e.Reason, e.Requests, before)
+	}
+	resp, err = http.Post("http://"+backend1+"/_demo/recover", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	endpointtest.WaitReady(t, pool, 3)
+	if e := ep1(); e.State != "healthy" || e.Requests != before {
+		t.Fatalf("backend-1 back: %s, %d requests; want healthy, its count kept (%d)", e.State, e.Requests, before)
 	}
 	if !strings.Contains(out.String(), "curl -s http://127.0.0.1:") || !strings.Contains(out.String(), "/v1/health/service/demo?passing") {
 		t.Fatalf("the demo does not say what to curl:\n%s", out.String())

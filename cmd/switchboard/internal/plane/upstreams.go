@@ -141,6 +141,7 @@ func (p *Plane) upstreamConfig(uc *config.Upstream, prev *Upstream, key string) 
 	if d == nil {
 		return lc, nil
 	}
+	lc.RequirePassing = d.PassingOnly == nil || *d.PassingOnly
 	if prev != nil && prev.viewKey == key {
 		lc.View = prev.up.Config().View
 		return lc, nil
@@ -165,8 +166,12 @@ func viewKey(d *config.UpstreamDiscovery) string {
 	return d.Registry + "|" + discoveryQuery(d).Key()
 }
 
+// discoveryQuery asks for every instance of d's service, whatever its
+// health: passing_only is applied by the upstream (RequirePassing), so that
+// an instance the registry fails stays visible as an unhealthy endpoint,
+// with its reason and its counters, rather than vanish.
 func discoveryQuery(d *config.UpstreamDiscovery) registry.Query {
-	return registry.Query{Service: d.Service, Tags: d.Tags, PassingOnly: d.PassingOnly == nil || *d.PassingOnly}
+	return registry.Query{Service: d.Service, Tags: d.Tags}
 }
 
 // transportConfig is how the proxy talks to uc's endpoints.
