@@ -45,6 +45,14 @@ type Source struct {
 	// TCPListeners lists the tcp listeners' connection counts; nil serves
 	// an empty list.
 	TCPListeners func() any
+	// Listeners lists the listeners and their routes (with their breakers'
+	// states); nil serves an empty list.
+	Listeners func() any
+	// Registry lists the embedded registry's instances and checks; nil
+	// when it does not run (GET /api/v1/registry is then 404).
+	Registry func() any
+	// Reloads lists the last reload attempts; nil serves an empty list.
+	Reloads func() any
 }
 
 // Server is the admin HTTP server.
@@ -74,6 +82,12 @@ func New(src Source, reg *prometheus.Registry, log *slog.Logger) *Server {
 	s.mux.HandleFunc("GET /api/v1/upstreams", s.upstreams)
 	s.mux.HandleFunc("GET /api/v1/discovery", s.discovery)
 	s.mux.HandleFunc("GET /api/v1/tcp", s.tcpListeners)
+	s.mux.HandleFunc("GET /api/v1/listeners", s.list("listeners", func() func() any { return s.src.Listeners }))
+	s.mux.HandleFunc("GET /api/v1/reloads", s.list("reloads", func() func() any { return s.src.Reloads }))
+	s.mux.HandleFunc("GET /api/v1/registry", s.registry)
+	s.mux.HandleFunc("GET /api/v1/dashboard", s.dashboard)
+	s.mux.Handle("GET /ui/", uiHandler())
+	s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	s.mux.HandleFunc("POST /api/v1/reload", s.write(s.reload))
 	// Profiles reveal internals and cost CPU: like writes, they need the
 	// token when one is set.

@@ -109,6 +109,7 @@ type Route struct {
 	limit     *ratelimit.Concurrency // nil: no concurrency limit
 	rejected  [2]counter             // by the route's limit, by the upstream's
 	brk       *breaker.Breaker       // nil: no breaker
+	brkLog    *transitionLog         // brk's recent changes, shared as brk is
 	fb        *fallback.Chain        // nil: no fallback
 	retry     *retry.Policy          // nil: only the safe retries
 	budget    *retry.Budget
@@ -179,21 +180,61 @@ func (r *Route) buildBreaker(prev *Route) error {
 		return nil
 	}
 	if prev != nil && prev.brk != nil && reflect.DeepEqual(prev.cfg.Breaker, c) {
-		r.brk = prev.brk
+		r.brk, r.brkLog = prev.brk, prev.brkLog
 		return nil
 	}
 	b, err := breaker.New(*c)
 	if err != nil {
 		return fmt.Errorf("breaker: %w", err)
 	}
-	name, m, log := r.name, r.m, r.log
+	name, m, log, tl := r.name, r.m, r.log, &transitionLog{}
 	m.breakerStarted(name)
-	b.OnStateChange(func(from, to breaker.State, reason string, _ time.Time) {
+	b.OnStateChange(func(from, to breaker.State, reason string, at time.Time) {
 		m.breakerChanged(name, to)
+		tl.add(BreakerTransition{From: from.String(), To: to.String(), Reason: reason, At: at})
 		log.Warn("route breaker changed state", "route", name, "from", from.String(), "to", to.String(), "reason", reason)
 	})
-	r.brk = b
+	r.brk, r.brkLog = b, tl
 	return nil
+}
+
+// BreakerTransition is one state change of a route's breaker.
+type BreakerTransition struct {
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// keptTransitions is how many recent changes a route's breaker keeps.
+const keptTransitions = 10
+
+// transitionLog keeps a breaker's last keptTransitions changes.
+type transitionLog struct {
+	mu     sync.Mutex
+	recent []BreakerTransition // oldest first
+}
+
+func (l *transitionLog) add(t BreakerTransition) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.recent) == keptTransitions {
+		l.recent = append(l.recent[:0], l.recent[1:]...)
+	}
+	l.recent = append(l.recent, t)
+}
+
+// Breaker reports the route breaker's state at now ("closed", "open",
+// "half-open") and its last changes, newest last; ok is false when the
+// route has no breaker. For dashboards and the admin API.
+func (r *Route) Breaker(now time.Time) (state string, recent []BreakerTransition, ok bool) {
+	if r.brk == nil {
+		return "", nil, false
+	}
+	r.brkLog.mu.Lock()
+	recent = append([]BreakerTransition(nil), r.brkLog.recent...)
+	r.brkLog.mu.Unlock()
+	return r.brk.State(now).String(), recent, true
 }
 
 func (r *Route) buildFallback(prev *Route) error {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/breaker"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/pipeline"
@@ -282,5 +283,35 @@ func TestFinishHandsTheOutcomeItsClockReading(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.at) != 1 || rec.at[0] < before || rec.at[0] > after {
 		t.Fatalf("the endpoint heard outcomes with At %v; want one, within [%d, %d] (the call's span)", rec.at, before, after)
+	}
+}
+
+// Breaker reports the route breaker's state and its last changes, and a
+// replacing route with the same breaker settings keeps both.
+func TestBreakerReportsItsStateAndRecentChanges(t *testing.T) {
+	u := newUpstream(t, upstream.Config{}, "10.0.0.1:80")
+	cfg := pipeline.Config{Breaker: &breaker.Config{ConsecutiveFailures: 2, OpenFor: time.Minute}}
+	r := newRoute(t, cfg, u, fakeTransport{"10.0.0.1:80": answer(503)})
+	if _, _, ok := newRoute(t, pipeline.Config{}, u, fakeTransport{}).Breaker(time.Now()); ok {
+		t.Fatal("a route without a breaker reports one")
+	}
+	state, recent, ok := r.Breaker(time.Now())
+	if !ok || state != "closed" || len(recent) != 0 {
+		t.Fatalf("new breaker: %q %v %v", state, recent, ok)
+	}
+	for i := 0; i < 2; i++ {
+		do(t, r)
+	}
+	state, recent, _ = r.Breaker(time.Now())
+	if state != "open" || len(recent) != 1 || recent[0].From != "closed" || recent[0].To != "open" || recent[0].Reason == "" || recent[0].At.IsZero() {
+		t.Fatalf("after two failures: %q %+v, want open after one closed->open change with its reason", state, recent)
+	}
+	next, err := pipeline.New("r", cfg, u, fakeTransport{}, pipeline.Replacing(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if state, recent, _ := next.Breaker(time.Now()); state != "open" || len(recent) != 1 {
+		t.Fatalf("the replacing route: %q %+v, want the same open breaker and its history", state, recent)
 	}
 }

@@ -53,8 +53,9 @@ type App struct {
 	cfg            *config.Config
 	fileSum        [sha256.Size]byte // of the file last read, applied or not; under reloadMu
 	reloads        *prometheus.CounterVec
-	reloadFailures prometheus.Counter
 	reloadOK       prometheus.Gauge
+	// history is the last reload attempts, for the admin API.
+	history reloadHistory
 
 	// Reloaded, if set, is called after every reload attempt with its
 	// result (tests wait on it instead of sleeping).
@@ -95,16 +96,12 @@ func New(path string, opt Options) (*App, error) {
 		Name: "switchboard_config_reloads_total",
 		Help: "Configuration reload attempts, by result.",
 	}, []string{"result"})
-	a.reloadFailures = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "switchboard_config_reload_failures_total",
-		Help: "Configuration reloads that were refused; the previous configuration kept running.",
-	})
 	a.reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "switchboard_config_last_reload_successful",
 		Help: "1 if the last reload attempt succeeded (or none was made), else 0.",
 	})
 	a.reloadOK.Set(1)
-	a.reg.MustRegister(a.reloads, a.reloadFailures, a.reloadOK)
+	a.reg.MustRegister(a.reloads, a.reloadOK)
 
 	a.plane = plane.New(a.log, a.reg)
 	a.regs = registries.New(a.log, a.reg)
@@ -133,7 +130,13 @@ func New(path string, opt Options) (*App, error) {
 		}
 		return []discovery.ServiceStatus{}
 	}
-	a.admin = admin.New(admin.Source{Upstreams: ups, Reload: a.Reload, Discovery: status, TCPListeners: a.tcpStats}, a.reg, a.log)
+	src := admin.Source{Upstreams: ups, Reload: a.Reload, Discovery: status, TCPListeners: a.tcpStats,
+		Listeners: func() any { return a.plane.Listeners() },
+		Reloads:   func() any { return a.Reloads() }}
+	if a.embedded != nil {
+		src.Registry = func() any { return a.embedded.Catalog() }
+	}
+	a.admin = admin.New(src, a.reg, a.log)
 	a.admin.SetToken(cfg.Admin.Token)
 	a.admin.SetListen(cfg.Admin.Listen)
 
@@ -176,6 +179,37 @@ func autoRouteListeners(cfg *config.Config) int {
 		}
 	}
 	return n
+}
+
+// ReloadRecord is one reload attempt, for the admin API.
+type ReloadRecord struct {
+	At    time.Time `json:"at"`
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
+}
+
+// reloadHistory keeps the last keptReloads reload attempts.
+type reloadHistory struct {
+	mu   sync.Mutex
+	last []ReloadRecord // oldest first
+}
+
+const keptReloads = 20
+
+func (h *reloadHistory) add(r ReloadRecord) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.last) == keptReloads {
+		h.last = append(h.last[:0], h.last[1:]...)
+	}
+	h.last = append(h.last, r)
+}
+
+// Reloads returns the last reload attempts, oldest first.
+func (a *App) Reloads() []ReloadRecord {
+	a.history.mu.Lock()
+	defer a.history.mu.Unlock()
+	return append([]ReloadRecord{}, a.history.last...)
 }
 
 // tcpStats is the admin API's view of the tcp listeners, by name.
@@ -279,13 +313,14 @@ func (a *App) reload() error {
 	}
 	if err != nil {
 		a.reloads.WithLabelValues("failure").Inc()
-		a.reloadFailures.Inc()
 		a.reloadOK.Set(0)
+		a.history.add(ReloadRecord{At: time.Now(), OK: false, Error: err.Error()})
 		a.log.Error("config reload failed; the previous configuration keeps running", "config", a.path, "error", err.Error())
 		return err
 	}
 	a.reloads.WithLabelValues("success").Inc()
 	a.reloadOK.Set(1)
+	a.history.add(ReloadRecord{At: time.Now(), OK: true})
 	a.level.Set(parseLevel(cfg.Log.Level))
 	a.admin.SetToken(cfg.Admin.Token)
 	if cfg.Admin.Listen != a.cfg.Admin.Listen || cfg.Log.Format != a.cfg.Log.Format {

@@ -171,7 +171,7 @@ func TestReloadUnderLoadDropsNothing(t *testing.T) {
 	}
 	expectFresh(t, listen, "new route after reload")
 	metrics := scrape(t, a.AdminAddr())
-	if !strings.Contains(metrics, "switchboard_config_reload_failures_total 1\n") {
+	if !strings.Contains(metrics, "switchboard_config_reloads_total{result=\"failure\"} 1\n") {
 		t.Fatalf("want exactly one reload failure counted; metrics:\n%s", grep(metrics, "reload"))
 	}
 	t.Logf("%d requests, 0 failed, across %d reloads", okCount.Load(), reloads)

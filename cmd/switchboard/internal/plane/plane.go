@@ -49,6 +49,15 @@ type Plane struct {
 	tcp      *tcpproxy.Server
 	auto     autoRoutes
 	sweeping sweeping
+	// applied is the configuration running now (auto routes included)
+	// and its route pipelines, for Listeners.
+	applied atomic.Pointer[applied]
+}
+
+// applied is what Apply last committed.
+type applied struct {
+	cfg    *config.Config
+	routes map[string]*pipeline.Route
 }
 
 // metrics are every part's metrics, registered once.
@@ -154,6 +163,7 @@ func (p *Plane) applyLocked(cfg *config.Config) error {
 		r.Close()
 	}
 	p.routes = routes
+	p.applied.Store(&applied{cfg: cfg, routes: routes})
 	return nil
 }
 
