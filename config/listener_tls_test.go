@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,3 +170,39 @@ upstreams:
 	}, "\n"))
 	checkLines(t, problemLines(t, "lb.yaml", src), strings.Split(want, "\n"))
 }
+
+// docsTLSFiles gives the TLS examples of docs/ the files they name under
+// /etc/switchboard/tls/: NAME.crt and NAME.key are one real key pair,
+// NAME.pem a real CA certificate.
+func docsTLSFiles(t *testing.T, path string) ([]byte, bool) {
+	const dir = "/etc/switchboard/tls/"
+	if !strings.HasPrefix(path, dir) {
+		return nil, false
+	}
+	docsPKIOnce.Do(func() {
+		tmp := t.TempDir()
+		docsPKI.cert, docsPKI.key = writeKeyPair(t, tmp, "doc")
+		docsPKI.ca = testutil.NewCA(t, "doc CA").WriteCert(t, tmp, "ca")
+		for _, p := range []*string{&docsPKI.cert, &docsPKI.key, &docsPKI.ca} {
+			b, err := os.ReadFile(*p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			*p = string(b)
+		}
+	})
+	switch filepath.Ext(path) {
+	case ".crt":
+		return []byte(docsPKI.cert), true
+	case ".key":
+		return []byte(docsPKI.key), true
+	case ".pem":
+		return []byte(docsPKI.ca), true
+	}
+	return nil, false
+}
+
+var (
+	docsPKIOnce sync.Once
+	docsPKI     struct{ cert, key, ca string }
+)

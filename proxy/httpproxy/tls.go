@@ -164,8 +164,15 @@ func (ts *connServer) handshake(nc net.Conn) *tls.Conn {
 		ts.log.Debug("TLS handshake failed", "listener", ts.name, "remote", nc.RemoteAddr().String(), "error", err)
 		return nil
 	}
-	if tc.ConnectionState().NegotiatedProtocol != "h2" {
+	switch tc.ConnectionState().NegotiatedProtocol {
+	case "h2":
+	case "", "http/1.1":
 		return tc
+	default:
+		// A protocol of a certificate source's own (ACME's acme-tls/1),
+		// whose handshake was the whole exchange.
+		tc.Close()
+		return nil
 	}
 	select {
 	case ts.h2conns <- tc:
