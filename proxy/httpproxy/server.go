@@ -171,6 +171,7 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 		if p.l == nil {
 			ln, err := net.Listen("tcp", lc.Listen)
 			if err != nil {
+				p.tls.discard()
 				c.Discard()
 				return nil, fmt.Errorf("listener %q: %w", lc.Name, err)
 			}
