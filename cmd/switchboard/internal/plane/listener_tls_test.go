@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
@@ -449,10 +450,20 @@ func TestCertificateFilesReloadWhenTheyChange(t *testing.T) {
 	t.Run("rename", func(t *testing.T) {
 		dir, next := t.TempDir(), t.TempDir()
 		first := issue(t, dir)
-		p := startProxy(t, withListenerTLS(t, upstreamYAML("", b.addr()), fmt.Sprintf("    tls: {cert_file: %s/site.crt, key_file: %s/site.key}\n", dir, dir)))
+		yaml := withListenerTLS(t, upstreamYAML("", b.addr()), fmt.Sprintf("    tls: {cert_file: %s/site.crt, key_file: %s/site.key}\n", dir, dir))
+		p := startProxy(t, yaml)
 		addr := p.srv.Addr("web")
 		if got := serial(t, addr); got.Cmp(first) != 0 {
 			t.Fatalf("serial %v, want the first certificate's %v", got, first)
+		}
+		// A configuration reload that keeps the files keeps their watch
+		// (as do the reloads auto routes make).
+		cfg, err := config.Parse("same.yaml", []byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.srv.Apply(cfg); err != nil {
+			t.Fatal(err)
 		}
 		second := issue(t, next)
 		for _, f := range []string{"site.key", "site.crt"} {
