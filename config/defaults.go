@@ -87,6 +87,7 @@ func applyDefaults(cfg *Config) {
 		setDefault(&l.Timeouts.Idle, DefaultClientIdleTimeout)
 		setDefault(&l.Timeouts.ReadBody, DefaultReadBodyTimeout)
 		setDefault(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
+		applyTLSDefaults(l)
 		for j := range l.Routes {
 			r := &l.Routes[j]
 			setDefault(&r.Name, l.Name+"/"+strconv.Itoa(j))

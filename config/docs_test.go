@@ -58,6 +58,9 @@ func TestDocsExamplesAreValid(t *testing.T) {
 			if docFiles[path] {
 				return []byte("(a PEM file)"), nil
 			}
+			if b, ok := docsTLSFiles(t, path); ok {
+				return b, nil
+			}
 			return readSmallFile(path)
 		},
 	}

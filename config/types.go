@@ -68,6 +68,16 @@ type Listener struct {
 	Listen string `yaml:"listen"`
 	// TLS, when set, terminates TLS on this listener and offers HTTP/2.
 	TLS *TLS `yaml:"tls"`
+	// H2C serves cleartext HTTP/2 to clients that open with its preface
+	// (prior knowledge, as gRPC clients do) on a listener without tls.
+	// Default true.
+	H2C *bool `yaml:"h2c"`
+	// RedirectHTTPS answers every request of a listener without tls with
+	// a 308 redirect to the same URL over https, instead of routing it.
+	RedirectHTTPS bool `yaml:"redirect_https"`
+	// RedirectHTTPSPort is the port of the redirect's https URL. Default
+	// 443 (left out of the URL).
+	RedirectHTTPSPort int `yaml:"redirect_https_port"`
 	// Timeouts for client connections.
 	Timeouts ListenerTimeouts `yaml:"timeouts"`
 	// MaxHeaderBytes caps the request line plus headers. Default 64KiB.
@@ -238,13 +248,23 @@ type UpstreamDiscovery struct {
 	PassingOnly *bool `yaml:"passing_only"`
 }
 
-// TLS names a certificate and key in PEM files. Relative paths are
-// relative to switchboard's working directory, not to the config file.
+// TLS terminates TLS on a listener: its certificates (PEM files, watched
+// and reloaded when they change), protocol versions and suites, client
+// certificates and HSTS. Relative paths are relative to switchboard's
+// working directory, not to the config file. Keys: docs/traffic.md,
+// "Listener TLS".
 type TLS struct {
-	// CertFile holds the certificate chain, leaf first. Required.
+	// CertFile holds the certificate chain, leaf first; KeyFile its
+	// private key. The one-certificate form of certificates.
 	CertFile string `yaml:"cert_file"`
-	// KeyFile holds the certificate's private key. Required.
-	KeyFile string `yaml:"key_file"`
+	KeyFile  string `yaml:"key_file"`
+	// Certificates are several certificates, chosen for each handshake by
+	// the client's server name (SNI) against their DNS names: an exact
+	// name before a wildcard (*.example.com), and the first certificate
+	// when no name matches or the client sends none.
+	Certificates []Certificate `yaml:"certificates"`
+	// The keys below are in listener_tls.go.
+	ListenerTLS `yaml:",inline"`
 }
 
 // ListenerTimeouts bound how long a client may take.

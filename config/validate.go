@@ -1,7 +1,6 @@
 package config
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -210,7 +209,10 @@ func (v *validator) checkListeners() {
 		if l.TLS != nil {
 			v.checkTLS(l.TLS)
 		}
-		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) && !l.AutoRoutes {
+		if isHTTP {
+			v.checkListenerFront(l)
+		}
+		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) && !l.AutoRoutes && !l.RedirectHTTPS {
 			if l.Name != "" {
 				v.errorf(&l.Routes, "listener %q has no routes", l.Name)
 			} else {
@@ -220,32 +222,6 @@ func (v *validator) checkListeners() {
 		for j := range l.Routes {
 			v.checkRoute(routeBase, &l.Routes[j], j, routeNames)
 		}
-	}
-}
-
-func (v *validator) checkTLS(t *TLS) {
-	if t.CertFile == "" {
-		v.errorf(&t.CertFile, "tls.cert_file is required")
-	}
-	if t.KeyFile == "" {
-		v.errorf(&t.KeyFile, "tls.key_file is required")
-	}
-	if t.CertFile == "" || t.KeyFile == "" || v.bad(&t.CertFile) || v.bad(&t.KeyFile) {
-		return
-	}
-	cert, cerr := v.readFile(t.CertFile)
-	if cerr != nil {
-		v.errorf(&t.CertFile, "tls.cert_file %q: %v", t.CertFile, cerr)
-	}
-	key, kerr := v.readFile(t.KeyFile)
-	if kerr != nil {
-		v.errorf(&t.KeyFile, "tls.key_file %q: %v", t.KeyFile, kerr)
-	}
-	if cerr != nil || kerr != nil {
-		return
-	}
-	if _, err := tls.X509KeyPair(cert, key); err != nil {
-		v.errorf(&t.CertFile, "tls.cert_file %q and tls.key_file %q are not a usable key pair: %v", t.CertFile, t.KeyFile, err)
 	}
 }
 

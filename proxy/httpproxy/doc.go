@@ -3,8 +3,10 @@
 // pipeline.Route and relays the answer.
 //
 // A request goes: a listener's server (proxy/h1 for HTTP/1.x, cleartext or
-// over TLS, whose handshake the listener completes itself; net/http for
-// HTTP/2) -> Handler -> the listener's Table (first
+// over TLS, whose handshake the listener completes itself with the
+// certificate its CertSource chooses by SNI; net/http for HTTP/2, by ALPN
+// over TLS or by prior knowledge in cleartext, h2c) -> Handler (HSTS,
+// redirect_https, the client certificate header) -> the listener's Table (first
 // matching route by host, path prefix, methods and headers) -> the
 // request prepared for the upstream (hop-by-hop headers removed,
 // X-Forwarded-For/-Proto/-Host, X-Request-Id kept or made) ->

@@ -36,6 +36,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.active.Add(1)
 	defer t.active.Add(-1)
 	start := time.Now()
+	if t.front != nil && h.front(w, r, t, start) {
+		return
+	}
 	if !normalizeRequest(r) {
 		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
 		t.noRoute.Count(http.StatusBadRequest)
@@ -114,6 +117,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	}
 	st := new(reqState)
 	prepareHeader(r, &st.vals, &st.id)
+	if t.front != nil {
+		t.front.clientCert(r)
+	}
 	c := &st.call
 	c.Req, c.Body, c.Front = r, body, st
 	if r.ProtoMajor == 1 {
@@ -240,6 +246,9 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, res
 	}
 	dst := w.Header()
 	copyResponseHeader(dst, resp.Header)
+	if t.front != nil {
+		t.front.setHSTS(dst, c.Req)
+	}
 	if _, ok := dst["X-Request-Id"]; !ok {
 		dst["X-Request-Id"] = reqID
 	}

@@ -21,6 +21,7 @@ type Table struct {
 	maxBody   int64
 	idle      time.Duration // bounds an idle protocol-switch tunnel
 	noRoute   *httpmetrics.Route
+	front     *frontPolicy // HSTS, client certificate header, redirect_https; nil: none
 	// active counts requests being served on this table, so that the
 	// series its requests count on outlive a reload while they run. A
 	// pointer: the record of a replaced table keeps it, not the table.
@@ -51,6 +52,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		idle:      lc.Timeouts.Idle.Std(),
 		noRoute:   m.Route(lc.Name, "", ""),
 		active:    new(atomic.Int64),
+		front:     frontPolicyOf(lc),
 	}
 	for _, rc := range lc.Routes {
 		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix, pipe: pipes(rc.Name)}

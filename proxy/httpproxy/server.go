@@ -2,7 +2,6 @@ package httpproxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +25,8 @@ import (
 type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
+	certs   *CertMetrics
+	sources func(lc *config.Listener) ([]CertSource, error)
 
 	mu        sync.Mutex // serialises changes and Shutdown
 	listeners map[string]*listener
@@ -116,8 +117,27 @@ type plan struct {
 	lc    *config.Listener
 	l     *listener // existing listener kept, or nil
 	loop  *acceptLoop
-	cert  *tls.Certificate
+	tls   *listenerTLS // nil on a cleartext listener
 	table *Table
+}
+
+// SetCertMetrics gives the server the metrics its listeners' certificate
+// files count their reloads in. Call it before the first Prepare.
+func (s *Server) SetCertMetrics(m *CertMetrics) {
+	s.mu.Lock()
+	s.certs = m
+	s.mu.Unlock()
+}
+
+// SetCertSources gives TLS listeners certificate sources beside their
+// files (ACME): Prepare calls fn for every TLS listener of a
+// configuration, and the sources it returns are asked, in order, before
+// the listener's files; the files' first certificate remains the
+// fallback. An error fails the Prepare. Call it before the first Prepare.
+func (s *Server) SetCertSources(fn func(lc *config.Listener) ([]CertSource, error)) {
+	s.mu.Lock()
+	s.sources = fn
+	s.mu.Unlock()
 }
 
 // Prepare builds the routing tables of cfg's http listeners (pipes gives
@@ -137,19 +157,21 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 			continue // other protocols are served elsewhere
 		}
 		p := plan{lc: lc, table: NewTable(lc, pipes, s.metrics)}
-		if lc.TLS != nil {
-			cert, err := tls.LoadX509KeyPair(lc.TLS.CertFile, lc.TLS.KeyFile)
-			if err != nil {
-				c.Discard()
-				return nil, fmt.Errorf("listener %q: load TLS certificate: %w", lc.Name, err)
-			}
-			p.cert = &cert
-		}
 		if old := s.listeners[lc.Name]; old != nil && old.addr == lc.Listen {
 			p.l = old
-		} else {
+		}
+		if lc.TLS != nil {
+			lt, err := s.prepareTLS(lc, p.l)
+			if err != nil {
+				c.Discard()
+				return nil, err
+			}
+			p.tls = lt
+		}
+		if p.l == nil {
 			ln, err := net.Listen("tcp", lc.Listen)
 			if err != nil {
+				p.tls.discard()
 				c.Discard()
 				return nil, fmt.Errorf("listener %q: %w", lc.Name, err)
 			}
@@ -170,7 +192,32 @@ func (c *Change) Discard() {
 		if p.loop != nil {
 			p.loop.stop()
 		}
+		p.tls.discard()
 	}
+}
+
+// prepareTLS builds the TLS settings of listener lc, which replaces old
+// (nil: a new listener). The running listener's certificate files are kept, and read again, when lc names
+// the same ones: their watch goes on.
+func (s *Server) prepareTLS(lc *config.Listener, old *listener) (*listenerTLS, error) {
+	var sources []CertSource
+	if s.sources != nil {
+		var err error
+		if sources, err = s.sources(lc); err != nil {
+			return nil, fmt.Errorf("listener %q: %w", lc.Name, err)
+		}
+	}
+	var files *CertFiles
+	if old != nil {
+		if lt := old.tls.Load(); lt != nil && lt.files != nil && lt.files.sameFiles(lc.TLS.Certs()) {
+			files = lt.files
+			files.Reload()
+		}
+	}
+	if files == nil && len(lc.TLS.Certs()) == 0 && len(sources) == 0 {
+		return nil, fmt.Errorf("listener %q: %w", lc.Name, errNoCertSource)
+	}
+	return newListenerTLS(lc, files, sources, s.log, s.certs)
 }
 
 // Commit starts the new listeners, swaps the tables of the kept ones and
@@ -198,7 +245,7 @@ func (c *Change) Commit() {
 			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: &Handler{name: p.lc.Name, log: s.log}}
 			go p.loop.run()
 		}
-		l.cert.Store(p.cert)
+		l.tls.Swap(p.tls).replaced(p.tls)
 		if old := l.handler.tbl.Swap(p.table); old != nil {
 			s.retire(old)
 		}
@@ -250,10 +297,11 @@ func (s *Server) Shutdown() {
 // serverSettings are the listener settings its server holds. Routes and
 // certificates change without touching the server; the others change in
 // place on the HTTP/1 engine (cleartext and TLS alike), give a TLS
-// listener's HTTP/2 a new net/http server (tlsServer.setSettings), and
+// listener's HTTP/2 a new net/http server (connServer.setSettings), and
 // turning TLS on or off needs a new server.
 type serverSettings struct {
 	tls            bool
+	h2c            bool // cleartext HTTP/2 with prior knowledge
 	readHeader     time.Duration
 	idle           time.Duration
 	readBody       time.Duration
@@ -263,6 +311,7 @@ type serverSettings struct {
 func serverSettingsOf(lc *config.Listener) serverSettings {
 	return serverSettings{
 		tls:            lc.TLS != nil,
+		h2c:            lc.TLS == nil && (lc.H2C == nil || *lc.H2C),
 		readHeader:     lc.Timeouts.ReadHeader.Std(),
 		idle:           lc.Timeouts.Idle.Std(),
 		readBody:       lc.Timeouts.ReadBody.Std(),
@@ -277,7 +326,7 @@ type listener struct {
 	name, addr string
 	loop       *acceptLoop
 	handler    *Handler
-	cert       atomic.Pointer[tls.Certificate]
+	tls        atomic.Pointer[listenerTLS] // nil on a cleartext listener
 
 	srv      server
 	hand     *handoff
@@ -285,8 +334,7 @@ type listener struct {
 	serving  sync.WaitGroup
 }
 
-// server is what a listener needs of an HTTP server: h1.Server
-// (cleartext) or tlsServer.
+// server is what a listener needs of an HTTP server: connServer.
 type server interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -315,12 +363,9 @@ func (l *listener) startServer(st serverSettings, log *slog.Logger, drain time.D
 // applySettings moves the listener to new settings without closing a
 // connection. The HTTP/1 engine takes them in place: every connection
 // reads them before its next request. On a TLS listener, HTTP/2 moves to a
-// new net/http server (tlsServer.setSettings).
+// new net/http server (connServer.setSettings).
 func (l *listener) applySettings(st serverSettings) {
-	switch srv := l.srv.(type) {
-	case *h1.Server:
-		srv.SetSettings(h1Settings(st))
-	case *tlsServer:
+	if srv, ok := l.srv.(*connServer); ok {
 		srv.setSettings(st)
 	}
 	l.settings = st
@@ -329,16 +374,8 @@ func (l *listener) applySettings(st serverSettings) {
 // serve starts a server with settings st on a new handoff of the socket
 // and makes it the listener's.
 func (l *listener) serve(st serverSettings, log *slog.Logger) {
-	var srv server
-	var serve func(net.Listener) error
-	if !st.tls {
-		hs := &h1.Server{Handler: l.handler, Log: log}
-		hs.SetSettings(h1Settings(st))
-		srv, serve = hs, hs.Serve
-	} else {
-		ts := newTLSServer(l, st, log)
-		srv, serve = ts, ts.Serve
-	}
+	ts := newConnServer(l, st, log)
+	srv, serve := server(ts), ts.Serve
 	h := l.loop.handoff()
 	l.srv, l.hand, l.settings = srv, h, st
 	l.serving.Add(1)
@@ -356,6 +393,7 @@ func (l *listener) serve(st serverSettings, log *slog.Logger) {
 // server.
 func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
 	l.loop.stop()
+	l.tls.Load().replaced(nil) // stop watching its certificate files
 	if l.srv != nil && !shutdownServer(l.srv, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining connections", "listener", l.name, "timeout", timeout)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -84,6 +85,16 @@ func BenchmarkProxyHTTP1(b *testing.B) {
 func BenchmarkProxyHTTP1TLS(b *testing.B) {
 	be := rawBackend(b)
 	p := startProxy(b, withTLS(b, upstreamYAML("", be)))
+	cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
+	benchGets(b, func() (net.Conn, error) { return tls.Dial("tcp", p.srv.Addr("web"), cfg) })
+}
+
+// BenchmarkProxyHTTP1TLSHSTS is BenchmarkProxyHTTP1TLS on a listener with
+// hsts: the cost of the header on every answer, against it in the same
+// run.
+func BenchmarkProxyHTTP1TLSHSTS(b *testing.B) {
+	be := rawBackend(b)
+	p := startProxy(b, strings.Replace(withTLS(b, upstreamYAML("", be)), "    tls: {", "    tls: {hsts: {include_subdomains: true}, ", 1))
 	cfg := &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}
 	benchGets(b, func() (net.Conn, error) { return tls.Dial("tcp", p.srv.Addr("web"), cfg) })
 }

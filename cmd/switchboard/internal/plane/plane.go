@@ -77,6 +77,9 @@ func New(log *slog.Logger, reg prometheus.Registerer) *Plane {
 	p.byName.Store(&map[string]*Upstream{})
 	p.list.Store(&[]*Upstream{})
 	p.sweeping.vecs = append(append(p.m.http.Vecs(), p.m.pipe.Vecs()...), p.m.ups.Vecs()...)
+	certs := httpproxy.NewCertMetrics(reg)
+	p.http.SetCertMetrics(certs)
+	p.sweeping.vecs = append(p.sweeping.vecs, certs.Vecs()...)
 	return p
 }
 
