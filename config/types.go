@@ -240,10 +240,15 @@ type UpstreamDiscovery struct {
 // TLS names a certificate and key in PEM files. Relative paths are
 // relative to switchboard's working directory, not to the config file.
 type TLS struct {
-	// CertFile holds the certificate chain, leaf first. Required.
+	// CertFile holds the certificate chain, leaf first. Required unless
+	// acme is set.
 	CertFile string `yaml:"cert_file"`
-	// KeyFile holds the certificate's private key. Required.
+	// KeyFile holds the certificate's private key. Required unless acme
+	// is set.
 	KeyFile string `yaml:"key_file"`
+	// ACME gets the listener's certificates from an ACME CA (Let's
+	// Encrypt by default) instead of files. Keys: config/acme.go.
+	ACME *ACME `yaml:"acme"`
 }
 
 // ListenerTimeouts bound how long a client may take.

@@ -50,6 +50,7 @@ var checks = []func(*validator){
 	(*validator).checkAdmin,
 	(*validator).checkLog,
 	(*validator).checkListeners,
+	(*validator).checkACME,
 	(*validator).checkUpstreams,
 	(*validator).checkRegistry,
 	(*validator).checkRegistries,
@@ -224,6 +225,10 @@ func (v *validator) checkListeners() {
 }
 
 func (v *validator) checkTLS(t *TLS) {
+	if t.ACME != nil {
+		v.checkTLSFilesWithACME(t) // the rest: checkACME
+		return
+	}
 	if t.CertFile == "" {
 		v.errorf(&t.CertFile, "tls.cert_file is required")
 	}
