@@ -15,6 +15,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
@@ -34,6 +35,9 @@ type Server struct {
 	retired   []retiredTable // tables replaced while serving, or recently
 	since     time.Time      // of the last Tables: older idle tables are dropped
 	closed    bool
+
+	acme        map[string]*acmeEntry // the listeners' ACME managers, by name
+	acmeMetrics *acme.Metrics
 }
 
 // retiredTable is what the sweep still needs of a table a change
@@ -117,6 +121,7 @@ type plan struct {
 	l     *listener // existing listener kept, or nil
 	loop  *acceptLoop
 	cert  *tls.Certificate
+	acme  *acmeEntry // tls.acme's manager, or nil
 	table *Table
 }
 
@@ -137,7 +142,14 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 			continue // other protocols are served elsewhere
 		}
 		p := plan{lc: lc, table: NewTable(lc, pipes, s.metrics)}
-		if lc.TLS != nil {
+		if lc.TLS != nil && lc.TLS.ACME != nil {
+			e, err := s.prepareACME(lc)
+			if err != nil {
+				c.Discard()
+				return nil, err
+			}
+			p.acme = e
+		} else if lc.TLS != nil {
 			cert, err := tls.LoadX509KeyPair(lc.TLS.CertFile, lc.TLS.KeyFile)
 			if err != nil {
 				c.Discard()
@@ -171,6 +183,7 @@ func (c *Change) Discard() {
 			p.loop.stop()
 		}
 	}
+	discardACME(c.plans)
 }
 
 // Commit starts the new listeners, swaps the tables of the kept ones and
@@ -199,6 +212,11 @@ func (c *Change) Commit() {
 			go p.loop.run()
 		}
 		l.cert.Store(p.cert)
+		if p.acme != nil {
+			l.acme.Store(p.acme.m)
+		} else {
+			l.acme.Store(nil)
+		}
 		if old := l.handler.tbl.Swap(p.table); old != nil {
 			s.retire(old)
 		}
@@ -222,6 +240,7 @@ func (c *Change) Commit() {
 			}()
 		}
 	}
+	s.commitACME(c.plans, next)
 	s.listeners = next
 }
 
@@ -234,8 +253,17 @@ func (s *Server) Shutdown() {
 	ls := s.listeners
 	s.listeners = map[string]*listener{}
 	timeout := s.drain
+	managers := s.acme
+	s.acme = nil
 	s.mu.Unlock()
 	var wg sync.WaitGroup
+	for _, e := range managers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.m.Close()
+		}()
+	}
 	for _, l := range ls {
 		wg.Add(1)
 		go func() {
@@ -278,6 +306,7 @@ type listener struct {
 	loop       *acceptLoop
 	handler    *Handler
 	cert       atomic.Pointer[tls.Certificate]
+	acme       atomic.Pointer[acme.Manager] // tls.acme's, or nil
 
 	srv      server
 	hand     *handoff

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
@@ -62,10 +63,10 @@ func newTLSServer(l *listener, st serverSettings, log *slog.Logger) *tlsServer {
 		h2conns: make(chan net.Conn),
 		cfg: &tls.Config{
 			MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"},
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-				return l.cert.Load(), nil
-			},
+			// acme-tls/1 is the tls-alpn-01 challenge (tls.acme), which
+			// only a CA's validation asks for.
+			NextProtos:     []string{"h2", "http/1.1", acme.ALPNProto},
+			GetCertificate: l.getCertificate,
 		},
 	}
 	ts.ctx, ts.stop = context.WithCancel(context.Background())
@@ -135,7 +136,12 @@ func (ts *tlsServer) handshake(nc net.Conn) *tls.Conn {
 		ts.log.Debug("TLS handshake failed", "listener", ts.name, "remote", nc.RemoteAddr().String(), "error", err)
 		return nil
 	}
-	if tc.ConnectionState().NegotiatedProtocol != "h2" {
+	switch tc.ConnectionState().NegotiatedProtocol {
+	case "h2":
+	case acme.ALPNProto:
+		tc.Close() // the CA has seen the challenge certificate
+		return nil
+	default:
 		return tc
 	}
 	select {
