@@ -44,6 +44,7 @@ need_pkg python3-consul "registryd's conformance test runs python-consul" /usr/b
 need_pkg nodejs "registryd's conformance test runs node-consul" command -v node
 need_pkg npm "installs node-consul for registryd's conformance test" command -v npm
 need_pkg strace "proxy/tcpproxy's test that bytes move with splice(2) runs strace" command -v strace
+need_pkg pebble "the ACME tests (proxy/acme, cmd/switchboard/internal/plane) start pebble, Let's Encrypt's test CA" command -v pebble
 
 # node-consul, pinned by its package-lock.json.
 nodeclient=registryd/testdata/nodeclient
