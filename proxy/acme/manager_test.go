@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	tu "github.com/switchboard-dev/switchboard/internal/testutil"
 )
@@ -147,13 +147,13 @@ func TestNearExpiryCertificateIsRenewedFromTheCA(t *testing.T) {
 	if leaf := parseLeaf(data); leaf == nil || leaf.SerialNumber.Cmp(served.SerialNumber) != 0 {
 		t.Fatalf("storage holds %v, want the served certificate %v", leaf, served.SerialNumber)
 	}
-	if n := testutil.ToFloat64(m.cfg.Metrics.stored.WithLabelValues("web")); n != 1 {
+	if n := value(m.cfg.Metrics.stored.WithLabelValues("web")); n != 1 {
 		t.Errorf("certificates_obtained_total = %v, want 1", n)
 	}
-	if n := testutil.ToFloat64(m.cfg.Metrics.challenges.WithLabelValues("web", "tls-alpn-01")); n < 1 {
+	if n := value(m.cfg.Metrics.challenges.WithLabelValues("web", "tls-alpn-01")); n < 1 {
 		t.Errorf("challenges_total{tls-alpn-01} = %v, want at least 1", n)
 	}
-	if exp := testutil.ToFloat64(m.cfg.Metrics.expiry.WithLabelValues("web", host)); exp != float64(served.NotAfter.Unix()) {
+	if exp := value(m.cfg.Metrics.expiry.WithLabelValues("web", host)); exp != float64(served.NotAfter.Unix()) {
 		t.Errorf("expiry gauge = %v, want %v", exp, served.NotAfter.Unix())
 	}
 }
@@ -237,4 +237,16 @@ func serveTLS(t *testing.T, ln net.Listener, m *Manager) {
 		ln.Close()
 		wg.Wait()
 	})
+}
+
+// value reads a counter's or gauge's value.
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		panic(err)
+	}
+	if d.Counter != nil {
+		return d.GetCounter().GetValue()
+	}
+	return d.GetGauge().GetValue()
 }
