@@ -76,6 +76,9 @@ func applyDefaults(cfg *Config) {
 		l := &cfg.Listeners[i]
 		setDefault(&l.Protocol, DefaultListenerProtocol)
 		setDefault(&l.Timeouts.ReadHeader, DefaultReadHeaderTimeout)
+		if l.TLS != nil && l.TLS.ACME != nil {
+			setDefault(&l.TLS.ACME.Directory, DefaultACMEDirectory)
+		}
 		if l.Protocol == "tcp" {
 			setDefault(&l.Timeouts.Idle, DefaultTCPIdleTimeout)
 			setDefault(&l.ConnectAttempts, DefaultConnectAttempts)

@@ -143,6 +143,8 @@ func applyTLSDefaults(l *Listener) {
 // ALPN, client certificates and HSTS.
 func (v *validator) checkTLS(t *TLS) {
 	switch {
+	case t.ACME != nil:
+		v.checkTLSFilesWithACME(t) // the rest: checkACME
 	case len(t.Certificates) > 0 && (t.CertFile != "" || t.KeyFile != ""):
 		at := any(&t.CertFile)
 		if t.CertFile == "" {

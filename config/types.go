@@ -263,6 +263,9 @@ type TLS struct {
 	// name before a wildcard (*.example.com), and the first certificate
 	// when no name matches or the client sends none.
 	Certificates []Certificate `yaml:"certificates"`
+	// ACME gets the listener's certificates from an ACME CA (Let's
+	// Encrypt by default) instead of files. Keys: config/acme.go.
+	ACME *ACME `yaml:"acme"`
 	// The keys below are in listener_tls.go.
 	ListenerTLS `yaml:",inline"`
 }

@@ -49,6 +49,7 @@ var checks = []func(*validator){
 	(*validator).checkAdmin,
 	(*validator).checkLog,
 	(*validator).checkListeners,
+	(*validator).checkACME,
 	(*validator).checkUpstreams,
 	(*validator).checkRegistry,
 	(*validator).checkRegistries,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
@@ -28,10 +29,16 @@ type Handler struct {
 	name string
 	tbl  atomic.Pointer[Table]
 	log  *slog.Logger
+	// acmeHTTP answers http-01 challenges for the tls.acme listeners
+	// that name this one as their http_listener, or is nil.
+	acmeHTTP atomic.Pointer[acme.HTTPChallenges]
 }
 
 // ServeHTTP routes and forwards one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.acmeHTTP.Load().Serve(w, r) {
+		return
+	}
 	t := h.tbl.Load()
 	t.active.Add(1)
 	defer t.active.Add(-1)

@@ -9,12 +9,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 )
 
 // listenerTLS is what a TLS listener's handshakes run on, built from its
@@ -46,6 +48,12 @@ func newListenerTLS(lc *config.Listener, files *CertFiles, sources []CertSource,
 	}
 	if len(conf.NextProtos) == 0 {
 		conf.NextProtos = config.DefaultALPN
+	}
+	if t.ACME != nil {
+		// acme-tls/1 is the tls-alpn-01 challenge, which only a CA's
+		// validation asks for; connServer closes such a connection after
+		// its handshake.
+		conf.NextProtos = append(slices.Clip(conf.NextProtos), acme.ALPNProto)
 	}
 	if t.ClientCAFile != "" {
 		pem, err := os.ReadFile(t.ClientCAFile)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
@@ -35,6 +36,9 @@ type Server struct {
 	retired   []retiredTable // tables replaced while serving, or recently
 	since     time.Time      // of the last Tables: older idle tables are dropped
 	closed    bool
+
+	acme        map[string]*acmeEntry // the listeners' ACME managers, by name
+	acmeMetrics *acme.Metrics
 }
 
 // retiredTable is what the sweep still needs of a table a change
@@ -118,6 +122,7 @@ type plan struct {
 	l     *listener // existing listener kept, or nil
 	loop  *acceptLoop
 	tls   *listenerTLS // nil on a cleartext listener
+	acme  *acmeEntry   // tls.acme's manager, or nil
 	table *Table
 }
 
@@ -157,13 +162,27 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 			continue // other protocols are served elsewhere
 		}
 		p := plan{lc: lc, table: NewTable(lc, pipes, s.metrics)}
+		if lc.TLS != nil && lc.TLS.ACME != nil {
+			e, err := s.prepareACME(lc)
+			if err != nil {
+				c.Discard()
+				return nil, err
+			}
+			p.acme = e
+		}
+		// failed drops what this listener's plan made so far, with the
+		// change: a new ACME manager is not in c.plans yet.
+		failed := func() {
+			discardACME([]plan{p})
+			c.Discard()
+		}
 		if old := s.listeners[lc.Name]; old != nil && old.addr == lc.Listen {
 			p.l = old
 		}
 		if lc.TLS != nil {
-			lt, err := s.prepareTLS(lc, p.l)
+			lt, err := s.prepareTLS(lc, p.l, p.acme)
 			if err != nil {
-				c.Discard()
+				failed()
 				return nil, err
 			}
 			p.tls = lt
@@ -172,7 +191,7 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 			ln, err := net.Listen("tcp", lc.Listen)
 			if err != nil {
 				p.tls.discard()
-				c.Discard()
+				failed()
 				return nil, fmt.Errorf("listener %q: %w", lc.Name, err)
 			}
 			p.loop = newAcceptLoop(ln, s.log)
@@ -194,18 +213,24 @@ func (c *Change) Discard() {
 		}
 		p.tls.discard()
 	}
+	discardACME(c.plans)
 }
 
 // prepareTLS builds the TLS settings of listener lc, which replaces old
 // (nil: a new listener). The running listener's certificate files are kept, and read again, when lc names
 // the same ones: their watch goes on.
-func (s *Server) prepareTLS(lc *config.Listener, old *listener) (*listenerTLS, error) {
+func (s *Server) prepareTLS(lc *config.Listener, old *listener, a *acmeEntry) (*listenerTLS, error) {
 	var sources []CertSource
 	if s.sources != nil {
 		var err error
 		if sources, err = s.sources(lc); err != nil {
 			return nil, fmt.Errorf("listener %q: %w", lc.Name, err)
 		}
+	}
+	if a != nil {
+		// tls.acme is the listener's only certificate source (the
+		// configuration refuses files beside it).
+		sources = append(sources, a.m)
 	}
 	var files *CertFiles
 	if old != nil {
@@ -269,6 +294,7 @@ func (c *Change) Commit() {
 			}()
 		}
 	}
+	s.commitACME(c.plans, next)
 	s.listeners = next
 }
 
@@ -281,8 +307,17 @@ func (s *Server) Shutdown() {
 	ls := s.listeners
 	s.listeners = map[string]*listener{}
 	timeout := s.drain
+	managers := s.acme
+	s.acme = nil
 	s.mu.Unlock()
 	var wg sync.WaitGroup
+	for _, e := range managers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.m.Close()
+		}()
+	}
 	for _, l := range ls {
 		wg.Add(1)
 		go func() {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 	"github.com/switchboard-dev/switchboard/proxy/httpproxy"
 	"github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 	"github.com/switchboard-dev/switchboard/registry"
@@ -73,6 +74,7 @@ func New(log *slog.Logger, reg prometheus.Registerer) *Plane {
 	p := &Plane{log: log, ups: map[string]*Upstream{}, routes: map[string]*pipeline.Route{}}
 	p.m = metrics{http: httpproxy.NewMetrics(reg), pipe: pipeline.NewMetrics(reg), ups: upstream.NewMetrics(reg), tcp: tcpproxy.NewMetrics(reg)}
 	p.http = httpproxy.NewServer(log, p.m.http)
+	p.http.UseACMEMetrics(acme.NewMetrics(reg))
 	p.tcp = tcpproxy.NewServer(p.tcpUpstream, p.m.tcp, log)
 	p.byName.Store(&map[string]*Upstream{})
 	p.list.Store(&[]*Upstream{})
