@@ -262,14 +262,20 @@ func weakenETag(h http.Header) {
 	}
 }
 
+// varyAcceptEncoding is the Vary of a response that had none, shared.
+var varyAcceptEncoding = []string{"Accept-Encoding"}
+
 // addVary adds Accept-Encoding to h's Vary, unless it is there or Vary is
 // "*". The values are copied, not appended to in place.
 func addVary(h http.Header) {
 	v := h["Vary"]
-	if httpguts.HeaderValuesContainsToken(v, "Accept-Encoding") || httpguts.HeaderValuesContainsToken(v, "*") {
-		return
+	switch {
+	case len(v) == 0:
+		h["Vary"] = varyAcceptEncoding
+	case httpguts.HeaderValuesContainsToken(v, "Accept-Encoding"), httpguts.HeaderValuesContainsToken(v, "*"):
+	default:
+		h["Vary"] = append(v[:len(v):len(v)], "Accept-Encoding")
 	}
-	h["Vary"] = append(v[:len(v):len(v)], "Accept-Encoding")
 }
 
 // typeOK reports whether a response of Content-Type ct is compressed.
