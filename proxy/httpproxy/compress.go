@@ -280,7 +280,9 @@ func addVary(h http.Header) {
 
 // typeOK reports whether a response of Content-Type ct is compressed.
 // text/event-stream is compressed only when listed by name: a wildcard
-// must not turn on the buffering of server-sent events by mistake.
+// must not turn on the buffering of server-sent events by mistake. gRPC
+// (application/grpc, +proto, +json...) never is: it compresses its
+// messages itself, and its clients do not take a content coding.
 func (p *compressPolicy) typeOK(ct []string) bool {
 	if len(ct) == 0 {
 		return false
@@ -290,6 +292,9 @@ func (p *compressPolicy) typeOK(ct []string) bool {
 		mt = mt[:i]
 	}
 	mt = strings.TrimSpace(mt)
+	if len(mt) >= len("application/grpc") && strings.EqualFold(mt[:len("application/grpc")], "application/grpc") {
+		return false
+	}
 	for _, t := range p.types {
 		if strings.EqualFold(mt, t) {
 			return true

@@ -76,6 +76,12 @@ func TestContentTypesMatchByTypeAndWildcard(t *testing.T) {
 	if !all.typeOK([]string{"font/woff2"}) || all.typeOK([]string{"text/event-stream"}) || all.typeOK(nil) {
 		t.Errorf("*/* takes in every type but text/event-stream, and no type is not a type")
 	}
+	grpc := newCompressPolicy(&config.Route{Compress: &config.Compress{ContentTypes: []string{"*/*", "application/grpc"}}}, noSeries)
+	for _, ct := range []string{"application/grpc", "application/grpc+proto", "Application/GRPC-Web"} {
+		if grpc.typeOK([]string{ct}) {
+			t.Errorf("%s is compressed; gRPC never is, even listed", ct)
+		}
+	}
 }
 
 // BenchmarkEncoders compresses a 16 KiB JSON document with each pooled

@@ -396,6 +396,10 @@ func TestDecompressionForClientsThatDoNotAccept(t *testing.T) {
 		case "/zstd":
 			w.Header().Set("Content-Encoding", "zstd")
 			w.Write(zs)
+		case "/empty-gzip":
+			w.Header().Set("Content-Encoding", "gzip")
+		case "/empty-zstd":
+			w.Header().Set("Content-Encoding", "zstd")
 		case "/broken":
 			w.Header().Set("Content-Encoding", "gzip")
 			w.Write([]byte("this is not gzip"))
@@ -453,6 +457,14 @@ upstreams:
 		}
 		if v := resp.Header.Get("Vary"); v != "Accept-Encoding" {
 			t.Errorf("%s with Accept-Encoding %q: Vary %q, want Accept-Encoding", tc.path, tc.ae, v)
+		}
+	}
+
+	for _, path := range []string{"/plain/empty-gzip", "/plain/empty-zstd"} {
+		resp, body := fetch(t, plainClient, "GET", p.url("web")+path, "")
+		if resp.StatusCode != 200 || len(body) != 0 || resp.Header.Get("Content-Encoding") != "" {
+			t.Errorf("%s: status %d, %d bytes, Content-Encoding %q; want an empty 200 without coding",
+				path, resp.StatusCode, len(body), resp.Header.Get("Content-Encoding"))
 		}
 	}
 
