@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -498,6 +499,51 @@ func TestCompressionOverHTTP2(t *testing.T) {
 		}
 		if ce := resp.Header.Get("Content-Encoding"); ce != alg || !bytes.Equal(decode(t, ce, body), doc) {
 			t.Errorf("over HTTP/2 with Accept-Encoding %s: Content-Encoding %q, %d bytes; want the document in %s", alg, ce, len(body), alg)
+		}
+	}
+}
+
+// TestDecompressionOfABombIsStreamed sends a client that does not accept
+// gzip or zstd a small upstream answer that decodes to 32 MiB: the proxy
+// decodes it as it streams, so what the whole process allocates for the
+// request stays a small fraction of the expansion (the copy buffer, and
+// for zstd the frame's window).
+func TestDecompressionOfABombIsStreamed(t *testing.T) {
+	const expanded = 32 << 20
+	zeros := make([]byte, expanded)
+	// A zstd decoder holds up to the frame's window (at most 8 MiB, as
+	// RFC 9659 has it): this one's is 1 MiB, as the proxy's own encoder's.
+	var zs bytes.Buffer
+	zw, _ := zstd.NewWriter(&zs, zstd.WithWindowSize(1<<20))
+	zw.Write(zeros)
+	zw.Close()
+	bombs := map[string][]byte{"gzip": encode(t, "gzip", zeros), "zstd": zs.Bytes()}
+	be := newBackend(t, "app", func(w http.ResponseWriter, r *http.Request) {
+		alg := strings.TrimPrefix(r.URL.Path, "/")
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Encoding", alg)
+		w.Write(bombs[alg])
+	})
+	p := startProxy(t, compressYAML(be.addr(), "        decompress: true"))
+	for alg, bomb := range bombs {
+		fetch(t, plainClient, "GET", p.url("web")+"/"+alg, "") // warm the pools
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		resp, err := plainClient.Get(p.url("web") + "/" + alg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		runtime.ReadMemStats(&after)
+		if err != nil || n != expanded || resp.Header.Get("Content-Encoding") != "" {
+			t.Fatalf("%s bomb of %d bytes: got %d bytes (%v), Content-Encoding %q; want %d decoded", alg, len(bomb), n, err, resp.Header.Get("Content-Encoding"), expanded)
+		}
+		alloc := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d bytes decoded to %d; %d bytes allocated", alg, len(bomb), n, alloc)
+		if alloc > expanded/8 {
+			t.Errorf("%s: decoding a %d-byte body to %d bytes allocated %d bytes in the process; want it streamed (under %d)",
+				alg, len(bomb), expanded, alloc, expanded/8)
 		}
 	}
 }
