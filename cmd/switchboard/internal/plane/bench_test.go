@@ -16,7 +16,12 @@ import (
 // allocations and CPU are the proxy's.
 func rawBackend(t testing.TB) string {
 	t.Helper()
-	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
+	return fixedBackend(t, []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n"))
+}
+
+// fixedBackend is rawBackend answering resp, a whole response.
+func fixedBackend(t testing.TB, resp []byte) string {
+	t.Helper()
 	return serveRaw(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
@@ -92,29 +97,7 @@ func BenchmarkProxyHTTP1TLS(b *testing.B) {
 // benchGets sends keep-alive GETs in parallel, one connection from dial
 // per goroutine, and checks each answer.
 func benchGets(b *testing.B, dial func() (net.Conn, error)) {
-	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := dial()
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			st, err := readResponse(br)
-			if err != nil || st != 200 {
-				b.Errorf("status %d, %v", st, err)
-				return
-			}
-		}
-	})
+	benchGetsOf(b, []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"), dial)
 }
 
 // maxProxiedRequestAllocs bounds the allocations of one proxied keep-alive
@@ -166,22 +149,23 @@ func TestProxiedRequestAllocations(t *testing.T) {
 func BenchmarkCompressedJSON(b *testing.B) {
 	doc := jsonDoc(16 << 10)
 	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(doc))+"\r\n\r\n"), doc...)
-	be := serveRaw(b, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			if err := skipHead(br); err != nil {
-				return
-			}
-			if _, err := c.Write(resp); err != nil {
-				return
-			}
-		}
-	})
-	p := startProxy(b, compressYAML(be, `        compress: {algorithms: [zstd, gzip]}
+	be := fixedBackend(b, resp)
+	p := startProxy(b, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
       - name: plain
         match: {path_prefix: /plain}
-        upstream: app`))
-	// The compress route matches every path: put the plain one first.
+        upstream: app
+      - name: api
+        match: {path_prefix: /}
+        upstream: app
+        compress: {algorithms: [zstd, gzip]}
+upstreams:
+  app:
+    targets: [{address: `+be+`}]
+`)
 	for _, tc := range []struct{ name, path, ae string }{
 		{"route=plain", "/plain", ""},
 		{"route=compress/identity", "/c", ""},
@@ -198,9 +182,9 @@ func BenchmarkCompressedJSON(b *testing.B) {
 	}
 }
 
-// benchGetsOf is benchGets with request req, whose answer may be chunked;
-// it reports the response body bytes per request as bytes/op's peer,
-// "wire-B/op".
+// benchGetsOf sends keep-alive GETs req in parallel, one connection from
+// dial per goroutine, and checks each answer (of a Content-Length or
+// chunked). It reports the response body bytes per request, "wire-B/op".
 func benchGetsOf(b *testing.B, req []byte, dial func() (net.Conn, error)) {
 	var wire atomic.Int64
 	b.ReportAllocs()
@@ -266,7 +250,8 @@ func readAnyResponse(br *bufio.Reader) (status int, size int64, err error) {
 		if err != nil {
 			return 0, 0, err
 		}
-		sz, err := strconv.ParseInt(string(bytes.TrimSpace(bytes.SplitN(line, []byte(";"), 2)[0])), 16, 64)
+		hex, _, _ := bytes.Cut(line, []byte(";"))
+		sz, err := strconv.ParseInt(string(bytes.TrimSpace(hex)), 16, 64)
 		if err != nil {
 			return 0, 0, fmt.Errorf("chunk size %q: %v", line, err)
 		}

@@ -29,24 +29,6 @@ func jsonDoc(n int) []byte {
 	return b.Bytes()
 }
 
-// compressYAML is a one-route config over target with the route settings
-// in route (indented for a route's keys).
-func compressYAML(target, route string) string {
-	return `admin: {enabled: false}
-listeners:
-  - name: web
-    listen: 127.0.0.1:0
-    routes:
-      - name: api
-        match: {path_prefix: /}
-        upstream: app
-` + route + `
-upstreams:
-  app:
-    targets: [{address: ` + target + `}]
-`
-}
-
 // plainClient sends requests as they are written: no Accept-Encoding of
 // its own, no decoding.
 var plainClient = &http.Client{Transport: &http.Transport{DisableCompression: true}}
@@ -133,7 +115,7 @@ func TestCompressionIsNegotiatedByAcceptEncoding(t *testing.T) {
 		w.Header().Set("Content-Length", fmt.Sprint(len(doc)))
 		w.Write(doc)
 	})
-	p := startProxy(t, compressYAML(be.addr(), "        compress: {algorithms: [zstd, gzip]}"))
+	p := startProxy(t, limitYAML("        compress: {algorithms: [zstd, gzip]}", be.addr()))
 	url := p.url("web") + "/orders"
 	for _, tc := range []struct {
 		ae, want string
@@ -244,7 +226,7 @@ func TestCompressionLeavesAloneWhatItMustNot(t *testing.T) {
 			w.Write(doc)
 		}
 	})
-	p := startProxy(t, compressYAML(be.addr(), "        compress: {algorithms: [gzip], min_size: 1KiB, content_types: [application/json, text/*]}"))
+	p := startProxy(t, limitYAML("        compress: {algorithms: [gzip], min_size: 1KiB, content_types: [application/json, text/*]}", be.addr()))
 	for _, tc := range []struct {
 		path   string
 		want   string
@@ -307,7 +289,7 @@ func TestCompressionGivesHeadTheHeadersOfGet(t *testing.T) {
 			w.Write(doc)
 		}
 	})
-	p := startProxy(t, compressYAML(be.addr(), "        compress: {}"))
+	p := startProxy(t, limitYAML("        compress: {}", be.addr()))
 	get, _ := fetch(t, plainClient, "GET", p.url("web")+"/", "gzip")
 	head, body := fetch(t, plainClient, "HEAD", p.url("web")+"/", "gzip")
 	for _, k := range []string{"Content-Encoding", "Vary", "Etag"} {
@@ -341,7 +323,7 @@ func TestCompressedStreamIsDeliveredAsItComes(t *testing.T) {
 				}
 				w.Write(second)
 			})
-			p := startProxy(t, compressYAML(be.addr(), "        compress: {min_size: 1KiB}"))
+			p := startProxy(t, limitYAML("        compress: {min_size: 1KiB}", be.addr()))
 			req, _ := http.NewRequest("GET", p.url("web")+"/watch", nil)
 			req.Header.Set("Accept-Encoding", alg)
 			resp, err := plainClient.Do(req)
@@ -488,7 +470,7 @@ func TestCompressionOverHTTP2(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(doc)
 	})
-	p := startProxy(t, withTLS(t, compressYAML(be.addr(), "        compress: {}")))
+	p := startProxy(t, withTLS(t, limitYAML("        compress: {}", be.addr())))
 	c := &http.Client{Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true, DisableCompression: true,
 	}}
@@ -524,7 +506,7 @@ func TestDecompressionOfABombIsStreamed(t *testing.T) {
 		w.Header().Set("Content-Encoding", alg)
 		w.Write(bombs[alg])
 	})
-	p := startProxy(t, compressYAML(be.addr(), "        decompress: true"))
+	p := startProxy(t, limitYAML("        decompress: true", be.addr()))
 	for alg, bomb := range bombs {
 		fetch(t, plainClient, "GET", p.url("web")+"/"+alg, "") // warm the pools
 		var before, after runtime.MemStats
