@@ -102,6 +102,7 @@ func applyDefaults(cfg *Config) {
 				setDefault(&b.Memory, DefaultBufferMemory)
 				setDefault(&b.Max, DefaultBufferMax)
 			}
+			defaultCompress(r)
 		}
 	}
 

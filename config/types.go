@@ -300,6 +300,12 @@ type Route struct {
 	// endpoint is picked, so that a slow upload holds no upstream
 	// connection, and keeps it for retries whatever its size.
 	BufferRequests *BufferRequests `yaml:"buffer_requests"`
+	// Compress, when set, compresses the route's responses with gzip or
+	// zstd for the clients that accept them (Compress).
+	Compress *Compress `yaml:"compress"`
+	// Decompress decodes an upstream's gzip or zstd answer for a client
+	// that does not accept its coding.
+	Decompress bool `yaml:"decompress"`
 	// Config holds the route's protection and retry settings: rate_limit,
 	// concurrency, breaker, retry and fallback (pipeline.Config).
 	pipeline.Config `yaml:",inline"`

@@ -262,6 +262,9 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	if b := r.BufferRequests; b != nil && !v.bad(b) {
 		v.checkBuffer(b)
 	}
+	if c := r.Compress; c != nil && !v.bad(c) {
+		v.checkCompress(c)
+	}
 }
 
 // checkBuffer checks a route's buffer_requests: memory within max, and a

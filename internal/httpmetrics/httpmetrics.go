@@ -20,6 +20,7 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inflight *prometheus.GaugeVec
+	coding   codingVecs
 }
 
 // New creates the metrics and registers them with reg.
@@ -38,15 +39,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_http_requests_in_flight",
 			Help: "HTTP requests being served, by listener.",
 		}, []string{"listener"}),
+		coding: newCodingVecs(),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inflight)
+	reg.MustRegister(m.requests, m.duration, m.inflight, m.coding.responses, m.coding.in, m.coding.out)
 	return m
 }
 
 // Vecs returns the metric vectors, for a caller that deletes the series of
 // listeners and routes that are gone.
 func (m *Metrics) Vecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec}
+	return append([]*prometheus.MetricVec{m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec}, m.coding.vecs()...)
 }
 
 // Route is one route's series. A nil *Route counts nothing.

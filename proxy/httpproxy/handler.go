@@ -150,7 +150,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	if err != nil {
 		return h.failed(w, rt, c, err)
 	}
-	return h.respond(w, t, c, resp, st.vals[2:3:3])
+	return h.respond(w, t, rt, c, resp, st.vals[2:3:3])
 }
 
 // requestBody returns the body to send upstream (nil for none) and, when
@@ -242,7 +242,7 @@ func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err
 
 // respond relays a response to the client: the upstream's, or a fallback
 // step's.
-func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, resp *http.Response, reqID []string) result {
+func (h *Handler) respond(w http.ResponseWriter, t *Table, rt *route, c *pipeline.Call, resp *http.Response, reqID []string) result {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if c.Upgrade == "" {
 			resp.Body.Close()
@@ -270,10 +270,27 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, res
 		}
 		dst["Trailer"] = []string{strings.Join(names, ", ")}
 	}
+	var cd *coder
+	if rt.compress != nil {
+		var err error
+		if cd, err = rt.compress.start(dst, c.Req, resp); err != nil {
+			resp.Body.Close()
+			for k := range resp.Header {
+				delete(dst, k)
+			}
+			WriteError(w, http.StatusBadGateway, pipeline.CodeUpstreamError, "upstream response body could not be read: "+err.Error())
+			return result{status: http.StatusBadGateway, bodyErr: err}
+		}
+	}
 	w.WriteHeader(resp.StatusCode)
 	// A response of unknown length is a stream (server-sent events, gRPC
 	// over h2c, chunked progress): every piece goes out as it arrives.
-	rerr, werr := copyBody(w, resp.Body, resp.ContentLength < 0)
+	var rerr, werr error
+	if cd != nil {
+		rerr, werr = cd.copy(w, resp.ContentLength < 0)
+	} else {
+		rerr, werr = copyBody(w, resp.Body, resp.ContentLength < 0)
+	}
 	resp.Body.Close()
 	res := result{status: resp.StatusCode}
 	switch {

@@ -40,6 +40,8 @@ type route struct {
 	metrics  *httpmetrics.Route
 	buffer   *bufferPolicy // nil: bodies are streamed
 	timeout  time.Duration // the route's, which buffering counts against
+
+	compress *compressPolicy // nil: responses go as they come
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -61,6 +63,11 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		}
 		if b := rc.BufferRequests; b != nil {
 			rt.buffer = &bufferPolicy{memory: int64(b.Memory), max: int64(b.Max), dir: b.Dir}
+		}
+		if rc.Compress != nil || rc.Decompress {
+			rt.compress = newCompressPolicy(&rc, func(algorithm, mode string) *httpmetrics.Coding {
+				return m.Coding(lc.Name, rc.Name, rc.Upstream, algorithm, mode)
+			})
 		}
 		if h := strings.ToLower(rc.Match.Host); strings.HasPrefix(h, "*.") {
 			rt.host, rt.wildcard = h[1:], true

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -16,7 +17,12 @@ import (
 // allocations and CPU are the proxy's.
 func rawBackend(t testing.TB) string {
 	t.Helper()
-	resp := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
+	return fixedBackend(t, []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n"))
+}
+
+// fixedBackend is rawBackend answering resp, a whole response.
+func fixedBackend(t testing.TB, resp []byte) string {
+	t.Helper()
 	return serveRaw(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		for {
@@ -102,29 +108,7 @@ func BenchmarkProxyHTTP1TLSHSTS(b *testing.B) {
 // benchGets sends keep-alive GETs in parallel, one connection from dial
 // per goroutine, and checks each answer.
 func benchGets(b *testing.B, dial func() (net.Conn, error)) {
-	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := dial()
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			st, err := readResponse(br)
-			if err != nil || st != 200 {
-				b.Errorf("status %d, %v", st, err)
-				return
-			}
-		}
-	})
+	benchGetsOf(b, []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"), dial)
 }
 
 // maxProxiedRequestAllocs bounds the allocations of one proxied keep-alive
@@ -165,5 +149,132 @@ func TestProxiedRequestAllocations(t *testing.T) {
 	t.Logf("%.2f allocations per proxied request", n)
 	if n > maxProxiedRequestAllocs {
 		t.Errorf("a proxied GET allocates %.2f times, want at most %d", n, maxProxiedRequestAllocs)
+	}
+}
+
+// BenchmarkCompressedJSON measures a keep-alive GET of a compressible
+// 16 KiB JSON document through a route that compresses, as the client
+// asks: identity (Accept-Encoding absent, the route's no-coding path),
+// gzip and zstd at the default level. Compare the three in one run; the
+// plain route (no compress) is BenchmarkProxyHTTP1's shape with this body.
+func BenchmarkCompressedJSON(b *testing.B) {
+	doc := jsonDoc(16 << 10)
+	resp := append([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(doc))+"\r\n\r\n"), doc...)
+	be := fixedBackend(b, resp)
+	p := startProxy(b, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - name: plain
+        match: {path_prefix: /plain}
+        upstream: app
+      - name: api
+        match: {path_prefix: /}
+        upstream: app
+        compress: {algorithms: [zstd, gzip]}
+upstreams:
+  app:
+    targets: [{address: `+be+`}]
+`)
+	for _, tc := range []struct{ name, path, ae string }{
+		{"route=plain", "/plain", ""},
+		{"route=compress/identity", "/c", ""},
+		{"route=compress/gzip", "/c", "gzip"},
+		{"route=compress/zstd", "/c", "zstd"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			req := "GET " + tc.path + " HTTP/1.1\r\nHost: bench.example.com\r\n"
+			if tc.ae != "" {
+				req += "Accept-Encoding: " + tc.ae + "\r\n"
+			}
+			benchGetsOf(b, []byte(req+"\r\n"), func() (net.Conn, error) { return net.Dial("tcp", p.srv.Addr("web")) })
+		})
+	}
+}
+
+// benchGetsOf sends keep-alive GETs req in parallel, one connection from
+// dial per goroutine, and checks each answer (of a Content-Length or
+// chunked). It reports the response body bytes per request, "wire-B/op".
+func benchGetsOf(b *testing.B, req []byte, dial func() (net.Conn, error)) {
+	var wire atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := dial()
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for pb.Next() {
+			if _, err := c.Write(req); err != nil {
+				b.Error(err)
+				return
+			}
+			st, n, err := readAnyResponse(br)
+			if err != nil || st != 200 {
+				b.Errorf("status %d, %v", st, err)
+				return
+			}
+			wire.Add(n)
+		}
+	})
+	b.ReportMetric(float64(wire.Load())/float64(b.N), "wire-B/op")
+}
+
+// readAnyResponse reads one response, of a Content-Length or chunked,
+// and returns its status and body size, without allocating.
+func readAnyResponse(br *bufio.Reader) (status int, size int64, err error) {
+	n, chunked := -1, false
+	for first := true; ; first = false {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return 0, 0, err
+		}
+		if first {
+			status, _ = strconv.Atoi(string(line[9:12]))
+			continue
+		}
+		if len(line) <= 2 {
+			break
+		}
+		k, v, ok := bytes.Cut(line, []byte(": "))
+		switch {
+		case !ok:
+		case bytes.EqualFold(k, []byte("Content-Length")):
+			n, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+		case bytes.EqualFold(k, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(bytes.TrimSpace(v), []byte("chunked"))
+		}
+	}
+	if !chunked {
+		if n < 0 {
+			return 0, 0, fmt.Errorf("no Content-Length")
+		}
+		_, err := br.Discard(n)
+		return status, int64(n), err
+	}
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return 0, 0, err
+		}
+		hex, _, _ := bytes.Cut(line, []byte(";"))
+		sz, err := strconv.ParseInt(string(bytes.TrimSpace(hex)), 16, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("chunk size %q: %v", line, err)
+		}
+		if sz == 0 {
+			if err := skipHead(br); err != nil { // trailers and the blank line
+				return 0, 0, err
+			}
+			return status, size, nil
+		}
+		if _, err := br.Discard(int(sz) + 2); err != nil {
+			return 0, 0, err
+		}
+		size += sz
 	}
 }
