@@ -98,6 +98,7 @@ func applyDefaults(cfg *Config) {
 				setDefault(&b.Memory, DefaultBufferMemory)
 				setDefault(&b.Max, DefaultBufferMax)
 			}
+			trafficDefaults(r)
 		}
 	}
 
@@ -127,6 +128,7 @@ func applyDefaults(cfg *Config) {
 		setDefault(&u.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
 		setDefault(&u.Timeouts.Connect, DefaultConnectTimeout)
 		setDefault(&u.Timeouts.ResponseHeader, DefaultResponseHeaderTimeout)
+		stickyCookieDefaults(u.StickyCookie)
 		for i := range u.Targets {
 			setDefault(&u.Targets[i].Weight, DefaultWeight)
 		}

@@ -35,10 +35,12 @@ type route struct {
 	prefix   string
 	methods  []string
 	headers  [][2]string // canonical name, exact value
-	pipe     *pipeline.Route
-	metrics  *httpmetrics.Route
-	buffer   *bufferPolicy // nil: bodies are streamed
-	timeout  time.Duration // the route's, which buffering counts against
+	// target is the route's own upstream (its split's first member): its
+	// pipeline, series and sticky cookie.
+	target
+	traffic *traffic      // split, canary, mirror; nil: none
+	buffer  *bufferPolicy // nil: bodies are streamed
+	timeout time.Duration // the route's, which buffering counts against
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -53,7 +55,8 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		active:    new(atomic.Int64),
 	}
 	for _, rc := range lc.Routes {
-		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix, pipe: pipes(rc.Name)}
+		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix}
+		rt.pipe = pipes(rc.Name)
 		if rc.Timeout != nil {
 			rt.timeout = rc.Timeout.Std()
 		}
@@ -76,7 +79,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		for _, k := range names {
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
-		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstream)
+		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstreams()[0])
 		t.routes = append(t.routes, rt)
 	}
 	return t
@@ -89,6 +92,9 @@ func (t *Table) Series(fn func(listener, route, upstream string)) {
 	fn(t.noRoute.Labels())
 	for _, rt := range t.routes {
 		fn(rt.metrics.Labels())
+		if rt.traffic != nil {
+			rt.traffic.series(rt, fn)
+		}
 	}
 }
 

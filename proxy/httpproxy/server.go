@@ -34,6 +34,7 @@ type Server struct {
 	retired   []retiredTable // tables replaced while serving, or recently
 	since     time.Time      // of the last Tables: older idle tables are dropped
 	closed    bool
+	traffic   *trafficState // splits' metrics, mirror copies in flight
 }
 
 // retiredTable is what the sweep still needs of a table a change
@@ -48,7 +49,7 @@ type retiredTable struct {
 
 // NewServer returns a server with no listeners.
 func NewServer(log *slog.Logger, m *Metrics) *Server {
-	return &Server{log: log, metrics: m, listeners: map[string]*listener{}}
+	return &Server{log: log, metrics: m, listeners: map[string]*listener{}, traffic: newTrafficState()}
 }
 
 // Addr returns the bound address of the named listener ("" if none), which
@@ -137,6 +138,7 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 			continue // other protocols are served elsewhere
 		}
 		p := plan{lc: lc, table: NewTable(lc, pipes, s.metrics)}
+		p.table.addTraffic(cfg, lc, pipes, s.metrics, s.traffic)
 		if lc.TLS != nil {
 			cert, err := tls.LoadX509KeyPair(lc.TLS.CertFile, lc.TLS.KeyFile)
 			if err != nil {
@@ -245,6 +247,7 @@ func (s *Server) Shutdown() {
 	}
 	wg.Wait()
 	s.draining.Wait()
+	s.traffic.stop()
 }
 
 // serverSettings are the listener settings its server holds. Routes and
