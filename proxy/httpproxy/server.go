@@ -247,7 +247,7 @@ func (s *Server) Shutdown() {
 	}
 	wg.Wait()
 	s.draining.Wait()
-	s.traffic.stop()
+	s.traffic.stop(timeout)
 }
 
 // serverSettings are the listener settings its server holds. Routes and

@@ -236,13 +236,25 @@ func newTrafficState() *trafficState {
 	return &trafficState{ctx: ctx, cancel: cancel}
 }
 
-// stop ends the mirror copies in flight and waits for them.
-func (ts *trafficState) stop() {
+// stop lets the mirror copies in flight finish for up to drain, then
+// ends those left and waits for them. No copy starts after it.
+func (ts *trafficState) stop(drain time.Duration) {
 	ts.mu.Lock()
 	ts.closed = true
 	ts.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		ts.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(drain)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 	ts.cancel()
-	ts.wg.Wait()
+	<-done
 }
 
 // SetTrafficMetrics makes the tables of later changes count split
