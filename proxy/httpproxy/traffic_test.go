@@ -67,3 +67,25 @@ func mustHashKey(t *testing.T, s string) balance.HashKey {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// BenchmarkRoutePick is the split's own cost per request, against a plain
+// route's pick in the same run: the proxy-level comparison
+// (plane's BenchmarkProxySplit) drowns it in the request's own work.
+func BenchmarkRoutePick(b *testing.B) {
+	r := &http.Request{Header: http.Header{"Cookie": {"theme=dark; uid=user-42"}}}
+	plain := &route{}
+	split := &route{traffic: &traffic{members: []*target{{}, {}}, cum: []uint64{95, 100}, total: 100}}
+	k, _ := balance.ParseHashKey("cookie:uid")
+	sticky := &route{traffic: &traffic{members: []*target{{}, {}}, cum: []uint64{95, 100}, total: 100, key: &k}}
+	for _, c := range []struct {
+		name string
+		rt   *route
+	}{{"plain", plain}, {"split_95_5", split}, {"split_95_5_sticky_cookie", sticky}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.rt.pick(r)
+			}
+		})
+	}
+}
