@@ -34,13 +34,14 @@ type route struct {
 	wildcard bool   // host was "*.example.com": host holds ".example.com"
 	prefix   string
 	methods  []string
-	headers  [][2]string // canonical name, exact value
+	headers  [][2]string   // canonical name, exact value
+	buffer   *bufferPolicy // nil: bodies are streamed
+	timeout  time.Duration // the route's, which buffering counts against
+
 	// target is the route's own upstream (its split's first member): its
 	// pipeline, series and sticky cookie.
 	target
-	traffic *traffic      // split, canary, mirror; nil: none
-	buffer  *bufferPolicy // nil: bodies are streamed
-	timeout time.Duration // the route's, which buffering counts against
+	traffic *traffic // split, canary, mirror; nil: none
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
