@@ -404,3 +404,31 @@ func TestStickyCookieWithASharedSecretHoldsAcrossInstances(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrorCopiesABufferedBody: with buffer_requests the body is held by
+// the proxy, and the copy gets it whole too.
+func TestMirrorCopiesABufferedBody(t *testing.T) {
+	primary := newBackend(t, "app", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "app got %s", b)
+	})
+	seen := make(chan string, 1)
+	shadow := newBackend(t, "shadow", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		seen <- string(b)
+	})
+	p := startProxy(t, trafficYAML(`        upstream: app
+        buffer_requests: {memory: 4}
+        mirror: {upstream: shadow}`, map[string][]string{"app": {primary.addr()}, "shadow": {shadow.addr()}}, ""))
+	if resp, body := send(t, "PUT", p.url("web")+"/", nil, "spilled to a file"); resp.StatusCode != 200 || body != "app got spilled to a file" {
+		t.Fatalf("primary: %d %q", resp.StatusCode, body)
+	}
+	select {
+	case got := <-seen:
+		if got != "spilled to a file" {
+			t.Errorf("the shadow got body %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shadow received no copy")
+	}
+}
