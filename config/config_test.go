@@ -409,7 +409,7 @@ func TestInlineProblems(t *testing.T) {
 		{"clash with admin default", "listeners:\n  - {name: web, listen: ':9901', routes: [{upstream: u}]}" + upstreams,
 			[]string{`2:25: listen address ":9901" clashes with the admin API's default address 127.0.0.1:9901 (set admin.listen to move it)`}},
 		{"route without upstream", "listeners:\n  - {name: web, listen: ':80', routes: [{name: r}]}\n",
-			[]string{`2:41: route upstream is required`}},
+			[]string{`2:41: route upstream (or split) is required`}},
 		{"no upstreams defined", "listeners:\n  - {name: web, listen: ':80', routes: [{upstream: u}]}\n",
 			[]string{`2:52: route upstream "u" is not defined (no upstreams are defined)`}},
 		{"duplicate route name", "listeners:\n  - {name: web, listen: ':80', routes: [{upstream: u, name: r}]}\n  - {name: api, listen: ':81', routes: [{upstream: u, name: r}]}" + upstreams,

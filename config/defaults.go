@@ -103,6 +103,7 @@ func applyDefaults(cfg *Config) {
 				setDefault(&b.Max, DefaultBufferMax)
 			}
 			defaultCompress(r)
+			trafficDefaults(r)
 		}
 	}
 
@@ -132,6 +133,7 @@ func applyDefaults(cfg *Config) {
 		setDefault(&u.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
 		setDefault(&u.Timeouts.Connect, DefaultConnectTimeout)
 		setDefault(&u.Timeouts.ResponseHeader, DefaultResponseHeaderTimeout)
+		stickyCookieDefaults(u.StickyCookie)
 		for i := range u.Targets {
 			setDefault(&u.Targets[i].Weight, DefaultWeight)
 		}

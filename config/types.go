@@ -291,8 +291,25 @@ type Route struct {
 	Name string `yaml:"name"`
 	// Match selects requests; every field set must match.
 	Match Match `yaml:"match"`
-	// Upstream names the upstream that serves the route. Required.
+	// Upstream names the upstream that serves the route. Required, unless
+	// split is set.
 	Upstream string `yaml:"upstream"`
+	// Split shares the route's requests among several upstreams by weight
+	// (docs/traffic.md, "Traffic split"). Exclusive with upstream.
+	Split []SplitMember `yaml:"split"`
+	// SplitSticky picks the split's member by a hash of a request key, so
+	// that a client keeps one version; default a weighted random choice
+	// per request.
+	SplitSticky *SplitSticky `yaml:"split_sticky"`
+	// Canary sends requests that opt in by a header or cookie to one
+	// upstream, whatever the split chooses.
+	Canary *Canary `yaml:"canary"`
+	// Mirror sends a copy of a share of the requests to another upstream,
+	// its answer discarded (docs/traffic.md, "Mirroring").
+	Mirror *Mirror `yaml:"mirror"`
+	// StickyCookie pins a client to the endpoint that answered it, by a
+	// signed cookie the proxy sets; it wins over the upstream's own.
+	StickyCookie *StickyCookie `yaml:"sticky_cookie"`
 	// Timeout bounds the whole request, from routing to the last byte of
 	// the response. Default 60s; 0 disables it (long-lived streams).
 	Timeout *Duration `yaml:"timeout"`
@@ -344,6 +361,9 @@ type Upstream struct {
 	// Config holds balance, targets, health, breaker and concurrency
 	// (upstream.Config): how the upstream picks and judges its endpoints.
 	upstream.Config `yaml:",inline"`
+	// StickyCookie pins a client to the endpoint that answered it, by a
+	// signed cookie the proxy sets (docs/traffic.md, "Sticky sessions").
+	StickyCookie *StickyCookie `yaml:"sticky_cookie"`
 	// Protocol to speak to the endpoints: http1 (default) or h2c
 	// (cleartext HTTP/2, for gRPC).
 	Protocol string `yaml:"protocol"`

@@ -247,16 +247,7 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 		}
 	}
 
-	switch {
-	case r.Upstream == "":
-		v.errorf(&r.Upstream, "route upstream is required")
-	case v.cfg.Upstreams[r.Upstream] == nil && !v.bad(&v.cfg.Upstreams):
-		defined := "no upstreams are defined"
-		if len(v.cfg.Upstreams) > 0 {
-			defined = "defined: " + strings.Join(sortedKeys(v.cfg.Upstreams), ", ")
-		}
-		v.errorf(&r.Upstream, "route upstream %q is not defined (%s)", r.Upstream, defined)
-	}
+	v.checkRouteUpstream(r)
 	v.checkMatch(&r.Match)
 	v.checkLimits(r)
 	if b := r.BufferRequests; b != nil && !v.bad(b) {
@@ -560,6 +551,9 @@ func (v *validator) checkUpstreams() {
 		seen := map[string]*string{}
 		for i := range u.Targets {
 			v.checkTarget(name, &u.Targets[i], seen)
+		}
+		if s := u.StickyCookie; s != nil && !v.bad(s) {
+			v.checkStickyCookie(s)
 		}
 		if n := u.MaxIdlePerEndpoint; n != nil && *n < 0 {
 			v.errorf(&u.MaxIdlePerEndpoint, "max_idle_per_endpoint must not be negative, got %d", *n)

@@ -43,6 +43,7 @@ func (r *Route) attempts(c *Call) (*http.Response, error) {
 	} else if k := r.up.HashKey(); k != nil {
 		c.info.Key, c.info.HasKey = k.FromRequest(c.Req)
 	}
+	c.info.Prefer = c.Prefer
 	for n := 0; ; n++ {
 		a := attempt{n: n, body: c.Body}
 		if isBuffered {

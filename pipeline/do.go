@@ -18,7 +18,7 @@ import (
 // the concurrency slots too). A Call serves one request: Do starts it
 // afresh.
 func (r *Route) Do(c *Call, now time.Time) (*http.Response, error) {
-	*c = Call{Req: c.Req, Body: c.Body, Upgrade: c.Upgrade, HashKey: c.HashKey, HasHashKey: c.HasHashKey, Front: c.Front, route: r, start: now}
+	*c = Call{Req: c.Req, Body: c.Body, Upgrade: c.Upgrade, HashKey: c.HashKey, HasHashKey: c.HasHashKey, Prefer: c.Prefer, Front: c.Front, route: r, start: now}
 	if r.cfg.Timeout > 0 {
 		c.deadline = now.Add(r.cfg.Timeout)
 	}

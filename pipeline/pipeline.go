@@ -91,6 +91,14 @@ func WithBackups(b Backups) Option { return func(r *Route) { r.backups = b } }
 // may be nil.
 func Replacing(prev *Route) Option { return func(r *Route) { r.prev = prev } }
 
+// Sharing makes the new route share owner's protections: its rate
+// limits, concurrency limit, breaker, retry policy and budget, and
+// fallback chain (owner's settings must equal the new route's). For one
+// route that sends to several upstreams, as a traffic split does: one
+// pipeline per upstream, each picking from its own, under one set of
+// limits. The upstreams' own concurrency limits stay theirs.
+func Sharing(owner *Route) Option { return Replacing(owner) }
+
 // Route is one route's pipeline over one upstream: rate limits, then the
 // concurrency limit, then the breaker, then attempts over the upstream,
 // then the fallback chain. It is safe for concurrent use.
@@ -281,6 +289,10 @@ type Call struct {
 	// the request's context.
 	HashKey    string
 	HasHashKey bool
+	// Prefer, when set, is the endpoint the call should go to while it can
+	// take traffic (a sticky session): the first attempt goes there, and
+	// the policy picks for the rest (see upstream.Upstream.Pick).
+	Prefer *endpoint.Endpoint
 	// Front is the front end's own state of the call, handed to its
 	// Transport untouched (the Go client keeps the first attempt's request
 	// in it, so that a call costs one allocation).

@@ -110,8 +110,9 @@ func (a *acmeServer) manager() *acme.Manager {
 // when the CA holds every request; autocert alone would obtain inside
 // the first handshake and hold the client there.
 func TestACMEHandshakeFailsAtOnceWhileTheCAHangs(t *testing.T) {
+	dir := t.TempDir() // removed after the server's shutdown
 	a := newACMEServer(t)
-	a.apply(fmt.Sprintf("{hosts: [shop.example.com], storage: '%s', directory: 'https://%s/dir'}", t.TempDir(), blackHoleCA(t)))
+	a.apply(fmt.Sprintf("{hosts: [shop.example.com], storage: '%s', directory: 'https://%s/dir'}", dir, blackHoleCA(t)))
 	c, err := net.Dial("tcp", a.s.Addr("web"))
 	if err != nil {
 		t.Fatal(err)
@@ -130,8 +131,12 @@ func TestACMEHandshakeFailsAtOnceWhileTheCAHangs(t *testing.T) {
 // the acme block keeps the manager (its certificates in memory, its
 // renewal timers); one that changes it makes a new one.
 func TestACMEManagerKeptAcrossReloadThatKeepsTheBlock(t *testing.T) {
+	// The storage first: its removal must come after the server's
+	// shutdown (cleanups run last-in first-out), which waits for the
+	// managers that write into it.
+	dir := t.TempDir()
 	a := newACMEServer(t)
-	dir, ca := t.TempDir(), blackHoleCA(t)
+	ca := blackHoleCA(t)
 	block := fmt.Sprintf("{hosts: [shop.example.com], storage: '%s', directory: 'https://%s/dir'}", dir, ca)
 	a.apply(block)
 	first := a.manager()

@@ -15,6 +15,15 @@
 // unknown; a protocol switch tunnelled) or a pipeline.Error answered as
 // JSON with its code and the X-Switchboard-Error header -> Route.Finish.
 //
+// A route may send to several upstreams: a weighted split, sticky by a
+// request key or not, and a canary that requests opt into by a header or
+// cookie. It then has one pipeline per upstream (keys: the route's name,
+// TargetKey), sharing the route's protections, and the request's series
+// count under the upstream chosen. A mirror sends copies of a share of the
+// requests through a pipeline of its own (MirrorKey), from goroutines the
+// Server owns, never delaying the primary; a sticky cookie pins a client
+// to the endpoint that answered it (pipeline.Call.Prefer).
+//
 // Server holds the listeners and swaps their tables. Prepare builds a
 // configuration's tables, loads its certificates and binds its new
 // sockets without touching what runs; Commit swaps them in (a kept

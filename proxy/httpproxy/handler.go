@@ -49,21 +49,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !normalizeRequest(r) {
 		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
 		t.noRoute.Count(http.StatusBadRequest)
-		h.access(t, r, nil, nil, http.StatusBadRequest, start)
+		h.access(t, r, nil, nil, nil, http.StatusBadRequest, start)
 		return
 	}
 	rt := t.match(r)
 	if rt == nil {
 		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
 		t.noRoute.Count(http.StatusNotFound)
-		h.access(t, r, nil, nil, http.StatusNotFound, start)
+		h.access(t, r, nil, nil, nil, http.StatusNotFound, start)
 		return
 	}
-	rm := rt.metrics
+	tg := rt.pick(r)
+	rm := tg.metrics
 	rm.Start()
-	res := h.serve(w, r, t, rt, start)
+	res := h.serve(w, r, t, rt, tg, start)
 	rm.Done(res.status, time.Since(start).Seconds())
-	h.access(t, r, rt, res.ep, res.status, start)
+	h.access(t, r, rt, tg, res.ep, res.status, start)
 	if res.abort {
 		// The response is already under way and cannot be finished: tell
 		// the server to cut the connection so the client sees a truncated
@@ -113,8 +114,9 @@ func (st *reqState) takeBody() *h1.Body {
 	return nil
 }
 
-// serve runs r through route rt's pipeline and relays the answer.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, start time.Time) (res result) {
+// serve runs r through route rt's pipeline over target tg and relays the
+// answer.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, tg *target, start time.Time) (res result) {
 	body, held, res, ok := h.requestBody(w, r, t, rt, start)
 	if !ok {
 		return res
@@ -143,12 +145,25 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 		res.ep = c.Endpoint()
 		c.Finish(res.status, res.bodyErr)
 	}()
-	resp, err := rt.pipe.Do(c, start)
+	if tg.sticky != nil {
+		c.Prefer = tg.sticky.endpoint(r)
+	}
+	var mc *mirrorCopy
+	if rt.traffic != nil && rt.traffic.mirror != nil {
+		mc = rt.traffic.mirror.begin(r, c)
+	}
+	resp, err := tg.pipe.Do(c, start)
+	if mc != nil {
+		mc.send(err)
+	}
 	if lim, ok := c.RateLimit(); ok {
 		lim.SetHeaders(w.Header())
 	}
 	if err != nil {
-		return h.failed(w, rt, c, err)
+		return h.failed(w, rt, tg, c, err)
+	}
+	if tg.sticky != nil && !c.Degraded() {
+		tg.sticky.set(resp.Header, c.Endpoint(), c.Prefer)
 	}
 	return h.respond(w, t, rt, c, resp, st.vals[2:3:3])
 }
@@ -217,7 +232,7 @@ func bodyError(w http.ResponseWriter, r *http.Request, status int, code, msg str
 }
 
 // failed answers a request the pipeline could not get an answer for.
-func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err error) result {
+func (h *Handler) failed(w http.ResponseWriter, rt *route, tg *target, c *pipeline.Call, err error) result {
 	var pe *pipeline.Error
 	if !errors.As(err, &pe) {
 		pe = &pipeline.Error{Status: http.StatusBadGateway, Code: pipeline.CodeUpstreamError, Msg: err.Error()}
@@ -234,7 +249,7 @@ func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err
 			WriteError(w, pe.Status, pe.Code, pe.Msg)
 		}
 		if pe.Err != nil {
-			h.log.Debug("request failed", "listener", h.name, "route", rt.name, "upstream", rt.pipe.Upstream().Name(), "code", pe.Code, "error", pe.Err)
+			h.log.Debug("request failed", "listener", h.name, "route", rt.name, "upstream", tg.pipe.Upstream().Name(), "code", pe.Code, "error", pe.Err)
 		}
 	}
 	return result{status: pe.Status}
@@ -422,13 +437,13 @@ func pump(dst, src net.Conn, br *bufio.Reader, idle time.Duration) {
 	}
 }
 
-func (h *Handler) access(t *Table, r *http.Request, rt *route, ep *endpoint.Endpoint, status int, start time.Time) {
+func (h *Handler) access(t *Table, r *http.Request, rt *route, tg *target, ep *endpoint.Endpoint, status int, start time.Time) {
 	if !t.accessLog {
 		return
 	}
 	routeName, upName, epAddr := "", "", ""
 	if rt != nil {
-		routeName, upName = rt.name, rt.pipe.Upstream().Name()
+		routeName, upName = rt.name, tg.pipe.Upstream().Name()
 	}
 	if ep != nil {
 		epAddr = ep.Address()

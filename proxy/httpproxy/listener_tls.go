@@ -176,7 +176,7 @@ func (h *Handler) front(w http.ResponseWriter, r *http.Request, t *Table, start 
 		WriteError(w, status, pipeline.CodeBadRequest, "redirect_https: the request has no host name to redirect to")
 	}
 	t.noRoute.Count(status)
-	h.access(t, r, nil, nil, status, start)
+	h.access(t, r, nil, nil, nil, status, start)
 	return true
 }
 

@@ -35,13 +35,15 @@ type route struct {
 	wildcard bool   // host was "*.example.com": host holds ".example.com"
 	prefix   string
 	methods  []string
-	headers  [][2]string // canonical name, exact value
-	pipe     *pipeline.Route
-	metrics  *httpmetrics.Route
+	headers  [][2]string   // canonical name, exact value
 	buffer   *bufferPolicy // nil: bodies are streamed
 	timeout  time.Duration // the route's, which buffering counts against
 
 	compress *compressPolicy // nil: responses go as they come
+	// target is the route's own upstream (its split's first member): its
+	// pipeline, series and sticky cookie.
+	target
+	traffic *traffic // split, canary, mirror; nil: none
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -57,7 +59,8 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		front:     frontPolicyOf(lc),
 	}
 	for _, rc := range lc.Routes {
-		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix, pipe: pipes(rc.Name)}
+		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix}
+		rt.pipe = pipes(rc.Name)
 		if rc.Timeout != nil {
 			rt.timeout = rc.Timeout.Std()
 		}
@@ -85,7 +88,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		for _, k := range names {
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
-		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstream)
+		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstreams()[0])
 		t.routes = append(t.routes, rt)
 	}
 	return t
@@ -98,6 +101,9 @@ func (t *Table) Series(fn func(listener, route, upstream string)) {
 	fn(t.noRoute.Labels())
 	for _, rt := range t.routes {
 		fn(rt.metrics.Labels())
+		if rt.traffic != nil {
+			rt.traffic.series(rt, fn)
+		}
 	}
 }
 

@@ -39,6 +39,7 @@ type Server struct {
 
 	acme        map[string]*acmeEntry // the listeners' ACME managers, by name
 	acmeMetrics *acme.Metrics
+	traffic     *trafficState // splits' metrics, mirror copies in flight
 }
 
 // retiredTable is what the sweep still needs of a table a change
@@ -53,7 +54,7 @@ type retiredTable struct {
 
 // NewServer returns a server with no listeners.
 func NewServer(log *slog.Logger, m *Metrics) *Server {
-	return &Server{log: log, metrics: m, listeners: map[string]*listener{}}
+	return &Server{log: log, metrics: m, listeners: map[string]*listener{}, traffic: newTrafficState()}
 }
 
 // Addr returns the bound address of the named listener ("" if none), which
@@ -162,6 +163,7 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 			continue // other protocols are served elsewhere
 		}
 		p := plan{lc: lc, table: NewTable(lc, pipes, s.metrics)}
+		p.table.addTraffic(cfg, lc, pipes, s.metrics, s.traffic)
 		if lc.TLS != nil && lc.TLS.ACME != nil {
 			e, err := s.prepareACME(lc)
 			if err != nil {
@@ -327,6 +329,7 @@ func (s *Server) Shutdown() {
 	}
 	wg.Wait()
 	s.draining.Wait()
+	s.traffic.stop(timeout)
 }
 
 // serverSettings are the listener settings its server holds. Routes and

@@ -126,7 +126,16 @@ const maxProxiedRequestAllocs = 7
 // nothing per request.
 func TestProxiedRequestAllocations(t *testing.T) {
 	be := rawBackend(t)
-	p := startProxy(t, upstreamYAML("", be))
+	t.Run("plain", func(t *testing.T) { countProxiedAllocs(t, startProxy(t, upstreamYAML("", be))) })
+	// A 95/5 split allocates nothing more per request.
+	t.Run("split", func(t *testing.T) {
+		countProxiedAllocs(t, startProxy(t, trafficYAML(`        split:
+          - {upstream: v1, weight: 95}
+          - {upstream: v2, weight: 5}`, map[string][]string{"v1": {be}, "v2": {rawBackend(t)}}, "")))
+	})
+}
+
+func countProxiedAllocs(t *testing.T, p *proxy) {
 	c, err := net.Dial("tcp", p.srv.Addr("web"))
 	if err != nil {
 		t.Fatal(err)
@@ -277,4 +286,21 @@ func readAnyResponse(br *bufio.Reader) (status int, size int64, err error) {
 		}
 		size += sz
 	}
+}
+
+// BenchmarkProxySplit compares a route that splits 95/5 between two
+// upstreams with a plain route, in the same run: the split's cost per
+// request is one random number and a walk of two cumulative weights.
+func BenchmarkProxySplit(b *testing.B) {
+	v1, v2 := rawBackend(b), rawBackend(b)
+	plain := startProxy(b, upstreamYAML("", v1))
+	split := startProxy(b, trafficYAML(`        split:
+          - {upstream: v1, weight: 95}
+          - {upstream: v2, weight: 5}`, map[string][]string{"v1": {v1}, "v2": {v2}}, ""))
+	b.Run("plain", func(b *testing.B) {
+		benchGets(b, func() (net.Conn, error) { return net.Dial("tcp", plain.srv.Addr("web")) })
+	})
+	b.Run("split_95_5", func(b *testing.B) {
+		benchGets(b, func() (net.Conn, error) { return net.Dial("tcp", split.srv.Addr("web")) })
+	})
 }
