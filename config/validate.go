@@ -210,6 +210,9 @@ func (v *validator) checkListeners() {
 		if l.TLS != nil {
 			v.checkTLS(l.TLS)
 		}
+		if isHTTP {
+			v.checkTrustedProxies(l)
+		}
 		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) && !l.AutoRoutes {
 			if l.Name != "" {
 				v.errorf(&l.Routes, "listener %q has no routes", l.Name)
@@ -285,6 +288,7 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	if b := r.BufferRequests; b != nil && !v.bad(b) {
 		v.checkBuffer(b)
 	}
+	v.checkAccessControl(r)
 }
 
 // checkBuffer checks a route's buffer_requests: memory within max, and a

@@ -265,7 +265,7 @@ func (v *validator) checkHTTPOnlyKeys(l *Listener) {
 func (v *validator) checkTCPListener(l *Listener) {
 	for key, at := range map[string]any{
 		"routes": &l.Routes, "max_header_bytes": &l.MaxHeaderBytes, "max_body_bytes": &l.MaxBodyBytes,
-		"access_log": &l.AccessLog, "auto_routes": &l.AutoRoutes,
+		"access_log": &l.AccessLog, "auto_routes": &l.AutoRoutes, "trusted_proxies": &l.TrustedProxies,
 	} {
 		if v.present(at) {
 			v.keyErrorf(at, "%s is for http listeners; a tcp listener forwards connections to its upstream", key)

@@ -105,6 +105,11 @@ func (st *reqState) takeBody() *h1.Body {
 
 // serve runs r through route rt's pipeline and relays the answer.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, start time.Time) (res result) {
+	if rt.access != nil {
+		if res, done := h.checkAccess(w, r, t, rt, start); done {
+			return res
+		}
+	}
 	body, held, res, ok := h.requestBody(w, r, t, rt, start)
 	if !ok {
 		return res
@@ -137,7 +142,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	if err != nil {
 		return h.failed(w, rt, c, err)
 	}
-	return h.respond(w, t, c, resp, st.vals[2:3:3])
+	return h.respond(w, t, rt, c, resp, st.vals[2:3:3])
 }
 
 // requestBody returns the body to send upstream (nil for none) and, when
@@ -229,7 +234,7 @@ func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err
 
 // respond relays a response to the client: the upstream's, or a fallback
 // step's.
-func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, resp *http.Response, reqID []string) result {
+func (h *Handler) respond(w http.ResponseWriter, t *Table, rt *route, c *pipeline.Call, resp *http.Response, reqID []string) result {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if c.Upgrade == "" {
 			resp.Body.Close()
@@ -240,6 +245,9 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, res
 	}
 	dst := w.Header()
 	copyResponseHeader(dst, resp.Header)
+	if rt.access != nil && rt.access.cors != nil {
+		rt.access.cors.decorate(dst, c.Req)
+	}
 	if _, ok := dst["X-Request-Id"]; !ok {
 		dst["X-Request-Id"] = reqID
 	}

@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"net/http"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -25,6 +26,9 @@ type Table struct {
 	// series its requests count on outlive a reload while they run. A
 	// pointer: the record of a replaced table keeps it, not the table.
 	active *atomic.Int64
+
+	// trusted are the listener's trusted_proxies.
+	trusted []netip.Prefix
 }
 
 // route is one entry of a table: a matcher and the pipeline it feeds.
@@ -39,6 +43,9 @@ type route struct {
 	metrics  *httpmetrics.Route
 	buffer   *bufferPolicy // nil: bodies are streamed
 	timeout  time.Duration // the route's, which buffering counts against
+
+	// access is the route's access control; nil: none.
+	access *accessControl
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -51,6 +58,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		idle:      lc.Timeouts.Idle.Std(),
 		noRoute:   m.Route(lc.Name, "", ""),
 		active:    new(atomic.Int64),
+		trusted:   trustedProxies(lc.TrustedProxies),
 	}
 	for _, rc := range lc.Routes {
 		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix, pipe: pipes(rc.Name)}
@@ -77,6 +85,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
 		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstream)
+		rt.access = newAccessControl(&rc)
 		t.routes = append(t.routes, rt)
 	}
 	return t
@@ -110,7 +119,7 @@ func (t *Table) match(r *http.Request) *route {
 		if !strings.HasPrefix(r.URL.Path, rt.prefix) {
 			continue
 		}
-		if rt.methods != nil && !contains(rt.methods, r.Method) {
+		if rt.methods != nil && !contains(rt.methods, r.Method) && !rt.preflightMatches(r) {
 			continue
 		}
 		ok := true
