@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -82,9 +83,12 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	} else {
 		var a netip.Addr
 		a, err = netip.ParseAddr(s)
+		if a.Zone() != "" { // PrefixFrom would drop it silently
+			err = errors.New("zone")
+		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}
-	if err != nil || p.Addr().Zone() != "" {
+	if err != nil {
 		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
 	}
 	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {

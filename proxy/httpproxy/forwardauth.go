@@ -62,7 +62,7 @@ var forwardAuthSkip = map[string]bool{
 	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 	"Content-Length": true, "Content-Type": true, "Content-Encoding": true, "Expect": true, "Host": true,
 	"X-Forwarded-For": true, "X-Forwarded-Proto": true, "X-Forwarded-Host": true,
-	"X-Forwarded-Method": true, "X-Forwarded-Uri": true,
+	"X-Forwarded-Method": true, "X-Forwarded-Uri": true, "X-Request-Id": true,
 }
 
 // checkForwardAuth asks route rt's auth service f about r. It returns 0
@@ -136,8 +136,8 @@ func (h *Handler) checkForwardAuth(w http.ResponseWriter, r *http.Request, t *Ta
 }
 
 // header fills the auth request's header from r: the chosen (or all)
-// end-to-end headers of the client, and X-Forwarded-Method, -Proto,
-// -Host, -Uri and -For. When the client's peer is a trusted proxy, the
+// end-to-end headers of the client, X-Request-Id, and X-Forwarded-Method,
+// -Proto, -Host, -Uri and -For. When the client's peer is a trusted proxy, the
 // X-Forwarded-For, -Proto and -Host it sent are kept (the peer is added
 // to X-Forwarded-For); otherwise they describe this hop alone.
 func (f *forwardAuth) header(dst http.Header, r *http.Request, t *Table) {
@@ -174,6 +174,7 @@ func (f *forwardAuth) header(dst http.Header, r *http.Request, t *Table) {
 			xff = strings.Join(prior, ", ") + ", " + peer
 		}
 	}
+	dst["X-Request-Id"] = r.Header["X-Request-Id"]
 	dst["X-Forwarded-Method"] = []string{r.Method}
 	dst["X-Forwarded-Proto"] = []string{proto}
 	dst["X-Forwarded-Host"] = []string{host}
