@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -115,7 +116,9 @@ func (h *Handler) checkBasicAuth(w http.ResponseWriter, r *http.Request, rt *rou
 			return http.StatusServiceUnavailable
 		}
 		rt.metrics.BcryptCheck()
-		err := bcryptCompare(hash, pass)
+		// A copy: passed to a function variable, buf itself would escape
+		// to the heap on every request, the cached ones too.
+		err := bcryptCompare(hash, bytes.Clone(pass))
 		<-bcryptSlots
 		if err != nil || !known {
 			return b.refuse(w, "wrong user name or password")
@@ -170,7 +173,8 @@ func parseBasic(auth []string, buf *[maxCredentials]byte) (user, pass []byte, ok
 	if base64.StdEncoding.DecodedLen(len(v)) > len(buf) {
 		return nil, nil, false
 	}
-	n, err := base64.StdEncoding.Decode(buf[:], []byte(v))
+	// Decoded straight from the header's bytes, which it only reads.
+	n, err := base64.StdEncoding.Decode(buf[:], unsafe.Slice(unsafe.StringData(v), len(v)))
 	if err != nil {
 		return nil, nil, false
 	}

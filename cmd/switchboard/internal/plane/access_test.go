@@ -145,7 +145,7 @@ upstreams:
 	}
 }
 
-func hashOf(t *testing.T, password string) string {
+func hashOf(t testing.TB, password string) string {
 	t.Helper()
 	h, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
