@@ -13,10 +13,9 @@ import (
 	"github.com/switchboard-dev/switchboard/config"
 )
 
-// forwardAuth is a route's forward_auth: the auth service's URL and a
-// client of its own, pooled and bounded (forwardAuthMaxConns connections,
-// forwardAuthMaxIdle of them kept idle for 30s), that never follows a
-// redirect: a redirect to a login page is an answer for the client.
+// forwardAuth is a route's forward_auth: the auth service's URL, and a
+// client that never follows a redirect (a redirect to a login page is an
+// answer for the client).
 type forwardAuth struct {
 	url         string
 	client      *http.Client
@@ -26,25 +25,25 @@ type forwardAuth struct {
 	maxBody     int64
 }
 
-const (
-	forwardAuthMaxConns = 256
-	forwardAuthMaxIdle  = 64
-)
+// forwardAuthTransport is the connection pool of every route's forward
+// auth, process wide, so that a reload (or an auto-route rebuild) keeps
+// the connections to the auth services: per service host, at most 256
+// connections, 64 of them kept idle for 30s. Each exchange's context
+// bounds it, dialing included, by the route's timeout.
+var forwardAuthTransport = &http.Transport{
+	DialContext:         (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+	MaxIdleConnsPerHost: 64,
+	MaxConnsPerHost:     256,
+	IdleConnTimeout:     30 * time.Second,
+	ForceAttemptHTTP2:   true,
+	DisableCompression:  true,
+}
 
 func newForwardAuth(c *config.ForwardAuth) *forwardAuth {
-	d := &net.Dialer{Timeout: c.Timeout.Std(), KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
-		DialContext:         d.DialContext,
-		MaxIdleConnsPerHost: forwardAuthMaxIdle,
-		MaxConnsPerHost:     forwardAuthMaxConns,
-		IdleConnTimeout:     30 * time.Second,
-		ForceAttemptHTTP2:   true,
-		DisableCompression:  true,
-	}
 	return &forwardAuth{
 		url: c.URL,
 		client: &http.Client{
-			Transport:     tr,
+			Transport:     forwardAuthTransport,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		timeout:     c.Timeout.Std(),
