@@ -213,3 +213,52 @@ func TestBasicAuthAnswersBusyWhenNoBcryptSlotFrees(t *testing.T) {
 		t.Errorf("uncached credentials, no slot: %d, %d %s, Retry-After %q; want 503 auth_busy", st, rec.Code, rec.Body, rec.Header().Get("Retry-After"))
 	}
 }
+
+// TestForwardAuthRequestHeader: without copy_request_headers every
+// end-to-end header of the client goes to the auth service, but not the
+// hop-by-hop ones, those of a body or the client's X-Forwarded-*; those
+// describe this hop, unless the peer is a trusted proxy, whose are kept.
+func TestForwardAuthRequestHeader(t *testing.T) {
+	f := newForwardAuth(&config.ForwardAuth{URL: "http://auth/check", Timeout: config.Duration(time.Second)})
+	newReq := func(peer string) *http.Request {
+		r := httptest.NewRequest("PUT", "http://api.example.com/orders/7?x=1", nil)
+		r.RemoteAddr = peer
+		r.Header = http.Header{
+			"Cookie": {"s=1"}, "Authorization": {"Bearer t"}, "Connection": {"close"}, "Content-Type": {"text/plain"},
+			"Content-Length": {"3"}, "X-Forwarded-For": {"203.0.113.9"}, "X-Forwarded-Proto": {"https"},
+			"X-Forwarded-Host": {"example.com"}, "X-Request-Id": {"abc"},
+		}
+		return r
+	}
+	tbl := &Table{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	for _, tc := range []struct {
+		peer            string
+		xff, proto, hst string
+	}{
+		{"192.0.2.1:4000", "192.0.2.1", "http", "api.example.com"},
+		{"10.1.1.1:4000", "203.0.113.9, 10.1.1.1", "https", "example.com"},
+	} {
+		dst := http.Header{}
+		f.header(dst, newReq(tc.peer), tbl)
+		want := http.Header{
+			"Cookie": {"s=1"}, "Authorization": {"Bearer t"}, "X-Request-Id": {"abc"},
+			"X-Forwarded-Method": {"PUT"}, "X-Forwarded-Uri": {"/orders/7?x=1"},
+			"X-Forwarded-For": {tc.xff}, "X-Forwarded-Proto": {tc.proto}, "X-Forwarded-Host": {tc.hst},
+		}
+		if len(dst) != len(want) {
+			t.Errorf("peer %s: auth request header %v, want %v", tc.peer, dst, want)
+			continue
+		}
+		for k, v := range want {
+			if got := dst[k]; len(got) != 1 || got[0] != v[0] {
+				t.Errorf("peer %s: %s = %q, want %q", tc.peer, k, got, v)
+			}
+		}
+	}
+	f.reqHeaders = []string{"Cookie", "Content-Length"} // a body header named is still not sent
+	dst := http.Header{}
+	f.header(dst, newReq("192.0.2.1:4000"), tbl)
+	if dst.Get("Cookie") != "s=1" || dst.Get("Authorization") != "" || dst.Get("Content-Length") != "" {
+		t.Errorf("copy_request_headers [Cookie]: %v", dst)
+	}
+}

@@ -1,6 +1,7 @@
 package plane_test
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/switchboard-dev/switchboard/config"
 )
 
 // seen is what a backend saw of the requests that reached it.
@@ -495,5 +498,98 @@ upstreams:
 	}
 	if s.n.Load() != 0 {
 		t.Errorf("backend saw %d requests, want none", s.n.Load())
+	}
+}
+
+// TestBasicAuthUsersFileIsReadAgainOnReload: a reload takes the users
+// file as it is now, and forgets the cached credentials of a user it no
+// longer has.
+func TestBasicAuthUsersFileIsReadAgainOnReload(t *testing.T) {
+	b := newBackend(t, "app", nil)
+	users := filepath.Join(t.TempDir(), "users")
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(users, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("bob:" + hashOf(t, "bob-pw") + "\n")
+	yaml := `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - name: staff
+        upstream: app
+        basic_auth: {users_file: ` + users + `}
+upstreams:
+  app:
+    targets: [{address: ` + b.addr() + `}]
+`
+	p := startProxy(t, yaml)
+	c := &http.Client{}
+	if resp, body := do(t, c, "GET", p.url("web")+"/", basic("bob", "bob-pw")); resp.StatusCode != 200 {
+		t.Fatalf("bob before the reload: %d %s", resp.StatusCode, body)
+	}
+	write("carol:" + hashOf(t, "carol-pw") + "\n")
+	cfg, err := config.Parse("lb.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := do(t, c, "GET", p.url("web")+"/", basic("carol", "carol-pw")); resp.StatusCode != 200 {
+		t.Errorf("carol after the reload: %d %s, want 200", resp.StatusCode, body)
+	}
+	if resp, body := do(t, c, "GET", p.url("web")+"/", basic("bob", "bob-pw")); resp.StatusCode != 401 {
+		t.Errorf("bob, removed from the file, after the reload: %d %s, want 401 (not a cached success)", resp.StatusCode, body)
+	}
+
+	// A file that went bad fails the reload, and the running users stay.
+	write("dave:plaintext\n")
+	if _, err := config.Parse("lb.yaml", []byte(yaml)); err == nil || !strings.Contains(err.Error(), users+`:1: the hash of "dave" is not a bcrypt hash`) {
+		t.Errorf("a users file with a plain password loads: %v", err)
+	}
+	if resp, _ := do(t, c, "GET", p.url("web")+"/", basic("carol", "carol-pw")); resp.StatusCode != 200 {
+		t.Errorf("carol after a failed reload: %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestAccessControlOverHTTP2: the checks hold on a TLS listener's HTTP/2
+// connections (served by net/http, not the HTTP/1 engine) too.
+func TestAccessControlOverHTTP2(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	p := startProxy(t, withTLS(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - name: api
+        upstream: app
+        cors: {allow_origins: [https://app.example.com], allow_headers: [Authorization]}
+        basic_auth: {users: {alice: "`+hashOf(t, "pw")+`"}}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`))
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}}
+	url := strings.Replace(p.url("web"), "http://", "https://", 1) + "/x"
+	resp, _ := do(t, c, "OPTIONS", url, map[string]string{"Origin": "https://app.example.com", "Access-Control-Request-Method": "GET"})
+	if resp.ProtoMajor != 2 || resp.StatusCode != 204 || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+		t.Errorf("preflight: %s %d, ACAO %q; want HTTP/2 204", resp.Proto, resp.StatusCode, resp.Header.Get("Access-Control-Allow-Origin"))
+	}
+	if resp, body := do(t, c, "GET", url, nil); resp.StatusCode != 401 || errorCode(t, body) != "unauthorized" {
+		t.Errorf("no credentials: %d %s", resp.StatusCode, body)
+	}
+	h := basic("alice", "pw")
+	h["Origin"] = "https://app.example.com"
+	resp, body := do(t, c, "GET", url, h)
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || body != "app" || resp.Header.Get("Access-Control-Allow-Origin") != "https://app.example.com" {
+		t.Errorf("alice: %s %d %s, ACAO %q", resp.Proto, resp.StatusCode, body, resp.Header.Get("Access-Control-Allow-Origin"))
+	}
+	if s.n.Load() != 1 || s.header().Get("Authorization") != "" {
+		t.Errorf("backend saw %d requests, Authorization %q; want 1 without it", s.n.Load(), s.header().Get("Authorization"))
 	}
 }
