@@ -78,9 +78,6 @@ func merge6(in []span6) []span6 {
 
 func less128(a, b [2]uint64) bool { return a[0] < b[0] || a[0] == b[0] && a[1] < b[1] }
 
-// empty reports whether the set holds no address.
-func (s *ipSet) empty() bool { return len(s.v4) == 0 && len(s.v6) == 0 }
-
 // contains reports whether a (unmapped) is in the set.
 func (s *ipSet) contains(a netip.Addr) bool {
 	if a.Is4() {
