@@ -62,33 +62,9 @@ func BenchmarkAccessControl(b *testing.B) {
 	p := startProxy(b, accessBenchYAML(b, be))
 	for _, name := range []string{"plain", "plain-xff", "ip", "basic", "cors"} {
 		b.Run(name, func(b *testing.B) {
-			benchRequest(b, p.srv.Addr("web"), []byte(accessRequests[name]))
+			benchSend(b, func() (net.Conn, error) { return net.Dial("tcp", p.srv.Addr("web")) }, []byte(accessRequests[name]))
 		})
 	}
-}
-
-func benchRequest(b *testing.B, addr string, req []byte) {
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for pb.Next() {
-			if _, err := c.Write(req); err != nil {
-				b.Error(err)
-				return
-			}
-			if st, err := readResponse(br); err != nil || st != 200 {
-				b.Errorf("status %d, %v", st, err)
-				return
-			}
-		}
-	})
 }
 
 // TestAccessControlAllocations: an IP allow list, basic auth with cached

@@ -91,7 +91,12 @@ func BenchmarkProxyHTTP1TLS(b *testing.B) {
 // benchGets sends keep-alive GETs in parallel, one connection from dial
 // per goroutine, and checks each answer.
 func benchGets(b *testing.B, dial func() (net.Conn, error)) {
-	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	benchSend(b, dial, []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"))
+}
+
+// benchSend sends req in parallel, over keep-alive connections from dial,
+// one per goroutine, and checks that each answer is a 200.
+func benchSend(b *testing.B, dial func() (net.Conn, error), req []byte) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
