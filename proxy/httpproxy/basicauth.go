@@ -59,13 +59,17 @@ func newBasicAuth(c *config.BasicAuth) *basicAuth {
 		keep:       c.KeepAuthorization,
 		userHeader: c.UserHeader,
 	}
-	cost := bcrypt.DefaultCost
+	cost := 0
 	for name, hash := range c.AllUsers() {
 		b.users[name] = []byte(hash)
 		if n, err := bcrypt.Cost([]byte(hash)); err == nil {
 			cost = max(cost, n)
 		}
 	}
+	if cost == 0 {
+		cost = bcrypt.DefaultCost
+	}
+	// As slow as the slowest user's hash.
 	b.dummy = dummyHash(cost)
 	b.cache.m = map[[32]byte]int64{}
 	rand.Read(b.cache.salt[:])

@@ -6,7 +6,8 @@
 // over TLS, whose handshake the listener completes itself; net/http for
 // HTTP/2) -> Handler -> the listener's Table (first
 // matching route by host, path prefix, methods and headers) -> the
-// request prepared for the upstream (hop-by-hop headers removed,
+// route's access control, if any (IP lists, CORS preflight, basic auth,
+// forward auth: access.go) -> the request prepared for the upstream (hop-by-hop headers removed,
 // X-Forwarded-For/-Proto/-Host, X-Request-Id kept or made) ->
 // pipeline.Route.Do over the route's upstream, sending through a
 // Transport -> the response streamed back (flushed when its length is
