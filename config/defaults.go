@@ -104,6 +104,7 @@ func applyDefaults(cfg *Config) {
 			}
 			defaultCompress(r)
 			trafficDefaults(r)
+			applyAccessDefaults(r)
 		}
 	}
 

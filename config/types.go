@@ -88,6 +88,11 @@ type Listener struct {
 	MaxBodyBytes Size `yaml:"max_body_bytes"`
 	// AccessLog writes one line per request to the process log. Default off.
 	AccessLog bool `yaml:"access_log"`
+	// TrustedProxies are the addresses and CIDR prefixes of proxies in
+	// front of this listener whose X-Forwarded-For is believed when a
+	// route's access lists or forward_auth need the client's address.
+	// http only. Default none: the client is the connection's peer.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// Routes are tried in order; the first match wins. http only.
 	Routes []Route `yaml:"routes"`
 	// AutoRoutes adds routes from the embedded registry's registrations:
@@ -323,6 +328,16 @@ type Route struct {
 	// Decompress decodes an upstream's gzip or zstd answer for a client
 	// that does not accept its coding.
 	Decompress bool `yaml:"decompress"`
+	// Access allows and denies client addresses (checked first).
+	Access *Access `yaml:"access"`
+	// CORS is the route's cross-origin policy; the proxy answers its
+	// preflight requests (checked after access).
+	CORS *CORS `yaml:"cors"`
+	// BasicAuth asks for a user name and password (checked after cors).
+	BasicAuth *BasicAuth `yaml:"basic_auth"`
+	// ForwardAuth asks an auth service about each request (checked after
+	// basic_auth).
+	ForwardAuth *ForwardAuth `yaml:"forward_auth"`
 	// Config holds the route's protection and retry settings: rate_limit,
 	// concurrency, breaker, retry and fallback (pipeline.Config).
 	pipeline.Config `yaml:",inline"`

@@ -212,6 +212,7 @@ func (v *validator) checkListeners() {
 		}
 		if isHTTP {
 			v.checkListenerFront(l)
+			v.checkTrustedProxies(l)
 		}
 		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) && !l.AutoRoutes && !l.RedirectHTTPS {
 			if l.Name != "" {
@@ -256,6 +257,7 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	if c := r.Compress; c != nil && !v.bad(c) {
 		v.checkCompress(c)
 	}
+	v.checkAccessControl(r)
 }
 
 // checkBuffer checks a route's buffer_requests: memory within max, and a

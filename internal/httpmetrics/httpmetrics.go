@@ -21,6 +21,7 @@ type Metrics struct {
 	duration *prometheus.HistogramVec
 	inflight *prometheus.GaugeVec
 	coding   codingVecs
+	access   accessVecs
 }
 
 // New creates the metrics and registers them with reg.
@@ -41,14 +42,16 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"listener"}),
 		coding: newCodingVecs(),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inflight, m.coding.responses, m.coding.in, m.coding.out)
+	m.access = newAccessVecs()
+	reg.MustRegister(m.requests, m.duration, m.inflight, m.coding.responses, m.coding.in, m.coding.out, m.access.denied, m.access.bcrypt)
 	return m
 }
 
 // Vecs returns the metric vectors, for a caller that deletes the series of
 // listeners and routes that are gone.
 func (m *Metrics) Vecs() []*prometheus.MetricVec {
-	return append([]*prometheus.MetricVec{m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec}, m.coding.vecs()...)
+	return append([]*prometheus.MetricVec{m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec,
+		m.access.denied.MetricVec, m.access.bcrypt.MetricVec}, m.coding.vecs()...)
 }
 
 // Route is one route's series. A nil *Route counts nothing.
@@ -58,6 +61,7 @@ type Route struct {
 	duration                  prometheus.Observer
 	inflight                  prometheus.Gauge
 	codes                     [600]atomic.Pointer[counterBox]
+	access                    routeAccess
 }
 
 type counterBox struct{ c prometheus.Counter }

@@ -8,7 +8,8 @@
 // over TLS or by prior knowledge in cleartext, h2c) -> Handler (HSTS,
 // redirect_https, the client certificate header) -> the listener's Table (first
 // matching route by host, path prefix, methods and headers) -> the
-// request prepared for the upstream (hop-by-hop headers removed,
+// route's access control, if any (IP lists, CORS preflight, basic auth,
+// forward auth: access.go) -> the request prepared for the upstream (hop-by-hop headers removed,
 // X-Forwarded-For/-Proto/-Host, X-Request-Id kept or made) ->
 // pipeline.Route.Do over the route's upstream, sending through a
 // Transport -> the response streamed back (flushed when its length is

@@ -117,6 +117,11 @@ func (st *reqState) takeBody() *h1.Body {
 // serve runs r through route rt's pipeline over target tg and relays the
 // answer.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, tg *target, start time.Time) (res result) {
+	if rt.access != nil {
+		if res, done := h.checkAccess(w, r, t, rt, start); done {
+			return res
+		}
+	}
 	body, held, res, ok := h.requestBody(w, r, t, rt, start)
 	if !ok {
 		return res
@@ -270,6 +275,9 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, rt *route, c *pipelin
 	copyResponseHeader(dst, resp.Header)
 	if t.front != nil {
 		t.front.setHSTS(dst, c.Req)
+	}
+	if rt.access != nil && rt.access.cors != nil {
+		rt.access.cors.decorate(dst, c.Req)
 	}
 	if _, ok := dst["X-Request-Id"]; !ok {
 		dst["X-Request-Id"] = reqID

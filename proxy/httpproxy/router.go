@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"net/http"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -26,6 +27,9 @@ type Table struct {
 	// series its requests count on outlive a reload while they run. A
 	// pointer: the record of a replaced table keeps it, not the table.
 	active *atomic.Int64
+
+	// trusted are the listener's trusted_proxies.
+	trusted []netip.Prefix
 }
 
 // route is one entry of a table: a matcher and the pipeline it feeds.
@@ -44,6 +48,8 @@ type route struct {
 	// pipeline, series and sticky cookie.
 	target
 	traffic *traffic // split, canary, mirror; nil: none
+	// access is the route's access control; nil: none.
+	access *accessControl
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -57,6 +63,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		noRoute:   m.Route(lc.Name, "", ""),
 		active:    new(atomic.Int64),
 		front:     frontPolicyOf(lc),
+		trusted:   trustedProxies(lc.TrustedProxies),
 	}
 	for _, rc := range lc.Routes {
 		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix}
@@ -89,6 +96,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
 		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstreams()[0])
+		rt.access = newAccessControl(&rc)
 		t.routes = append(t.routes, rt)
 	}
 	return t
@@ -125,7 +133,7 @@ func (t *Table) match(r *http.Request) *route {
 		if !strings.HasPrefix(r.URL.Path, rt.prefix) {
 			continue
 		}
-		if rt.methods != nil && !contains(rt.methods, r.Method) {
+		if rt.methods != nil && !contains(rt.methods, r.Method) && !rt.preflightMatches(r) {
 			continue
 		}
 		ok := true
