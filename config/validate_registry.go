@@ -160,6 +160,9 @@ func (v *validator) checkRegistries() {
 			if (t.CertFile == "") != (t.KeyFile == "") {
 				v.errorf(t, "tls: cert_file and key_file go together")
 			}
+			if _, err := tlsVersion(t.MinVersion); err != nil {
+				v.errorf(&t.MinVersion, "tls.min_version: %v", err)
+			}
 			for _, f := range []*string{&t.CAFile, &t.CertFile, &t.KeyFile} {
 				if *f != "" {
 					if _, err := v.readFile(*f); err != nil {

@@ -1,0 +1,416 @@
+package plane_test
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
+)
+
+// tlsBackend is a real HTTPS server with a certificate of a test CA. It
+// records what it saw of each request (protocol, TLS) and counts the
+// connections it accepted and the full TLS handshakes it did.
+type tlsBackend struct {
+	*httptest.Server
+	name       string
+	conns      atomic.Int64
+	handshakes atomic.Int64 // not resumed
+	mu         sync.Mutex
+	seen       []seenRequest
+}
+
+type seenRequest struct {
+	proto, serverName, clientCN string
+	tls                         bool
+}
+
+// newTLSBackend starts an HTTPS backend with a certificate for hosts from
+// ca. protos are its ALPN protocols (h2 and http/1.1 by default); tune, if
+// set, adjusts its TLS settings (to require a client certificate, say).
+func newTLSBackend(t *testing.T, name string, ca *testutil.TestCA, protos []string, tune func(*tls.Config), hosts ...string) *tlsBackend {
+	t.Helper()
+	if len(hosts) == 0 {
+		hosts = []string{"127.0.0.1", "localhost"}
+	}
+	if protos == nil {
+		protos = []string{"h2", "http/1.1"}
+	}
+	b := &tlsBackend{name: name}
+	cert, _, _ := ca.Issue(t, name, hosts...)
+	b.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := seenRequest{proto: r.Proto, tls: r.TLS != nil}
+		if r.TLS != nil {
+			s.serverName = r.TLS.ServerName
+			if len(r.TLS.PeerCertificates) > 0 {
+				s.clientCN = r.TLS.PeerCertificates[0].Subject.CommonName
+			}
+		}
+		b.mu.Lock()
+		b.seen = append(b.seen, s)
+		b.mu.Unlock()
+		io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, name)
+	}))
+	b.EnableHTTP2 = true
+	b.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: protos}
+	if tune != nil {
+		tune(b.TLS)
+	}
+	b.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			b.conns.Add(1)
+		}
+	}
+	b.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes refused on purpose
+	b.Config.TLSConfig = b.TLS
+	b.TLS.VerifyConnection = func(cs tls.ConnectionState) error {
+		if !cs.DidResume {
+			b.handshakes.Add(1)
+		}
+		return nil
+	}
+	b.StartTLS()
+	t.Cleanup(b.Close)
+	return b
+}
+
+func (b *tlsBackend) addr() string { return strings.TrimPrefix(b.URL, "https://") }
+
+// last returns what the backend saw of the last request.
+func (b *tlsBackend) last(t *testing.T) seenRequest {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.seen) == 0 {
+		t.Fatalf("backend %s saw no request", b.name)
+	}
+	return b.seen[len(b.seen)-1]
+}
+
+func (b *tlsBackend) requests() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.seen)
+}
+
+// tlsUpstreamYAML is a one-route config whose upstream app has the
+// upstream keys extra (indented by 4) and targets.
+func tlsUpstreamYAML(extra string, targets ...string) string {
+	return upstreamYAML(extra, targets...)
+}
+
+// errorCode is the code of a proxy-generated error body.
+func errorCode(t *testing.T, body string) string {
+	t.Helper()
+	var e struct{ Code string }
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("error body %q is not JSON: %v", body, err)
+	}
+	return e.Code
+}
+
+func TestTLSUpstreamHTTP1KeepsOneConnection(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	b := newTLSBackend(t, "b1", ca, []string{"http/1.1"}, nil)
+	p := startProxy(t, tlsUpstreamYAML("    protocol: https\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	for i := range 20 {
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
+		if resp.StatusCode != 200 || body != "b1" {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	s := b.last(t)
+	if s.proto != "HTTP/1.1" || !s.tls {
+		t.Fatalf("backend saw %s, TLS %v; want HTTP/1.1 over TLS", s.proto, s.tls)
+	}
+	if s.serverName != "" {
+		t.Errorf("SNI %q sent for an IP endpoint; want none (IPs are not sent as SNI)", s.serverName)
+	}
+	if n := b.conns.Load(); n != 1 {
+		t.Errorf("backend accepted %d connections for 20 sequential requests; want 1 (keep-alive over TLS)", n)
+	}
+	if n := b.handshakes.Load(); n != 1 {
+		t.Errorf("backend did %d full handshakes; want 1", n)
+	}
+}
+
+func TestTLSUpstreamHTTP2ByALPN(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	b := newTLSBackend(t, "b1", ca, nil, nil)
+	p := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	for i := range 20 {
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
+		if resp.StatusCode != 200 || body != "b1" {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	s := b.last(t)
+	if s.proto != "HTTP/2.0" || !s.tls {
+		t.Fatalf("backend saw %s, TLS %v; want HTTP/2.0 over TLS (chosen by ALPN)", s.proto, s.tls)
+	}
+	// The connection that found out the endpoint speaks h2 is the one
+	// HTTP/2 runs on: no second connection, no second handshake.
+	if n := b.conns.Load(); n != 1 {
+		t.Errorf("backend accepted %d connections; want 1 (HTTP/2 multiplexed on the first)", n)
+	}
+	// A POST with a body goes over HTTP/2 too.
+	resp, err := http.Post(p.url("web")+"/post", "text/plain", strings.NewReader("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || b.last(t).proto != "HTTP/2.0" {
+		t.Fatalf("POST: %d, backend saw %s", resp.StatusCode, b.last(t).proto)
+	}
+}
+
+func TestTLSUpstreamProtocolHTTP1ForcesHTTP11(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	b := newTLSBackend(t, "b1", ca, nil, nil) // offers h2
+	p := startProxy(t, tlsUpstreamYAML("    protocol: http1\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
+	if resp.StatusCode != 200 || body != "b1" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+	if s := b.last(t); s.proto != "HTTP/1.1" || !s.tls {
+		t.Fatalf("backend saw %s, TLS %v; want HTTP/1.1 over TLS", s.proto, s.tls)
+	}
+}
+
+func TestTLSUpstreamWrongCAIsConnectFailure(t *testing.T) {
+	ca, other := testutil.NewTestCA(t), testutil.NewTestCA(t)
+	bad := newTLSBackend(t, "bad", other, nil, nil) // not signed by ca
+	good := newTLSBackend(t, "good", ca, nil, nil)
+
+	t.Run("alone", func(t *testing.T) {
+		p := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", bad.addr()))
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
+		if resp.StatusCode != http.StatusBadGateway || errorCode(t, body) != "upstream_connect_failed" {
+			t.Fatalf("got %d %s; want 502 upstream_connect_failed", resp.StatusCode, body)
+		}
+		if got := p.metric("switchboard_upstream_errors_total", map[string]string{"upstream": "app", "endpoint": bad.addr(), "kind": "tls"}); got != 1 {
+			t.Errorf("upstream errors of kind tls = %v; want 1", got)
+		}
+		if bad.requests() != 0 {
+			t.Errorf("the unverified backend got %d requests", bad.requests())
+		}
+	})
+	t.Run("retried on another endpoint", func(t *testing.T) {
+		// round_robin alternates: half the requests pick bad first, fail
+		// its handshake and go to good.
+		p := startProxy(t, tlsUpstreamYAML("    health: {passive: {enabled: false}}\n    tls: {ca_file: "+ca.CAFile+"}\n", bad.addr(), good.addr()))
+		for i := range 6 {
+			resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
+			if resp.StatusCode != 200 || body != "good" {
+				t.Fatalf("request %d: %d %q; want 200 from good", i, resp.StatusCode, body)
+			}
+		}
+		if got := p.metric("switchboard_upstream_errors_total", map[string]string{"upstream": "app", "endpoint": bad.addr(), "kind": "tls"}); got < 1 {
+			t.Errorf("upstream errors of kind tls = %v; want at least 1", got)
+		}
+		if got := p.metric("switchboard_upstream_retries_total", map[string]string{"upstream": "app", "reason": "connect_failure"}); got < 1 {
+			t.Errorf("connect_failure retries = %v; want at least 1 (a failed handshake sent nothing)", got)
+		}
+	})
+}
+
+func TestTLSUpstreamClientCertificate(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	requireCert := func(c *tls.Config) {
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+		c.ClientCAs = ca.Pool
+	}
+	b := newTLSBackend(t, "b1", ca, nil, requireCert)
+	_, certFile, keyFile := ca.Issue(t, "switchboard-proxy")
+
+	without := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	resp, body := get(t, http.DefaultClient, without.url("web")+"/x")
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("without a client certificate: %d %s; want 502", resp.StatusCode, body)
+	}
+	if b.requests() != 0 {
+		t.Fatalf("the backend served %d requests to a proxy without a certificate", b.requests())
+	}
+
+	with := startProxy(t, tlsUpstreamYAML(fmt.Sprintf("    tls: {ca_file: %s, cert_file: %s, key_file: %s}\n", ca.CAFile, certFile, keyFile), b.addr()))
+	resp, body = get(t, http.DefaultClient, with.url("web")+"/x")
+	if resp.StatusCode != 200 || body != "b1" {
+		t.Fatalf("with a client certificate: %d %q", resp.StatusCode, body)
+	}
+	if cn := b.last(t).clientCN; cn != "switchboard-proxy" {
+		t.Fatalf("backend saw client certificate %q; want switchboard-proxy", cn)
+	}
+}
+
+func TestTLSUpstreamServerName(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	b := newTLSBackend(t, "b1", ca, []string{"http/1.1"}, nil, "orders.internal") // no IP in the certificate
+
+	p := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	if resp, body := get(t, http.DefaultClient, p.url("web")+"/x"); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("IP endpoint, certificate for a name, no server_name: %d %s; want 502", resp.StatusCode, body)
+	}
+
+	p = startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+", server_name: orders.internal}\n", b.addr()))
+	resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
+	if resp.StatusCode != 200 || body != "b1" {
+		t.Fatalf("with server_name: %d %q", resp.StatusCode, body)
+	}
+	if sn := b.last(t).serverName; sn != "orders.internal" {
+		t.Fatalf("backend saw SNI %q; want orders.internal", sn)
+	}
+}
+
+func TestTLSUpstreamInsecureSkipVerify(t *testing.T) {
+	other := testutil.NewTestCA(t)
+	b := newTLSBackend(t, "b1", other, nil, nil)
+	p := startProxy(t, tlsUpstreamYAML("    tls: {insecure_skip_verify: true}\n", b.addr()))
+	if resp, body := get(t, http.DefaultClient, p.url("web")+"/x"); resp.StatusCode != 200 || body != "b1" {
+		t.Fatalf("%d %q", resp.StatusCode, body)
+	}
+}
+
+func TestTLSUpstreamSessionResumption(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	b := newTLSBackend(t, "b1", ca, []string{"http/1.1"}, nil)
+	// No idle connections kept: every request dials, and all but the
+	// first resume the session.
+	p := startProxy(t, tlsUpstreamYAML("    max_idle_per_endpoint: 0\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	for i := range 5 {
+		if resp, body := get(t, http.DefaultClient, p.url("web")+"/x"); resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	if c := b.conns.Load(); c != 5 {
+		t.Fatalf("backend accepted %d connections; want 5 (none kept idle)", c)
+	}
+	if n := b.handshakes.Load(); n != 1 {
+		t.Fatalf("backend did %d full handshakes over 5 connections; want 1, the rest resumed", n)
+	}
+}
+
+func TestTLSUpstreamActiveHealthChecks(t *testing.T) {
+	ca, other := testutil.NewTestCA(t), testutil.NewTestCA(t)
+	var failing atomic.Bool
+	var checksOverTLS atomic.Int64
+	cert, _, _ := ca.Issue(t, "checked", "127.0.0.1")
+	checked := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			if r.TLS != nil {
+				checksOverTLS.Add(1)
+			}
+			if failing.Load() {
+				http.Error(w, "down", 503)
+				return
+			}
+		}
+		io.WriteString(w, "checked")
+	}))
+	checked.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	checked.Config.ErrorLog = log.New(io.Discard, "", 0)
+	checked.StartTLS()
+	t.Cleanup(checked.Close)
+	addr := strings.TrimPrefix(checked.URL, "https://")
+	untrusted := newTLSBackend(t, "untrusted", other, nil, nil)
+
+	for _, typ := range []string{"http", "tcp"} {
+		t.Run(typ, func(t *testing.T) {
+			// The http check starts failing, so that its endpoint's way
+			// back to healthy is the checks' doing.
+			failing.Store(typ == "http")
+			active := fmt.Sprintf("      active: {type: %s, path: /healthz, interval: 50ms, allow_fast: true, timeout: 40ms, rise: 1, fall: 1, jitter: 0}\n", typ)
+			p := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n    health:\n"+active, addr, untrusted.addr()))
+			// A certificate that does not verify fails the check (http: the
+			// request cannot be sent; tcp: the handshake is part of it, so
+			// that an endpoint the proxy cannot use is not healthy).
+			p.waitState(untrusted.addr(), 5*time.Second, endpoint.Unhealthy)
+			if typ == "tcp" {
+				if st := p.endpointOf(addr).Status(); st.State != endpoint.Healthy {
+					t.Fatalf("trusted endpoint under a TLS tcp check: %v", st)
+				}
+				return
+			}
+			p.waitState(addr, 5*time.Second, endpoint.Unhealthy)
+			failing.Store(false)
+			p.waitState(addr, 5*time.Second, endpoint.Healthy)
+			if checksOverTLS.Load() == 0 {
+				t.Fatal("no health check reached the backend over TLS")
+			}
+		})
+	}
+}
+
+func TestTLSUpstreamReloadKeepsConnectionsAndReadsNewFiles(t *testing.T) {
+	ca, next := testutil.NewTestCA(t), testutil.NewTestCA(t)
+	b1 := newTLSBackend(t, "b1", ca, []string{"http/1.1"}, nil)
+	b2 := newTLSBackend(t, "b2", next, []string{"http/1.1"}, nil)
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "upstream-ca.pem")
+	copyFile(t, ca.CAFile, caFile)
+	// No passive ejection: the endpoint that fails its handshakes now is
+	// the one that must serve after the reload.
+	yaml := tlsUpstreamYAML("    health: {passive: {enabled: false}}\n    tls: {ca_file: "+caFile+"}\n", b1.addr(), b2.addr())
+	p := startProxy(t, yaml)
+	apply := func() {
+		t.Helper()
+		path := filepath.Join(dir, "switchboard.yaml")
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.srv.Apply(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	served := func() map[string]int {
+		m := map[string]int{}
+		for range 4 {
+			_, body := get(t, http.DefaultClient, p.url("web")+"/x")
+			m[body]++
+		}
+		return m
+	}
+	if m := served(); m["b1"] != 4 {
+		t.Fatalf("before the reload: %v; want every request on b1 (b2's CA is not trusted)", m)
+	}
+	apply() // nothing changed
+	served()
+	if n := b1.conns.Load(); n != 1 {
+		t.Fatalf("b1 accepted %d connections across a reload that changed nothing; want 1", n)
+	}
+	// The CA file now holds the other CA: a reload reads it again.
+	copyFile(t, next.CAFile, caFile)
+	apply()
+	if m := served(); m["b2"] != 4 {
+		t.Fatalf("after the CA file changed: %v; want every request on b2", m)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
