@@ -130,3 +130,16 @@ func copyTo(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// upstreamTLSDocFiles maps the certificate files that the Upstream TLS
+// examples of docs/traffic.md name to real ones of a test CA.
+func upstreamTLSDocFiles(t *testing.T) map[string]string {
+	ca := testutil.NewTestCA(t)
+	_, cert, key := ca.Issue(t, "proxy")
+	return map[string]string{
+		"/etc/switchboard/internal-ca.pem": ca.CAFile,
+		"/etc/switchboard/orders-ca.pem":   ca.CAFile,
+		"/etc/switchboard/proxy.crt":       cert,
+		"/etc/switchboard/proxy.key":       key,
+	}
+}

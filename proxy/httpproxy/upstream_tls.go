@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
@@ -47,7 +48,10 @@ type tlsDialer struct {
 	dialer  net.Dialer
 	byHost  sync.Map // host -> *tls.Config with ServerName set
 
-	h2eps  sync.Map // endpoint address -> true: chose h2
+	// h2eps holds the addresses of the endpoints that chose h2: an
+	// immutable map, replaced under mu (it changes once per endpoint),
+	// read without a lock or an allocation per request.
+	h2eps  atomic.Pointer[map[string]bool]
 	mu     sync.Mutex
 	parked map[string]*tls.Conn // by endpoint address
 	closed bool
@@ -60,7 +64,9 @@ func newTLSDialer(cfg *tls.Config, alpn []string, connectTimeout time.Duration) 
 	if base.MinVersion == 0 {
 		base.MinVersion = tls.VersionTLS12
 	}
-	return &tlsDialer{base: base, timeout: connectTimeout, dialer: net.Dialer{KeepAlive: 30 * time.Second}, parked: map[string]*tls.Conn{}}
+	d := &tlsDialer{base: base, timeout: connectTimeout, dialer: net.Dialer{KeepAlive: 30 * time.Second}, parked: map[string]*tls.Conn{}}
+	d.h2eps.Store(&map[string]bool{})
+	return d
 }
 
 // configFor is the tls.Config for a connection to addr.
@@ -130,31 +136,46 @@ func (d *tlsDialer) dialH2(ctx context.Context, _, addr string) (net.Conn, error
 		return nil, err
 	}
 	if c.ConnectionState().NegotiatedProtocol != alpnH2 {
-		d.h2eps.Delete(addr)
+		d.mu.Lock()
+		d.setH2(addr, false)
+		d.mu.Unlock()
 	}
 	return c, nil
 }
 
 // isH2 reports whether the endpoint at addr chose HTTP/2.
-func (d *tlsDialer) isH2(addr string) bool {
-	_, ok := d.h2eps.Load(addr)
-	return ok
+func (d *tlsDialer) isH2(addr string) bool { return (*d.h2eps.Load())[addr] }
+
+// setH2 marks or unmarks addr as an HTTP/2 endpoint; d.mu is held.
+func (d *tlsDialer) setH2(addr string, h2 bool) {
+	old := *d.h2eps.Load()
+	if old[addr] == h2 {
+		return
+	}
+	m := make(map[string]bool, len(old)+1)
+	for a := range old {
+		m[a] = true
+	}
+	if h2 {
+		m[addr] = true
+	} else {
+		delete(m, addr)
+	}
+	d.h2eps.Store(&m)
 }
 
 // found records that e's endpoint chose HTTP/2 and parks its connection
 // for the HTTP/2 transport; when another request found it first, the
 // connection is not needed.
 func (d *tlsDialer) found(e *negotiatedH2) {
-	if _, already := d.h2eps.LoadOrStore(e.addr, true); already {
-		e.conn.Close()
-		return
-	}
 	d.mu.Lock()
-	if d.closed || d.parked[e.addr] != nil {
+	if d.closed || d.isH2(e.addr) || d.parked[e.addr] != nil {
+		d.setH2(e.addr, true)
 		d.mu.Unlock()
 		e.conn.Close()
 		return
 	}
+	d.setH2(e.addr, true)
 	d.parked[e.addr] = e.conn
 	d.mu.Unlock()
 }
@@ -164,7 +185,7 @@ func (d *tlsDialer) forget(addrs []string) {
 	d.mu.Lock()
 	var gone []*tls.Conn
 	for _, a := range addrs {
-		d.h2eps.Delete(a)
+		d.setH2(a, false)
 		if c := d.parked[a]; c != nil {
 			gone = append(gone, c)
 			delete(d.parked, a)
