@@ -1,6 +1,7 @@
 package plane_test
 
 import (
+	"bufio"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -108,12 +109,6 @@ func (b *tlsBackend) requests() int {
 	return len(b.seen)
 }
 
-// tlsUpstreamYAML is a one-route config whose upstream app has the
-// upstream keys extra (indented by 4) and targets.
-func tlsUpstreamYAML(extra string, targets ...string) string {
-	return upstreamYAML(extra, targets...)
-}
-
 // errorCode is the code of a proxy-generated error body.
 func errorCode(t *testing.T, body string) string {
 	t.Helper()
@@ -127,7 +122,7 @@ func errorCode(t *testing.T, body string) string {
 func TestTLSUpstreamHTTP1KeepsOneConnection(t *testing.T) {
 	ca := testutil.NewTestCA(t)
 	b := newTLSBackend(t, "b1", ca, []string{"http/1.1"}, nil)
-	p := startProxy(t, tlsUpstreamYAML("    protocol: https\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	p := startProxy(t, upstreamYAML("    protocol: https\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
 	for i := range 20 {
 		resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
 		if resp.StatusCode != 200 || body != "b1" {
@@ -152,7 +147,7 @@ func TestTLSUpstreamHTTP1KeepsOneConnection(t *testing.T) {
 func TestTLSUpstreamHTTP2ByALPN(t *testing.T) {
 	ca := testutil.NewTestCA(t)
 	b := newTLSBackend(t, "b1", ca, nil, nil)
-	p := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	p := startProxy(t, upstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
 	for i := range 20 {
 		resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
 		if resp.StatusCode != 200 || body != "b1" {
@@ -182,7 +177,7 @@ func TestTLSUpstreamHTTP2ByALPN(t *testing.T) {
 func TestTLSUpstreamProtocolHTTP1ForcesHTTP11(t *testing.T) {
 	ca := testutil.NewTestCA(t)
 	b := newTLSBackend(t, "b1", ca, nil, nil) // offers h2
-	p := startProxy(t, tlsUpstreamYAML("    protocol: http1\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	p := startProxy(t, upstreamYAML("    protocol: http1\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
 	resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
 	if resp.StatusCode != 200 || body != "b1" {
 		t.Fatalf("%d %q", resp.StatusCode, body)
@@ -198,7 +193,7 @@ func TestTLSUpstreamWrongCAIsConnectFailure(t *testing.T) {
 	good := newTLSBackend(t, "good", ca, nil, nil)
 
 	t.Run("alone", func(t *testing.T) {
-		p := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", bad.addr()))
+		p := startProxy(t, upstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", bad.addr()))
 		resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
 		if resp.StatusCode != http.StatusBadGateway || errorCode(t, body) != "upstream_connect_failed" {
 			t.Fatalf("got %d %s; want 502 upstream_connect_failed", resp.StatusCode, body)
@@ -213,7 +208,7 @@ func TestTLSUpstreamWrongCAIsConnectFailure(t *testing.T) {
 	t.Run("retried on another endpoint", func(t *testing.T) {
 		// round_robin alternates: half the requests pick bad first, fail
 		// its handshake and go to good.
-		p := startProxy(t, tlsUpstreamYAML("    health: {passive: {enabled: false}}\n    tls: {ca_file: "+ca.CAFile+"}\n", bad.addr(), good.addr()))
+		p := startProxy(t, upstreamYAML("    health: {passive: {enabled: false}}\n    tls: {ca_file: "+ca.CAFile+"}\n", bad.addr(), good.addr()))
 		for i := range 6 {
 			resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
 			if resp.StatusCode != 200 || body != "good" {
@@ -238,7 +233,7 @@ func TestTLSUpstreamClientCertificate(t *testing.T) {
 	b := newTLSBackend(t, "b1", ca, nil, requireCert)
 	_, certFile, keyFile := ca.Issue(t, "switchboard-proxy")
 
-	without := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	without := startProxy(t, upstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
 	resp, body := get(t, http.DefaultClient, without.url("web")+"/x")
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("without a client certificate: %d %s; want 502", resp.StatusCode, body)
@@ -247,7 +242,7 @@ func TestTLSUpstreamClientCertificate(t *testing.T) {
 		t.Fatalf("the backend served %d requests to a proxy without a certificate", b.requests())
 	}
 
-	with := startProxy(t, tlsUpstreamYAML(fmt.Sprintf("    tls: {ca_file: %s, cert_file: %s, key_file: %s}\n", ca.CAFile, certFile, keyFile), b.addr()))
+	with := startProxy(t, upstreamYAML(fmt.Sprintf("    tls: {ca_file: %s, cert_file: %s, key_file: %s}\n", ca.CAFile, certFile, keyFile), b.addr()))
 	resp, body = get(t, http.DefaultClient, with.url("web")+"/x")
 	if resp.StatusCode != 200 || body != "b1" {
 		t.Fatalf("with a client certificate: %d %q", resp.StatusCode, body)
@@ -261,12 +256,12 @@ func TestTLSUpstreamServerName(t *testing.T) {
 	ca := testutil.NewTestCA(t)
 	b := newTLSBackend(t, "b1", ca, []string{"http/1.1"}, nil, "orders.internal") // no IP in the certificate
 
-	p := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	p := startProxy(t, upstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
 	if resp, body := get(t, http.DefaultClient, p.url("web")+"/x"); resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("IP endpoint, certificate for a name, no server_name: %d %s; want 502", resp.StatusCode, body)
 	}
 
-	p = startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+", server_name: orders.internal}\n", b.addr()))
+	p = startProxy(t, upstreamYAML("    tls: {ca_file: "+ca.CAFile+", server_name: orders.internal}\n", b.addr()))
 	resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
 	if resp.StatusCode != 200 || body != "b1" {
 		t.Fatalf("with server_name: %d %q", resp.StatusCode, body)
@@ -279,7 +274,7 @@ func TestTLSUpstreamServerName(t *testing.T) {
 func TestTLSUpstreamInsecureSkipVerify(t *testing.T) {
 	other := testutil.NewTestCA(t)
 	b := newTLSBackend(t, "b1", other, nil, nil)
-	p := startProxy(t, tlsUpstreamYAML("    tls: {insecure_skip_verify: true}\n", b.addr()))
+	p := startProxy(t, upstreamYAML("    tls: {insecure_skip_verify: true}\n", b.addr()))
 	if resp, body := get(t, http.DefaultClient, p.url("web")+"/x"); resp.StatusCode != 200 || body != "b1" {
 		t.Fatalf("%d %q", resp.StatusCode, body)
 	}
@@ -290,7 +285,7 @@ func TestTLSUpstreamSessionResumption(t *testing.T) {
 	b := newTLSBackend(t, "b1", ca, []string{"http/1.1"}, nil)
 	// No idle connections kept: every request dials, and all but the
 	// first resume the session.
-	p := startProxy(t, tlsUpstreamYAML("    max_idle_per_endpoint: 0\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
+	p := startProxy(t, upstreamYAML("    max_idle_per_endpoint: 0\n    tls: {ca_file: "+ca.CAFile+"}\n", b.addr()))
 	for i := range 5 {
 		if resp, body := get(t, http.DefaultClient, p.url("web")+"/x"); resp.StatusCode != 200 {
 			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
@@ -315,7 +310,7 @@ func TestTLSUpstreamActiveHealthChecks(t *testing.T) {
 				checksOverTLS.Add(1)
 			}
 			if failing.Load() {
-				http.Error(w, "down", 503)
+				http.Error(w, "down", http.StatusServiceUnavailable)
 				return
 			}
 		}
@@ -334,7 +329,7 @@ func TestTLSUpstreamActiveHealthChecks(t *testing.T) {
 			// back to healthy is the checks' doing.
 			failing.Store(typ == "http")
 			active := fmt.Sprintf("      active: {type: %s, path: /healthz, interval: 50ms, allow_fast: true, timeout: 40ms, rise: 1, fall: 1, jitter: 0}\n", typ)
-			p := startProxy(t, tlsUpstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n    health:\n"+active, addr, untrusted.addr()))
+			p := startProxy(t, upstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n    health:\n"+active, addr, untrusted.addr()))
 			// A certificate that does not verify fails the check (http: the
 			// request cannot be sent; tcp: the handshake is part of it, so
 			// that an endpoint the proxy cannot use is not healthy).
@@ -364,7 +359,7 @@ func TestTLSUpstreamReloadKeepsConnectionsAndReadsNewFiles(t *testing.T) {
 	copyFile(t, ca.CAFile, caFile)
 	// No passive ejection: the endpoint that fails its handshakes now is
 	// the one that must serve after the reload.
-	yaml := tlsUpstreamYAML("    health: {passive: {enabled: false}}\n    tls: {ca_file: "+caFile+"}\n", b1.addr(), b2.addr())
+	yaml := upstreamYAML("    health: {passive: {enabled: false}}\n    tls: {ca_file: "+caFile+"}\n", b1.addr(), b2.addr())
 	p := startProxy(t, yaml)
 	apply := func() {
 		t.Helper()
@@ -412,5 +407,100 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestTLSUpstreamProtocolSwitchGoesOverHTTP11(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	cert, _, _ := ca.Issue(t, "ws", "127.0.0.1")
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			io.WriteString(w, r.Proto)
+			return
+		}
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			http.Error(w, "cannot switch over "+r.Proto, http.StatusHTTPVersionNotSupported)
+			return
+		}
+		defer c.Close()
+		brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		brw.Flush()
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(brw, buf); err == nil {
+			c.Write(buf)
+		}
+	}))
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	p := startProxy(t, upstreamYAML("    tls: {ca_file: "+ca.CAFile+"}\n", strings.TrimPrefix(srv.URL, "https://")))
+	// The endpoint is known to speak HTTP/2 first.
+	if _, body := get(t, http.DefaultClient, p.url("web")+"/"); body != "HTTP/2.0" {
+		t.Fatalf("plain request reached the endpoint over %q; want HTTP/2.0", body)
+	}
+	c, err := net.Dial("tcp", p.srv.Addr("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("upgrade: %d %s; want 101 (a protocol switch goes over HTTP/1.1)", resp.StatusCode, b)
+	}
+	io.WriteString(c, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo through the tunnel: %q, %v", buf, err)
+	}
+}
+
+func TestTLSUpstreamHandshakeTimeoutIsConnectFailure(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	good := newTLSBackend(t, "good", ca, nil, nil)
+	// A port that accepts connections and never answers a ClientHello.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mute.Close() })
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	p := startProxy(t, upstreamYAML("    timeouts: {connect: 300ms}\n    health: {passive: {enabled: false}}\n    tls: {ca_file: "+ca.CAFile+"}\n",
+		mute.Addr().String(), good.addr()))
+	for i := range 4 {
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/x")
+		if resp.StatusCode != 200 || body != "good" {
+			t.Fatalf("request %d: %d %q; want good after the mute endpoint's handshake timed out", i, resp.StatusCode, body)
+		}
+	}
+	if got := p.metric("switchboard_upstream_errors_total", map[string]string{"upstream": "app", "endpoint": mute.Addr().String(), "kind": "tls"}); got < 1 {
+		t.Errorf("upstream errors of kind tls at the mute endpoint = %v; want at least 1", got)
 	}
 }
