@@ -528,8 +528,9 @@ func (e *UnknownServiceError) Error() string {
 }
 
 // ErrScheme is the error of a request to a declared service whose URL
-// scheme is not http: endpoints are spoken to in cleartext HTTP (or h2c).
-var ErrScheme = errors.New("switchboard client: a service is called with http:// (endpoints are spoken to in cleartext)")
+// scheme is not http: a service is named by http://NAME, and its
+// configuration says whether its endpoints speak TLS.
+var ErrScheme = errors.New("switchboard client: a service is called with http:// (its configuration says whether its endpoints speak TLS)")
 
 const (
 	defaultMaxIdlePerEndpoint = 64

@@ -33,8 +33,10 @@ func ParseConfig(data []byte, name string) (*Config, error) { return config.Pars
 // names: an entry of the registries block, which New opens (and Close
 // closes), or one given with WithRegistry, which wins over an entry of the
 // same name. The connection settings
-// of an upstream (protocol, timeouts, max_idle_per_endpoint, idle_timeout,
-// max_response_header_bytes) shape a transport of its own; the discovery
+// of an upstream (protocol, tls, timeouts, max_idle_per_endpoint,
+// idle_timeout, max_response_header_bytes) shape a transport of its own
+// (the tls block's files are read here, and its settings reach the
+// upstream's health checks too); the discovery
 // block tunes the discovery caches (cache_dir, empty_grace).
 func WithConfig(cfg *Config) Option {
 	return func(o *options) error {
