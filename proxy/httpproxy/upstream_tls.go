@@ -186,6 +186,9 @@ func (d *tlsDialer) forget(addrs []string) {
 	var gone []*tls.Conn
 	for _, a := range addrs {
 		d.setH2(a, false)
+		if host, _, err := net.SplitHostPort(a); err == nil {
+			d.byHost.Delete(host) // made again if another endpoint has the host
+		}
 		if c := d.parked[a]; c != nil {
 			gone = append(gone, c)
 			delete(d.parked, a)
