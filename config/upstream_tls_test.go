@@ -48,7 +48,7 @@ func TestUpstreamTLSIsLoadedAndDefaultsToHTTPS(t *testing.T) {
 		t.Error("two loads of the same files have different sums")
 	}
 	// The sum follows the files' contents: a renewed CA is a change.
-	copyTo(t, testutil.NewTestCA(t).CAFile, ca.CAFile)
+	testutil.CopyFile(t, testutil.NewTestCA(t).CAFile, ca.CAFile)
 	if _, changed, err := u.LoadTLS(); err != nil || changed == sum {
 		t.Errorf("after the CA file changed: sum unchanged %v, err %v", changed == sum, err)
 	}
@@ -118,17 +118,6 @@ func TestRegistryTLSMinVersionIsChecked(t *testing.T) {
 	checkLines(t, problemLines(t, "lb.yaml", src), []string{
 		`lb.yaml:5:24: tls.min_version: unknown TLS version "1.0" (known: 1.2, 1.3)`,
 	})
-}
-
-func copyTo(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // upstreamTLSDocFiles maps the certificate files that the Upstream TLS

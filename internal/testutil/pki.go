@@ -114,3 +114,14 @@ func writeFile(t testing.TB, path string, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// CopyFile copies the file at from to to (a certificate renewed in
+// place, say).
+func CopyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, to, b)
+}

@@ -356,7 +356,7 @@ func TestTLSUpstreamReloadKeepsConnectionsAndReadsNewFiles(t *testing.T) {
 	b2 := newTLSBackend(t, "b2", next, []string{"http/1.1"}, nil)
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "upstream-ca.pem")
-	copyFile(t, ca.CAFile, caFile)
+	testutil.CopyFile(t, ca.CAFile, caFile)
 	// No passive ejection: the endpoint that fails its handshakes now is
 	// the one that must serve after the reload.
 	yaml := upstreamYAML("    health: {passive: {enabled: false}}\n    tls: {ca_file: "+caFile+"}\n", b1.addr(), b2.addr())
@@ -392,21 +392,10 @@ func TestTLSUpstreamReloadKeepsConnectionsAndReadsNewFiles(t *testing.T) {
 		t.Fatalf("b1 accepted %d connections across a reload that changed nothing; want 1", n)
 	}
 	// The CA file now holds the other CA: a reload reads it again.
-	copyFile(t, next.CAFile, caFile)
+	testutil.CopyFile(t, next.CAFile, caFile)
 	apply()
 	if m := served(); m["b2"] != 4 {
 		t.Fatalf("after the CA file changed: %v; want every request on b2", m)
-	}
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	b, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, b, 0o600); err != nil {
-		t.Fatal(err)
 	}
 }
 
