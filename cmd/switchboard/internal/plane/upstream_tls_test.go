@@ -493,3 +493,56 @@ func TestTLSUpstreamHandshakeTimeoutIsConnectFailure(t *testing.T) {
 		t.Errorf("upstream errors of kind tls at the mute endpoint = %v; want at least 1", got)
 	}
 }
+
+// An endpoint that chose HTTP/2 and comes back speaking only HTTP/1.1
+// (a restart with other settings) is served all the same, and from then on
+// over the HTTP/1 engine.
+func TestTLSUpstreamEndpointThatDropsHTTP2(t *testing.T) {
+	ca := testutil.NewTestCA(t)
+	cert, _, _ := ca.Issue(t, "b", "127.0.0.1")
+	protos := make(chan string, 100)
+	serve := func(ln net.Listener, alpn ...string) *http.Server {
+		srv := &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				protos <- r.Proto
+				io.WriteString(w, "b")
+			}),
+			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: alpn},
+			ErrorLog:  log.New(io.Discard, "", 0),
+		}
+		if len(alpn) == 1 {
+			srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){} // no HTTP/2
+		}
+		go srv.ServeTLS(ln, "", "")
+		return srv
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	first := serve(ln, "h2", "http/1.1")
+	p := startProxy(t, upstreamYAML("    health: {passive: {enabled: false}}\n    tls: {ca_file: "+ca.CAFile+"}\n", addr))
+	if resp, _ := get(t, http.DefaultClient, p.url("web")+"/"); resp.StatusCode != 200 || <-protos != "HTTP/2.0" {
+		t.Fatal("the first server was not reached over HTTP/2")
+	}
+	first.Close()
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("restart on %s: %v", addr, err)
+	}
+	second := serve(ln, "http/1.1")
+	t.Cleanup(func() { second.Close() })
+	for i := range 5 {
+		resp, body := get(t, http.DefaultClient, p.url("web")+"/")
+		if resp.StatusCode != 200 || body != "b" {
+			t.Fatalf("request %d after the restart: %d %q", i, resp.StatusCode, body)
+		}
+		if proto := <-protos; proto != "HTTP/1.1" {
+			t.Fatalf("request %d after the restart reached the endpoint over %s", i, proto)
+		}
+	}
+	if open := p.upstream("app").ConnStats()[addr][0]; open != 1 {
+		t.Errorf("the HTTP/1 engine has %d connections to the endpoint; want 1 (its requests moved there)", open)
+	}
+}
