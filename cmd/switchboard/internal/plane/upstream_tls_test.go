@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
@@ -274,10 +278,42 @@ func TestTLSUpstreamServerName(t *testing.T) {
 func TestTLSUpstreamInsecureSkipVerify(t *testing.T) {
 	other := testutil.NewTestCA(t)
 	b := newTLSBackend(t, "b1", other, nil, nil)
-	p := startProxy(t, upstreamYAML("    tls: {insecure_skip_verify: true}\n", b.addr()))
-	if resp, body := get(t, http.DefaultClient, p.url("web")+"/x"); resp.StatusCode != 200 || body != "b1" {
+	path := filepath.Join(t.TempDir(), "lb.yaml")
+	if err := os.WriteFile(path, []byte(upstreamYAML("    tls: {insecure_skip_verify: true}\n", b.addr())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	var mu sync.Mutex
+	srv := plane.New(slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil)), prometheus.NewRegistry())
+	if err := srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	resp, body := get(t, http.DefaultClient, "http://"+srv.Addr("web")+"/x")
+	if resp.StatusCode != 200 || body != "b1" {
 		t.Fatalf("%d %q", resp.StatusCode, body)
 	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "level=WARN msg=\"upstream TLS certificates are not verified (tls.insecure_skip_verify)\" upstream=app") {
+		t.Fatalf("no warning about insecure_skip_verify in the log:\n%s", logged.String())
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 func TestTLSUpstreamSessionResumption(t *testing.T) {
