@@ -569,6 +569,16 @@ func TestTLSUpstreamEndpointThatDropsHTTP2(t *testing.T) {
 	}
 	second := serve(ln, "http/1.1")
 	t.Cleanup(func() { second.Close() })
+	// A request may still meet the HTTP/2 connection the first server
+	// closed, before the proxy has read that it is gone (as with h2c); the
+	// next one dials, and finds HTTP/1.1.
+	testutil.WaitFor(t, 5*time.Second, "a request served by the restarted endpoint", func() bool {
+		resp, _ := get(t, http.DefaultClient, p.url("web")+"/")
+		return resp.StatusCode == 200
+	})
+	if proto := <-protos; proto != "HTTP/1.1" {
+		t.Fatalf("the restarted endpoint was reached over %s", proto)
+	}
 	for i := range 5 {
 		resp, body := get(t, http.DefaultClient, p.url("web")+"/")
 		if resp.StatusCode != 200 || body != "b" {
