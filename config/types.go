@@ -214,7 +214,7 @@ type ClientTLS struct {
 	// InsecureSkipVerify turns verification off (tests only).
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
 	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
-	// "1.3". Upstreams only.
+	// "1.3".
 	MinVersion string `yaml:"min_version"`
 }
 
