@@ -113,15 +113,22 @@ func TestUpstreamTLSProblems(t *testing.T) {
 	}
 }
 
-func TestRegistryTLSMinVersionIsChecked(t *testing.T) {
-	src := "registries:\n  c:\n    kind: consul\n    address: 127.0.0.1:8500\n    tls: {min_version: '1.0'}\nlisteners:\n  - name: web\n    listen: ':8443'\n    routes: [{upstream: u}]\nupstreams:\n  u: {targets: [{address: 'a:1'}]}\n"
+// A registry's tls block is judged by the same loader as an upstream's.
+func TestRegistryTLSIsCheckedAsAnUpstreams(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := "registries:\n  c:\n    kind: consul\n    address: 127.0.0.1:8500\n    tls: {min_version: '1.0', ca_file: " + garbage + "}\nlisteners:\n  - name: web\n    listen: ':8443'\n    routes: [{upstream: u}]\nupstreams:\n  u: {targets: [{address: 'a:1'}]}\n"
 	checkLines(t, problemLines(t, "lb.yaml", src), []string{
 		`lb.yaml:5:24: tls.min_version: unknown TLS version "1.0" (known: 1.2, 1.3)`,
+		`lb.yaml:5:40: tls.ca_file: "` + garbage + `" holds no PEM certificate`,
 	})
 }
 
-// upstreamTLSDocFiles maps the certificate files that the Upstream TLS
-// examples of docs/traffic.md name to real ones of a test CA.
+// upstreamTLSDocFiles maps the certificate files that the examples of the
+// docs name (upstream and registry tls blocks) to real ones of a test CA.
 func upstreamTLSDocFiles(t *testing.T) map[string]string {
 	ca := testutil.NewTestCA(t)
 	_, cert, key := ca.Issue(t, "proxy")
@@ -130,5 +137,6 @@ func upstreamTLSDocFiles(t *testing.T) map[string]string {
 		"/etc/switchboard/orders-ca.pem":   ca.CAFile,
 		"/etc/switchboard/proxy.crt":       cert,
 		"/etc/switchboard/proxy.key":       key,
+		"/etc/consul/ca.pem":               ca.CAFile,
 	}
 }
