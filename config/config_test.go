@@ -428,7 +428,7 @@ func TestInlineProblems(t *testing.T) {
 			[]string{`2:69: match.host "a.com:80" is not a host name (leave out any port)`}},
 		{"upstream checks", listener + "upstreams:\n  u:\n    protocol: http2\n    max_idle_per_endpoint: -1\n    targets:\n      - {address: '9001'}\n      - {address: ':9001'}\n      - {address: 'b:0'}\n      - {address: 'a:1', weight: -2}\n      - {address: 'A:1'}\n  'bad name': {targets: [{address: 'a:1'}]}\n  empty:\n",
 			[]string{
-				`7:15: unknown upstream protocol "http2" (known: http1, h2c)`,
+				`7:15: unknown upstream protocol "http2" (known: http1, h2c, https)`,
 				`8:28: max_idle_per_endpoint must not be negative, got -1`,
 				`10:19: target address "9001" is not host:port (missing port in address)`,
 				`11:19: target address ":9001" needs a host`,

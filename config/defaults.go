@@ -123,6 +123,9 @@ func applyDefaults(cfg *Config) {
 			d.PassingOnly = ptr(true)
 		}
 		setDefault(&u.Balance.Policy, DefaultBalancePolicy)
+		if u.TLS != nil {
+			setDefault(&u.Protocol, ProtocolHTTPS)
+		}
 		setDefault(&u.Protocol, DefaultUpstreamProtocol)
 		if u.Health.Passive == nil {
 			u.Health.Passive = DefaultPassive()

@@ -216,7 +216,8 @@ type RegistryBackend struct {
 	MaxTTL Duration `yaml:"max_ttl"`
 }
 
-// ClientTLS configures TLS to a registry.
+// ClientTLS configures TLS to a registry, or to an upstream's endpoints
+// (the upstream's tls block, docs/traffic.md "Upstream TLS").
 type ClientTLS struct {
 	// CAFile verifies the server; default: the system roots.
 	CAFile string `yaml:"ca_file"`
@@ -227,6 +228,9 @@ type ClientTLS struct {
 	ServerName string `yaml:"server_name"`
 	// InsecureSkipVerify turns verification off (tests only).
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
+	// "1.3".
+	MinVersion string `yaml:"min_version"`
 }
 
 // Discovery tunes the discovery cache.
@@ -380,8 +384,14 @@ type Upstream struct {
 	// signed cookie the proxy sets (docs/traffic.md, "Sticky sessions").
 	StickyCookie *StickyCookie `yaml:"sticky_cookie"`
 	// Protocol to speak to the endpoints: http1 (default) or h2c
-	// (cleartext HTTP/2, for gRPC).
+	// (cleartext HTTP/2, for gRPC), or https: TLS, with HTTP/2 or
+	// HTTP/1.1 as the endpoint chooses by ALPN (the default when tls is
+	// set). http1 with tls is HTTP/1.1 over TLS.
 	Protocol string `yaml:"protocol"`
+	// TLS speaks TLS to the endpoints: the CA that verifies them (default:
+	// the system roots), a client certificate, the server name, the
+	// lowest version. Optional with protocol https.
+	TLS *ClientTLS `yaml:"tls"`
 	// Discovery takes the endpoints from a registry instead of targets.
 	Discovery *UpstreamDiscovery `yaml:"discovery"`
 	// Timeouts for upstream connections.

@@ -531,10 +531,11 @@ func (v *validator) checkUpstreams() {
 			v.place(u.Balance.Validate(), &u.Balance)
 		}
 		switch u.Protocol {
-		case "", "http1", "h2c":
+		case "", "http1", "h2c", ProtocolHTTPS:
 		default:
-			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c)", u.Protocol)
+			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c, https)", u.Protocol)
 		}
+		v.checkUpstreamTLS(name, u)
 		if c := u.Concurrency; c != nil {
 			v.place(c.Validate(), c)
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/registryd"
 )
 
@@ -157,16 +158,10 @@ func (v *validator) checkRegistries() {
 			}
 		}
 		if t := b.TLS; t != nil && !v.bad(t) {
-			if (t.CertFile == "") != (t.KeyFile == "") {
-				v.errorf(t, "tls: cert_file and key_file go together")
-			}
-			for _, f := range []*string{&t.CAFile, &t.CertFile, &t.KeyFile} {
-				if *f != "" {
-					if _, err := v.readFile(*f); err != nil {
-						v.errorf(f, "tls: %q: %v", *f, err)
-					}
-				}
-			}
+			// The loader a registry's client uses judges the block, as an
+			// upstream's: readable files, PEM that parses, a key pair.
+			_, _, err := loadClientTLS(t, v.readFile)
+			v.place(field.Prefix("tls", err), b)
 		}
 	}
 }

@@ -174,7 +174,7 @@ func (r *Route) retryAfterError(c *Call, a *attempt, err error, idempotent bool)
 	if reason == "" {
 		return false
 	}
-	r.m.upstreamError(r.up.Name(), a.pick.Endpoint.Address(), reason)
+	r.m.upstreamError(r.up.Name(), a.pick.Endpoint.Address(), errorKind(reason, err))
 	return r.backoff(ctx, c, a.n, reason)
 }
 
@@ -288,7 +288,7 @@ func (r *Route) failed(c *Call, ep *endpoint.Endpoint, err error) (*http.Respons
 	case errors.Is(err, ErrRequestBody):
 		return nil, &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Err: err, Msg: "could not read the request body"}
 	case retry.Classify(err) == retry.ConnectFailure:
-		r.m.upstreamError(up, addr, "connect")
+		r.m.upstreamError(up, addr, errorKind("connect", err))
 		return nil, &Error{Status: http.StatusBadGateway, Code: CodeConnectFailed, Err: err, Msg: "upstream " + up + ": could not connect to " + addr}
 	case isTimeout(err):
 		r.m.upstreamError(up, addr, "timeout")
@@ -308,6 +308,16 @@ func (c *Call) replayable(idempotent bool) bool {
 		}
 	}
 	return c.Upgrade == "" && idempotent
+}
+
+// errorKind is the kind label of a failed attempt in the upstream error
+// metric: a connect failure that was a TLS handshake's is counted as
+// "tls", so that a certificate problem is told apart from a dead port.
+func errorKind(kind string, err error) string {
+	if kind == "connect" && errors.Is(err, retry.ErrTLSHandshake) {
+		return "tls"
+	}
+	return kind
 }
 
 // isTimeout reports whether an attempt ran out of time.

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -125,6 +126,57 @@ func writeKeyPair(t testing.TB, dir, name string, cert tls.Certificate) (certFil
 func writePEM(t testing.TB, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCA is a CA whose root and certificates live in files of a temporary
+// directory: for configurations that name PEM files (upstream TLS).
+type TestCA struct {
+	*CA
+	// Pool holds the root; CAFile is the root in a PEM file.
+	Pool   *x509.CertPool
+	CAFile string
+	dir    string
+}
+
+// NewTestCA makes a CA whose files live in a temporary directory of t.
+func NewTestCA(t testing.TB) *TestCA {
+	t.Helper()
+	ca, dir := NewCA(t, "switchboard test CA"), t.TempDir()
+	return &TestCA{CA: ca, Pool: ca.Pool(), CAFile: ca.WriteCert(t, dir, "ca"), dir: dir}
+}
+
+// Issue returns a certificate signed by the CA for hosts (DNS names or IP
+// addresses), good for a server and for a client, and the paths of its
+// PEM files, named after name.
+func (ca *TestCA) Issue(t testing.TB, name string, hosts ...string) (cert tls.Certificate, certFile, keyFile string) {
+	t.Helper()
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	cert = ca.issue(t, tmpl)
+	certFile, keyFile = writeKeyPair(t, ca.dir, name, cert)
+	return cert, certFile, keyFile
+}
+
+// CopyFile copies the file at from to to (a certificate renewed in
+// place, say).
+func CopyFile(t testing.TB, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

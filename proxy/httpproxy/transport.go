@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -23,8 +24,14 @@ const (
 
 // TransportConfig is how the proxy talks to one upstream's endpoints.
 type TransportConfig struct {
-	// Protocol is ProtocolHTTP1 (default) or ProtocolH2C.
+	// Protocol is ProtocolHTTP1 (default), ProtocolH2C or ProtocolHTTPS.
 	Protocol string
+	// TLS, when set, speaks TLS to the endpoints (with ProtocolHTTP1:
+	// HTTP/1.1 only; ProtocolHTTPS needs it). Its ServerName, when empty,
+	// is each endpoint's host. The transport adds a session cache and the
+	// ALPN protocols to a copy. Settings whose TLS is the same pointer
+	// are the same (plane keeps it across a reload that changes nothing).
+	TLS *tls.Config
 	// ConnectTimeout bounds dialing an endpoint.
 	ConnectTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the response header after
@@ -45,11 +52,15 @@ type TransportConfig struct {
 
 // Transport sends the proxy's requests to the endpoints of one upstream:
 // over the HTTP/1 engine's keep-alive client, or over net/http's
-// cleartext HTTP/2 (h2c) transport. It implements pipeline.Transport, and
-// closes the idle connections of endpoints that leave the upstream's pool.
+// cleartext HTTP/2 (h2c) transport; with TLS, over the HTTP/1 engine or,
+// for endpoints that choose h2 by ALPN, net/http's HTTP/2. It implements
+// pipeline.Transport, and closes the idle connections of endpoints that
+// leave the upstream's pool.
 type Transport struct {
 	cfg   TransportConfig
 	h1    *h1.Client
+	h1up  *h1.Client // https: protocol switches (no h2), ALPN http/1.1 only
+	tls   *tlsDialer // nil: cleartext
 	h2    *http.Transport
 	h2rt  pipeline.HTTPTransport // over h2
 	unsub func()
@@ -63,8 +74,10 @@ func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
 	if maxHead <= 0 {
 		maxHead = h1.DefaultMaxResponseHeaderBytes
 	}
-	switch cfg.Protocol {
-	case ProtocolH2C:
+	switch {
+	case cfg.TLS != nil:
+		t.newTLS(maxHead)
+	case cfg.Protocol == ProtocolH2C:
 		var p http.Protocols
 		p.SetUnencryptedHTTP2(true)
 		d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
@@ -80,14 +93,23 @@ func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
 		}
 		t.h2rt = pipeline.HTTPTransport{RoundTripper: t.h2}
 	default:
-		t.h1 = h1.NewClient(h1.ClientConfig{
-			ConnectTimeout: cfg.ConnectTimeout, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
-			IdleTimeout: cfg.IdleTimeout, MaxIdlePerEndpoint: cfg.MaxIdlePerEndpoint,
-			MaxResponseHeaderBytes: maxHead,
-		})
+		t.h1 = h1.NewClient(t.h1Config(maxHead, nil))
+	}
+	if t.h1 != nil {
 		t.unsub = pool.Subscribe(t.follow)
 	}
 	return t
+}
+
+// h1Config is the HTTP/1 engine's configuration, dialing with dial (nil:
+// TCP).
+func (t *Transport) h1Config(maxHead int64, dial func(context.Context, string) (net.Conn, error)) h1.ClientConfig {
+	cfg := t.cfg
+	return h1.ClientConfig{
+		ConnectTimeout: cfg.ConnectTimeout, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		IdleTimeout: cfg.IdleTimeout, MaxIdlePerEndpoint: cfg.MaxIdlePerEndpoint,
+		MaxResponseHeaderBytes: maxHead, Dial: dial,
+	}
 }
 
 // Config returns the settings t was built with.
@@ -111,6 +133,12 @@ func (t *Transport) follow(s *endpoint.Set) {
 	t.last = s.All
 	if len(gone) > 0 {
 		t.h1.Forget(gone)
+		if t.h1up != nil {
+			t.h1up.Forget(gone)
+		}
+		if t.tls != nil {
+			t.tls.forget(gone)
+		}
 	}
 }
 
@@ -123,13 +151,20 @@ func (t *Transport) Close() {
 	if t.h1 != nil {
 		t.h1.Close()
 	}
+	if t.h1up != nil {
+		t.h1up.Close()
+	}
+	if t.tls != nil {
+		t.tls.close()
+	}
 	if t.h2 != nil {
 		t.h2.CloseIdleConnections()
 	}
 }
 
 // ConnStats returns the open and idle connections per endpoint address
-// (HTTP/1.1 only; nil for h2c).
+// (HTTP/1.1 only; nil for h2c, and without the HTTP/2 connections of a
+// TLS upstream).
 func (t *Transport) ConnStats() map[string][2]int64 {
 	if t.h1 == nil {
 		return nil
@@ -139,26 +174,34 @@ func (t *Transport) ConnStats() map[string][2]int64 {
 
 // RoundTrip implements pipeline.Transport.
 func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
+	if t.h2 != nil && t.tls != nil {
+		return t.roundTripTLS(ctx, deadline, ep, c, body)
+	}
+	if t.h1 != nil {
+		return t.roundTripH1(ctx, deadline, t.h1, ep, c, body)
+	}
+	return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
+}
+
+// roundTripH1 sends over the HTTP/1 engine's client hc.
+func (t *Transport) roundTripH1(ctx context.Context, deadline time.Time, hc *h1.Client, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
 	r := c.Req
 	length := r.ContentLength
 	if body == nil {
 		length = 0
 	}
-	if t.h1 != nil {
-		var store *h1.Body
-		if st, ok := c.Front.(*reqState); ok {
-			store = st.takeBody()
-		}
-		resp, err := t.h1.Do(ctx, deadline, ep.Address(), h1.Request{
-			Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: r.Header, Body: body, Length: length, Upgrade: c.Upgrade,
-			BodyStore: store,
-		})
-		if err != nil {
-			err = markBodyError(err)
-		}
-		return resp, err
+	var store *h1.Body
+	if st, ok := c.Front.(*reqState); ok {
+		store = st.takeBody()
 	}
-	return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
+	resp, err := hc.Do(ctx, deadline, ep.Address(), h1.Request{
+		Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: r.Header, Body: body, Length: length, Upgrade: c.Upgrade,
+		BodyStore: store,
+	})
+	if err != nil {
+		err = markBodyError(err)
+	}
+	return resp, err
 }
 
 // markBodyError marks the engine's failure to read the client's body as
