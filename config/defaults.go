@@ -98,6 +98,7 @@ func applyDefaults(cfg *Config) {
 				setDefault(&b.Memory, DefaultBufferMemory)
 				setDefault(&b.Max, DefaultBufferMax)
 			}
+			applyRedirectDefaults(r)
 		}
 	}
 

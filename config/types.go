@@ -267,7 +267,8 @@ type Route struct {
 	Name string `yaml:"name"`
 	// Match selects requests; every field set must match.
 	Match Match `yaml:"match"`
-	// Upstream names the upstream that serves the route. Required.
+	// Upstream names the upstream that serves the route. Required, unless
+	// the route redirects.
 	Upstream string `yaml:"upstream"`
 	// Timeout bounds the whole request, from routing to the last byte of
 	// the response. Default 60s; 0 disables it (long-lived streams).
@@ -276,6 +277,17 @@ type Route struct {
 	// endpoint is picked, so that a slow upload holds no upstream
 	// connection, and keeps it for retries whatever its size.
 	BufferRequests *BufferRequests `yaml:"buffer_requests"`
+	// Rewrite changes the path and Host sent upstream (config/rewrite.go).
+	Rewrite *Rewrite `yaml:"rewrite"`
+	// RequestHeaders sets, adds and removes fields of the request sent
+	// upstream; values may hold placeholders.
+	RequestHeaders *HeaderRules `yaml:"request_headers"`
+	// ResponseHeaders sets, adds and removes fields of the upstream's
+	// response (not of the errors switchboard makes itself).
+	ResponseHeaders *HeaderRules `yaml:"response_headers"`
+	// Redirect answers matching requests with a redirect instead of
+	// forwarding them; a route has either upstream or redirect.
+	Redirect *Redirect `yaml:"redirect"`
 	// Config holds the route's protection and retry settings: rate_limit,
 	// concurrency, breaker, retry and fallback (pipeline.Config).
 	pipeline.Config `yaml:",inline"`

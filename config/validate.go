@@ -271,6 +271,8 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	}
 
 	switch {
+	case r.Redirect != nil:
+		// checkRewrites: a route that redirects has no upstream.
 	case r.Upstream == "":
 		v.errorf(&r.Upstream, "route upstream is required")
 	case v.cfg.Upstreams[r.Upstream] == nil && !v.bad(&v.cfg.Upstreams):
@@ -285,6 +287,7 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 	if b := r.BufferRequests; b != nil && !v.bad(b) {
 		v.checkBuffer(b)
 	}
+	v.checkRewrites(r)
 }
 
 // checkBuffer checks a route's buffer_requests: memory within max, and a

@@ -51,7 +51,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rm := rt.metrics
 	rm.Start()
-	res := h.serve(w, r, t, rt, start)
+	var res result
+	if rt.redirect != nil {
+		res = h.serveRedirect(w, r, rt)
+	} else {
+		res = h.serve(w, r, t, rt, start)
+	}
 	rm.Done(res.status, time.Since(start).Seconds())
 	h.access(t, r, rt, res.ep, res.status, start)
 	if res.abort {
@@ -92,6 +97,8 @@ type reqState struct {
 	// (takeBody); a retry or hedge after it gets one of its own.
 	body      h1.Body
 	bodyTaken atomic.Bool
+	// rewrite is the route's rewrites' state (rewrite.go).
+	rewrite rewriteState
 }
 
 // takeBody hands the first exchange of the call the body kept in its
@@ -114,6 +121,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	}
 	st := new(reqState)
 	prepareHeader(r, &st.vals, &st.id)
+	if rt.rewrite != nil {
+		var ok bool
+		if r, ok = rt.rewrite.request(r, st.vals[2], &st.rewrite); !ok {
+			WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "the route's rewrite makes the path climb above the root")
+			return result{status: http.StatusBadRequest}
+		}
+	}
 	c := &st.call
 	c.Req, c.Body, c.Front = r, body, st
 	if r.ProtoMajor == 1 {
@@ -242,6 +256,9 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, res
 	copyResponseHeader(dst, resp.Header)
 	if _, ok := dst["X-Request-Id"]; !ok {
 		dst["X-Request-Id"] = reqID
+	}
+	if st, ok := c.Front.(*reqState); ok {
+		st.rewrite.response(dst, c, reqID[0])
 	}
 	if _, ok := dst["Content-Type"]; !ok {
 		// Do not let the server guess a type the upstream did not send.
@@ -395,7 +412,10 @@ func (h *Handler) access(t *Table, r *http.Request, rt *route, ep *endpoint.Endp
 	}
 	routeName, upName, epAddr := "", "", ""
 	if rt != nil {
-		routeName, upName = rt.name, rt.pipe.Upstream().Name()
+		routeName = rt.name
+		if rt.pipe != nil { // nil: the route redirects
+			upName = rt.pipe.Upstream().Name()
+		}
 	}
 	if ep != nil {
 		epAddr = ep.Address()

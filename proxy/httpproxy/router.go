@@ -39,6 +39,8 @@ type route struct {
 	metrics  *httpmetrics.Route
 	buffer   *bufferPolicy // nil: bodies are streamed
 	timeout  time.Duration // the route's, which buffering counts against
+	rewrite  *rewriter     // nil: none (rewrite.go)
+	redirect *redirect     // non-nil: the route redirects; pipe is nil
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -76,6 +78,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		for _, k := range names {
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
+		rt.rewrite, rt.redirect = newRewriter(&rc), newRedirect(rc.Redirect)
 		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstream)
 		t.routes = append(t.routes, rt)
 	}

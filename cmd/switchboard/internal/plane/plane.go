@@ -168,6 +168,9 @@ func (p *Plane) buildRoutes(cfg *config.Config, ups *upstreamChanges) (map[strin
 		}
 		for i := range lc.Routes {
 			rc := &lc.Routes[i]
+			if rc.Redirect != nil {
+				continue // answered by the front end: no pipeline
+			}
 			u := ups.next[rc.Upstream]
 			r, err := pipeline.New(rc.Name, pipelineConfig(rc), u.up, u.t,
 				pipeline.WithMetrics(p.m.pipe), pipeline.WithLogger(p.log), pipeline.WithBackups(p.backup),
