@@ -7,10 +7,10 @@ import (
 
 func TestAutoRoutesParseAndOrder(t *testing.T) {
 	services := map[string][]string{
-		"aaa":   {"urlprefix-*.example.com/"},
-		"zzz":   {"urlprefix-api.example.com/"},
-		"all":   {"urlprefix-/"},
-		"deep":  {"urlprefix-/orders/v2", "urlprefix-/orders/v2"},
+		"aaa":  {"urlprefix-*.example.com/"},
+		"zzz":  {"urlprefix-api.example.com/"},
+		"all":  {"urlprefix-/"},
+		"deep": {"urlprefix-/orders/v2", "urlprefix-/orders/v2"},
 		"other": {"urlprefix-/orders/v2", "urlprefix-/x strip=/x", "urlprefix-host:80/y", "urlprefix-", "plain",
 			"urlprefix-/p proto=https", "urlprefix-/q strip=q", "urlprefix-/r strip=/r strip=/r", "urlprefix- /s"},
 	}
