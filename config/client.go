@@ -100,6 +100,7 @@ func parseClient(file string, data []byte, h sys) (*Client, error) {
 		if v.present(&r.BufferRequests) {
 			v.keyErrorf(&r.BufferRequests, "buffer_requests is for the proxy: a program holds its own request bodies")
 		}
+		v.checkClientRewrites(r)
 	}
 	if !probs.empty() {
 		return nil, probs.errors()

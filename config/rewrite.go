@@ -133,6 +133,19 @@ func (v *validator) checkRewrites(r *Route) {
 	}
 }
 
+// checkClientRewrites reports the proxy's rewrite keys on a route of a
+// client configuration.
+func (v *validator) checkClientRewrites(r *Route) {
+	for _, k := range []struct {
+		key string
+		at  any
+	}{{"rewrite", &r.Rewrite}, {"request_headers", &r.RequestHeaders}, {"response_headers", &r.ResponseHeaders}, {"redirect", &r.Redirect}} {
+		if v.present(k.at) {
+			v.keyErrorf(k.at, "%s is for the proxy: a program shapes its own requests", k.key)
+		}
+	}
+}
+
 func (v *validator) checkRedirect(r *Route, rd *Redirect) {
 	if v.present(&r.Upstream) {
 		v.keyErrorf(&r.Upstream, "a route has either upstream or redirect, not both")

@@ -103,3 +103,22 @@ upstreams:
 		`lb.yaml:25:39: redirect.port 70000 is out of range (1 to 65535)`,
 	})
 }
+
+func TestClientRoutesRefuseTheProxysRewrites(t *testing.T) {
+	_, err := ParseClient("client.yaml", []byte(`upstreams:
+  orders:
+    targets: [{address: "a:1"}]
+routes:
+  - upstream: orders
+    rewrite: {strip_prefix: /x}
+    request_headers: {set: {X-A: b}}
+    response_headers: {remove: [Server]}
+  - redirect: {to: /y}
+`))
+	checkLines(t, problemStrings(err), []string{
+		`client.yaml:6:5: rewrite is for the proxy: a program shapes its own requests`,
+		`client.yaml:7:5: request_headers is for the proxy: a program shapes its own requests`,
+		`client.yaml:8:5: response_headers is for the proxy: a program shapes its own requests`,
+		`client.yaml:9:5: redirect is for the proxy: a program shapes its own requests`,
+	})
+}

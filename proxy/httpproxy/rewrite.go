@@ -324,6 +324,9 @@ func (rw *rewriter) request(r *http.Request, reqID string, rs *rewriteState) (ou
 		return out, true
 	}
 	old := escapedPath(r)
+	if old == "" || old[0] != '/' {
+		return out, true // "*" of OPTIONS: not a path
+	}
 	p := old
 	switch {
 	case rw.strip != "":

@@ -91,7 +91,12 @@ func BenchmarkProxyHTTP1TLS(b *testing.B) {
 // benchGets sends keep-alive GETs in parallel, one connection from dial
 // per goroutine, and checks each answer.
 func benchGets(b *testing.B, dial func() (net.Conn, error)) {
-	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	benchGetsOf(b, dial, "/bench")
+}
+
+// benchGetsOf is benchGets for a request to path.
+func benchGetsOf(b *testing.B, dial func() (net.Conn, error), path string) {
+	req := []byte("GET " + path + " HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
