@@ -373,3 +373,20 @@ func TestHedgedAttemptsSendTheRewrittenRequest(t *testing.T) {
 		t.Errorf("the first attempt went out as %q, want /h?x=1 inner", got)
 	}
 }
+
+func TestResponseHeaderRulesApplyToFallbackAnswers(t *testing.T) {
+	p := startProxy(t, rewriteYAML(`
+      - match: {path_prefix: /}
+        upstream: app
+        fallback:
+          on: [retries_exhausted]
+          steps: [{type: static, status: 200, headers: {Content-Type: text/plain, Server: fallback}, body: "maintenance"}]
+        response_headers: {set: {X-Frame-Options: DENY, X-Up: "{upstream}"}, remove: [Server]}`, deadAddr(t)))
+	resp, body := doGet(t, p.url("web")+"/x", nil)
+	if resp.StatusCode != 200 || body != "maintenance" || resp.Header.Get("X-Switchboard-Degraded") == "" {
+		t.Fatalf("%d %q degraded %q; want the static fallback's answer", resp.StatusCode, body, resp.Header.Get("X-Switchboard-Degraded"))
+	}
+	if resp.Header.Get("X-Frame-Options") != "DENY" || resp.Header.Get("X-Up") != "app" || resp.Header["Server"] != nil {
+		t.Errorf("fallback answer headers %v: want X-Frame-Options DENY, X-Up app, no Server", resp.Header)
+	}
+}
