@@ -6,7 +6,6 @@ import (
 	"net/textproto"
 	"net/url"
 	"regexp"
-	"sort"
 	"strings"
 
 	"github.com/switchboard-dev/switchboard/internal/placeholder"
@@ -341,11 +340,7 @@ func (v *validator) checkHeaderRules(key string, h *HeaderRules, response, redir
 			return m, nil
 		}
 		// Walk the names in file order, so that a clash names the first.
-		names := sortedKeys(m)
-		sort.SliceStable(names, func(i, j int) bool {
-			a, b := v.pos.of(entry(m, names[i])).keyNode(), v.pos.of(entry(m, names[j])).keyNode()
-			return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
-		})
+		names := v.keysInFileOrder(m)
 		out := make(map[string]string, len(m))
 		from := map[string]string{}
 		for _, name := range names {

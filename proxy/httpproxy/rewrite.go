@@ -1,10 +1,12 @@
 package httpproxy
 
 import (
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -126,26 +128,12 @@ func (rw *rewriter) compile(dst *headerRules, c *config.HeaderRules) {
 		}
 		return headerRule{name: name, tmpl: t}
 	}
-	for _, name := range sortedNames(c.Set) {
+	for _, name := range slices.Sorted(maps.Keys(c.Set)) {
 		dst.set = append(dst.set, rule(name, c.Set[name]))
 	}
-	for _, name := range sortedNames(c.Add) {
+	for _, name := range slices.Sorted(maps.Keys(c.Add)) {
 		dst.add = append(dst.add, rule(name, c.Add[name]))
 	}
-}
-
-func sortedNames(m map[string]string) []string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	// Insertion sort: a handful of names.
-	for i := 1; i < len(names); i++ {
-		for j := i; j > 0 && names[j] < names[j-1]; j-- {
-			names[j], names[j-1] = names[j-1], names[j]
-		}
-	}
-	return names
 }
 
 // vars are the values placeholders stand for in one request.
