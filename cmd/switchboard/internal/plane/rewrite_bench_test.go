@@ -22,6 +22,28 @@ const rewriteBenchRoutes = `
       - match: {path_prefix: /}
         upstream: app`
 
+// TestRewrittenRequestAllocations bounds what rewrites add to a proxied
+// GET's allocations (TestProxiedRequestAllocations): literal header rules
+// nothing; strip_prefix with a templated header one, the rewritten request
+// and its values.
+func TestRewrittenRequestAllocations(t *testing.T) {
+	be := rawBackend(t)
+	p := startProxy(t, rewriteYAML(`
+      - match: {path_prefix: /literal/}
+        upstream: app
+        request_headers: {set: {X-Env: prod}, remove: [X-Debug]}
+        response_headers: {set: {X-Frame-Options: DENY}}`+rewriteBenchRoutes, be))
+	addr := p.srv.Addr("web")
+	plain, literal, rewrite := allocsPerGet(t, addr, "/bench"), allocsPerGet(t, addr, "/literal/x"), allocsPerGet(t, addr, "/api/bench")
+	t.Logf("allocations per request: plain route %.2f, literal header rules %.2f, strip_prefix and templated headers %.2f", plain, literal, rewrite)
+	if literal > plain {
+		t.Errorf("literal header rules allocate %.2f times a request, the plain route %.2f: want no more", literal, plain)
+	}
+	if rewrite > plain+1 {
+		t.Errorf("strip_prefix with templated headers allocates %.2f times a request, the plain route %.2f: want at most one more", rewrite, plain)
+	}
+}
+
 // BenchmarkProxyHTTP1Rewrite compares, in one run, a keep-alive GET
 // through the plain route (plain) with one through the rewriting route
 // (rewrite), to the same endpoint: the cost of rewrites is the ratio.
