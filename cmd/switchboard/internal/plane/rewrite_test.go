@@ -118,6 +118,12 @@ func TestPathRewritesReachTheUpstreamWithTheQueryKept(t *testing.T) {
       - match: {path_prefix: /u/}
         upstream: app
         rewrite: {regex: {match: '^/u/(\d+)$', replace: '/users/$1/profile'}}
+      - match: {path_prefix: /dbl/}
+        upstream: app
+        rewrite: {replace_prefix: {from: /dbl, to: /x/}}
+      - match: {path_prefix: /up/}
+        upstream: app
+        rewrite: {regex: {match: '^/up/(.*)$', replace: '/../$1'}}
       - match: {path_prefix: /}
         upstream: app`, be.addr()))
 	for _, c := range []struct{ in, want string }{
@@ -129,13 +135,22 @@ func TestPathRewritesReachTheUpstreamWithTheQueryKept(t *testing.T) {
 		{"/slash/", "/"},               //
 		{"/v1/orders/7?full=1", "/v2/orders/7?full=1"},
 		{"/u/42?tab=a", "/users/42/profile?tab=a"},
-		{"/u/abc", "/u/abc"},   // no match: the path goes as it came
-		{"/apix/y", "/apix/y"}, // another route, no rewrite
+		{"/u/abc", "/u/abc"},       // no match: the path goes as it came
+		{"/apix/y", "/apix/y"},     // another route, no rewrite
+		{"/dbl/a?q=1", "/x/a?q=1"}, // the rewritten path is normalised again
 	} {
 		resp, s := echoGet(t, p.url("web")+c.in, nil)
 		if resp.StatusCode != 200 || s.URI != c.want {
 			t.Errorf("GET %s: upstream saw %q (status %d), want %q", c.in, s.URI, resp.StatusCode, c.want)
 		}
+	}
+	n := len(be.seenURIs())
+	resp, _ := echoGet(t, p.url("web")+"/up/etc/passwd", nil)
+	if resp.StatusCode != 400 || resp.Header.Get("X-Switchboard-Error") != "bad_request" {
+		t.Errorf("a rewrite that climbs above the root: %d %q, want 400 bad_request", resp.StatusCode, resp.Header.Get("X-Switchboard-Error"))
+	}
+	if got := be.seenURIs(); len(got) != n {
+		t.Errorf("a rewrite that climbs above the root reached the upstream as %q", got[n:])
 	}
 }
 
