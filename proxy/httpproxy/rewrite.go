@@ -26,10 +26,12 @@ import (
 // place, after the proxy's own X-Forwarded-* and X-Request-Id.
 //
 // Allocation: literal header values are shared slices (len == cap, so an
-// append copies); a route with path or host rewrites or with templated
-// values takes one allocation per request (rewriteReq) that holds the
-// copy and up to four values, plus one buffer when a value mixes text and
-// placeholders, or a path rewrite must build a new path.
+// append copies), and a value that is one placeholder is a string the
+// request already has, kept in the request's state (two of them; more
+// take an allocation each). A path or host rewrite takes one allocation
+// per request (upstreamReq, the copy); a value that mixes text and
+// placeholders, a path rewrite that builds a new path, and a query to put
+// back after it take one buffer per phase (request, response).
 
 // rewriter is a route's compiled rewrites.
 type rewriter struct {
@@ -42,9 +44,10 @@ type rewriter struct {
 	host     string // rewrite.host
 
 	req, resp headerRules
-	// state: a request needs a rewriteReq (a copy of the request, or
-	// backing for rendered values).
-	state bool
+	// copy: a request needs an upstreamReq (a path or host rewrite).
+	copy bool
+	// literal: every header value is literal.
+	literal bool
 	// bufHint sizes the buffer of rendered values and paths.
 	bufHint int
 }
@@ -64,19 +67,16 @@ type headerRule struct {
 	tmpl placeholder.Template
 }
 
-// rewriteReq is a request's rewrite state, one allocation: the copy of the
-// request that goes upstream and the backing of rendered values.
-type rewriteReq struct {
-	req  http.Request
-	url  url.URL
-	vals [4]string
-	n    int    // vals used
-	buf  []byte // rendered text; only ever appended to
+// upstreamReq is the copy of a request that goes upstream with a
+// rewritten path or Host, in one allocation.
+type upstreamReq struct {
+	req http.Request
+	url url.URL
 }
 
 // newRewriter compiles rc's rewrites; nil when it has none.
 func newRewriter(rc *config.Route) *rewriter {
-	rw := &rewriter{upstream: rc.Upstream}
+	rw := &rewriter{upstream: rc.Upstream, literal: true}
 	some := false
 	if c := rc.Rewrite; c != nil {
 		some = true
@@ -87,10 +87,7 @@ func newRewriter(rc *config.Route) *rewriter {
 		if x := c.Regex; x != nil {
 			rw.re, rw.repl = regexp.MustCompile(x.Match), x.Replace
 		}
-		if rw.strip != "" || rw.from != "" || rw.re != nil || rw.host != "" {
-			rw.state = true
-			rw.bufHint += 64
-		}
+		rw.copy = rw.strip != "" || rw.from != "" || rw.re != nil || rw.host != ""
 	}
 	if c := rc.RequestHeaders; c != nil {
 		some = true
@@ -116,7 +113,7 @@ func (rw *rewriter) compile(dst *headerRules, c *config.HeaderRules) {
 		if lit, ok := t.Literal(); ok {
 			return headerRule{name: name, lit: []string{lit}[:1:1]}
 		}
-		rw.state = true
+		rw.literal = false
 		if len(t.Parts) > 1 {
 			for _, p := range t.Parts {
 				if p.Kind == placeholder.Literal {
@@ -202,56 +199,62 @@ func escapedPath(r *http.Request) string {
 	return r.URL.EscapedPath()
 }
 
-// render returns t's text for v, backed by st's buffer when it is made of
-// more than one placeholder's value.
-func (st *rewriteReq) render(t *placeholder.Template, v *vars, hint int) string {
+// render returns t's text for v: a placeholder's value as it is, or text
+// appended to *buf (made with capacity hint when nil).
+func render(t *placeholder.Template, v *vars, buf *[]byte, hint int) string {
 	if len(t.Parts) == 1 {
 		return v.value(t.Parts[0])
 	}
-	if st.buf == nil {
-		st.buf = make([]byte, 0, hint)
+	if *buf == nil {
+		*buf = make([]byte, 0, hint)
 	}
-	// Only appended to: the bytes of a string handed out are never
-	// written again (after a growth they stay in the old array, which the
-	// string keeps alive).
-	start := len(st.buf)
+	// *buf is only appended to: the bytes of a string handed out are
+	// never written again (after a growth they stay in the old array,
+	// which the string keeps alive).
+	start := len(*buf)
 	for _, p := range t.Parts {
 		if p.Kind == placeholder.Literal {
-			st.buf = append(st.buf, p.Text...)
+			*buf = append(*buf, p.Text...)
 		} else {
-			st.buf = append(st.buf, v.value(p)...)
+			*buf = append(*buf, v.value(p)...)
 		}
 	}
-	b := st.buf[start:]
+	b := (*buf)[start:]
 	if len(b) == 0 {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b))
 }
 
-// one returns s as a one-value header slice backed by st when it can.
-func (st *rewriteReq) one(s string) []string {
-	if st.n < len(st.vals) {
-		st.vals[st.n] = s
-		st.n++
-		return st.vals[st.n-1 : st.n : st.n]
+// one returns s as a one-value header slice, backed by rs when it has
+// room.
+func (rs *rewriteState) one(s string) []string {
+	if int(rs.n) < len(rs.vals) {
+		rs.vals[rs.n] = s
+		rs.n++
+		return rs.vals[rs.n-1 : rs.n : rs.n]
 	}
 	return []string{s}
 }
 
 // apply applies rules to h. Every value is rendered before any rule
 // changes h, so that {header.NAME} reads the header as it was.
-func (st *rewriteReq) apply(rules *headerRules, h http.Header, v *vars, hint int) {
+func (rs *rewriteState) apply(rules *headerRules, h http.Header, v *vars) {
+	if rs.rw.literal {
+		rules.applyLiteral(h)
+		return
+	}
+	var buf []byte
 	var rendered [8]string
 	vals := rendered[:0]
 	for i := range rules.set {
 		if r := &rules.set[i]; r.lit == nil {
-			vals = append(vals, st.render(&r.tmpl, v, hint))
+			vals = append(vals, render(&r.tmpl, v, &buf, rs.rw.bufHint))
 		}
 	}
 	for i := range rules.add {
 		if r := &rules.add[i]; r.lit == nil {
-			vals = append(vals, st.render(&r.tmpl, v, hint))
+			vals = append(vals, render(&r.tmpl, v, &buf, rs.rw.bufHint))
 		}
 	}
 	for _, name := range rules.remove {
@@ -264,14 +267,14 @@ func (st *rewriteReq) apply(rules *headerRules, h http.Header, v *vars, hint int
 			h[r.name] = r.lit
 			continue
 		}
-		h[r.name] = st.one(vals[k])
+		h[r.name] = rs.one(vals[k])
 		k++
 	}
 	for i := range rules.add {
 		r := &rules.add[i]
 		val := r.lit
 		if val == nil {
-			val = st.one(vals[k])
+			val = rs.one(vals[k])
 			k++
 		}
 		if prior := h[r.name]; len(prior) > 0 {
@@ -289,20 +292,14 @@ func (st *rewriteReq) apply(rules *headerRules, h http.Header, v *vars, hint int
 // rewritten path is not a path (a regex that climbs above the root).
 func (rw *rewriter) request(r *http.Request, reqID string, rs *rewriteState) (out *http.Request, ok bool) {
 	rs.rw, rs.client = rw, r
-	if !rw.state {
-		// Literal header values only.
-		rw.req.applyLiteral(r.Header)
-		return r, true
-	}
-	st := new(rewriteReq)
-	rs.st = st
-	v := vars{client: r, reqID: reqID, upstream: rw.upstream}
 	if !rw.req.empty() {
-		st.apply(&rw.req, r.Header, &v, rw.bufHint)
+		v := vars{client: r, reqID: reqID, upstream: rw.upstream}
+		rs.apply(&rw.req, r.Header, &v)
 	}
-	if rw.strip == "" && rw.from == "" && rw.re == nil && rw.host == "" {
+	if !rw.copy {
 		return r, true
 	}
+	st := new(upstreamReq)
 	st.req = *r
 	out = &st.req
 	if rw.host != "" {
@@ -356,13 +353,7 @@ func (rw *rewriter) request(r *http.Request, reqID string, rs *rewriteState) (ou
 		out.URL.Path, out.URL.RawPath = dec, norm
 	}
 	if q := r.URL.RawQuery; q != "" || r.URL.ForceQuery {
-		if st.buf == nil {
-			st.buf = make([]byte, 0, len(norm)+1+len(q))
-		}
-		start := len(st.buf)
-		st.buf = append(append(append(st.buf, norm...), '?'), q...)
-		b := st.buf[start:]
-		out.RequestURI = unsafe.String(&b[0], len(b))
+		out.RequestURI = norm + "?" + q
 	} else {
 		out.RequestURI = norm
 	}
@@ -387,12 +378,13 @@ func (rules *headerRules) applyLiteral(h http.Header) {
 	}
 }
 
-// rewriteState is what a request's response rules need: kept in its
-// reqState.
+// rewriteState is a request's rewrite state, kept in its reqState: what
+// the response rules need, and the backing of two rendered values.
 type rewriteState struct {
 	rw     *rewriter
 	client *http.Request
-	st     *rewriteReq // nil when the route needs none
+	vals   [2]string
+	n      uint8 // vals used
 }
 
 // response applies the route's response rules to h, the header of the
@@ -402,15 +394,11 @@ func (rs *rewriteState) response(h http.Header, c *pipeline.Call, reqID string) 
 	if rw == nil || rw.resp.empty() {
 		return
 	}
-	if rs.st == nil {
-		rw.resp.applyLiteral(h)
-		return
-	}
 	v := vars{client: rs.client, reqID: reqID, upstream: rw.upstream}
 	if ep := c.Endpoint(); ep != nil {
 		v.endpoint = ep.Address()
 	}
-	rs.st.apply(&rw.resp, h, &v, rw.bufHint)
+	rs.apply(&rw.resp, h, &v)
 }
 
 // redirect is a route's redirect action.
@@ -482,7 +470,8 @@ func (h *Handler) serveRedirect(w http.ResponseWriter, r *http.Request, rt *rout
 	hdr["Location"] = []string{string(b)}
 	if rw := rt.rewrite; rw != nil && !rw.resp.empty() {
 		v := vars{client: r, reqID: clientRequestID(r)}
-		new(rewriteReq).apply(&rw.resp, hdr, &v, rw.bufHint)
+		rs := &rewriteState{rw: rw, client: r}
+		rs.apply(&rw.resp, hdr, &v)
 	}
 	hdr["Content-Length"] = []string{"0"}
 	w.WriteHeader(rd.status)

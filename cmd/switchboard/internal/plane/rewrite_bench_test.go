@@ -23,24 +23,32 @@ const rewriteBenchRoutes = `
         upstream: app`
 
 // TestRewrittenRequestAllocations bounds what rewrites add to a proxied
-// GET's allocations (TestProxiedRequestAllocations): literal header rules
-// nothing; strip_prefix with a templated header one, the rewritten request
-// and its values.
+// GET's allocations (TestProxiedRequestAllocations): header rules with
+// literal values, or with up to two values that are one placeholder each,
+// nothing; strip_prefix one, the rewritten request.
 func TestRewrittenRequestAllocations(t *testing.T) {
 	be := rawBackend(t)
 	p := startProxy(t, rewriteYAML(`
       - match: {path_prefix: /literal/}
         upstream: app
         request_headers: {set: {X-Env: prod}, remove: [X-Debug]}
-        response_headers: {set: {X-Frame-Options: DENY}}`+rewriteBenchRoutes, be))
+        response_headers: {set: {X-Frame-Options: DENY}}
+      - match: {path_prefix: /placeholders/}
+        upstream: app
+        request_headers: {set: {X-Client: "{client_ip}", X-Env: prod}}
+        response_headers: {set: {X-Served-By: "{endpoint}"}}`+rewriteBenchRoutes, be))
 	addr := p.srv.Addr("web")
-	plain, literal, rewrite := allocsPerGet(t, addr, "/bench"), allocsPerGet(t, addr, "/literal/x"), allocsPerGet(t, addr, "/api/bench")
-	t.Logf("allocations per request: plain route %.2f, literal header rules %.2f, strip_prefix and templated headers %.2f", plain, literal, rewrite)
+	plain, literal, placeholders, rewrite := allocsPerGet(t, addr, "/bench"), allocsPerGet(t, addr, "/literal/x"),
+		allocsPerGet(t, addr, "/placeholders/x"), allocsPerGet(t, addr, "/api/bench")
+	t.Logf("allocations per request: plain route %.2f, literal header rules %.2f, placeholder values %.2f, strip_prefix and headers %.2f", plain, literal, placeholders, rewrite)
 	if literal > plain {
 		t.Errorf("literal header rules allocate %.2f times a request, the plain route %.2f: want no more", literal, plain)
 	}
+	if placeholders > plain {
+		t.Errorf("header rules with two placeholder values allocate %.2f times a request, the plain route %.2f: want no more", placeholders, plain)
+	}
 	if rewrite > plain+1 {
-		t.Errorf("strip_prefix with templated headers allocates %.2f times a request, the plain route %.2f: want at most one more", rewrite, plain)
+		t.Errorf("strip_prefix with header rules allocates %.2f times a request, the plain route %.2f: want at most one more", rewrite, plain)
 	}
 }
 
