@@ -108,6 +108,7 @@ func parseClient(file string, data []byte, h sys) (*Client, error) {
 			v.keyErrorf(at, "compress and decompress are for the proxy: a program's HTTP client negotiates its own encodings")
 		}
 		v.proxyOnlyTraffic(r)
+		v.checkClientRewrites(r)
 	}
 	if !probs.empty() {
 		return nil, probs.errors()

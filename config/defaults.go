@@ -105,6 +105,7 @@ func applyDefaults(cfg *Config) {
 			defaultCompress(r)
 			trafficDefaults(r)
 			applyAccessDefaults(r)
+			applyRedirectDefaults(r)
 		}
 	}
 

@@ -125,6 +125,20 @@ func (r *Route) Upstreams() []string {
 // checkRouteUpstream checks the upstream a route sends to: upstream or
 // split (one of them), its canary and its mirror.
 func (v *validator) checkRouteUpstream(r *Route) {
+	if r.Redirect != nil {
+		// A route that redirects sends nothing upstream (checkRewrites
+		// refuses an upstream beside it).
+		for _, k := range []struct {
+			name string
+			at   any
+			set  bool
+		}{{"split", &r.Split, len(r.Split) > 0}, {"canary", r.Canary, r.Canary != nil}, {"mirror", r.Mirror, r.Mirror != nil}, {"sticky_cookie", r.StickyCookie, r.StickyCookie != nil}} {
+			if k.set {
+				v.keyErrorf(k.at, "a route that redirects has no %s: it sends nothing upstream", k.name)
+			}
+		}
+		return
+	}
 	switch {
 	case len(r.Split) > 0 && r.Upstream != "":
 		v.errorf(&r.Split, "route has both upstream and split; use one")

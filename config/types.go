@@ -301,7 +301,7 @@ type Route struct {
 	// Match selects requests; every field set must match.
 	Match Match `yaml:"match"`
 	// Upstream names the upstream that serves the route. Required, unless
-	// split is set.
+	// split is set or the route redirects.
 	Upstream string `yaml:"upstream"`
 	// Split shares the route's requests among several upstreams by weight
 	// (docs/traffic.md, "Traffic split"). Exclusive with upstream.
@@ -342,6 +342,17 @@ type Route struct {
 	// ForwardAuth asks an auth service about each request (checked after
 	// basic_auth).
 	ForwardAuth *ForwardAuth `yaml:"forward_auth"`
+	// Rewrite changes the path and Host sent upstream (config/rewrite.go).
+	Rewrite *Rewrite `yaml:"rewrite"`
+	// RequestHeaders sets, adds and removes fields of the request sent
+	// upstream; values may hold placeholders.
+	RequestHeaders *HeaderRules `yaml:"request_headers"`
+	// ResponseHeaders sets, adds and removes fields of the upstream's
+	// response (not of the errors switchboard makes itself).
+	ResponseHeaders *HeaderRules `yaml:"response_headers"`
+	// Redirect answers matching requests with a redirect instead of
+	// forwarding them; a route has either upstream or redirect.
+	Redirect *Redirect `yaml:"redirect"`
 	// Config holds the route's protection and retry settings: rate_limit,
 	// concurrency, breaker, retry and fallback (pipeline.Config).
 	pipeline.Config `yaml:",inline"`

@@ -258,6 +258,7 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 		v.checkCompress(c)
 	}
 	v.checkAccessControl(r)
+	v.checkRewrites(r)
 }
 
 // checkBuffer checks a route's buffer_requests: memory within max, and a
@@ -489,11 +490,7 @@ func (v *validator) checkMatch(m *Match) {
 		return
 	}
 	// Walk the headers in file order so that a clash names the first one.
-	names := sortedKeys(m.Headers)
-	sort.SliceStable(names, func(i, j int) bool {
-		a, b := v.pos.of(entry(m.Headers, names[i])).keyNode(), v.pos.of(entry(m.Headers, names[j])).keyNode()
-		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
-	})
+	names := v.keysInFileOrder(m.Headers)
 	canon := make(map[string]string, len(m.Headers))
 	from := map[string]string{}
 	for _, name := range names {
@@ -515,6 +512,17 @@ func (v *validator) checkMatch(m *Match) {
 		v.pos.set(entry(canon, c), v.pos.of(at))
 	}
 	m.Headers = canon
+}
+
+// keysInFileOrder returns the keys of m, a map of plain values decoded
+// from the file, in the order the file has them.
+func (v *validator) keysInFileOrder(m map[string]string) []string {
+	names := sortedKeys(m)
+	sort.SliceStable(names, func(i, j int) bool {
+		a, b := v.pos.of(entry(m, names[i])).keyNode(), v.pos.of(entry(m, names[j])).keyNode()
+		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+	})
+	return names
 }
 
 func (v *validator) checkUpstreams() {

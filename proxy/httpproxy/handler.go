@@ -62,7 +62,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tg := rt.pick(r)
 	rm := tg.metrics
 	rm.Start()
-	res := h.serve(w, r, t, rt, tg, start)
+	var res result
+	if rt.redirect != nil {
+		var done bool
+		if rt.access != nil {
+			res, done = h.checkAccess(w, r, t, rt, start)
+		}
+		if !done {
+			res = h.serveRedirect(w, r, rt)
+		}
+	} else {
+		res = h.serve(w, r, t, rt, tg, start)
+	}
 	rm.Done(res.status, time.Since(start).Seconds())
 	h.access(t, r, rt, tg, res.ep, res.status, start)
 	if res.abort {
@@ -103,6 +114,8 @@ type reqState struct {
 	// (takeBody); a retry or hedge after it gets one of its own.
 	body      h1.Body
 	bodyTaken atomic.Bool
+	// rewrite is the route's rewrites' state (rewrite.go).
+	rewrite rewriteState
 }
 
 // takeBody hands the first exchange of the call the body kept in its
@@ -133,6 +146,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	prepareHeader(r, &st.vals, &st.id)
 	if t.front != nil {
 		t.front.clientCert(r)
+	}
+	if rt.rewrite != nil {
+		var ok bool
+		if r, ok = rt.rewrite.request(r, st.vals[2], &st.rewrite); !ok {
+			WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "the route's rewrite makes the path climb above the root")
+			return result{status: http.StatusBadRequest}
+		}
 	}
 	c := &st.call
 	c.Req, c.Body, c.Front = r, body, st
@@ -281,6 +301,9 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, rt *route, c *pipelin
 	}
 	if _, ok := dst["X-Request-Id"]; !ok {
 		dst["X-Request-Id"] = reqID
+	}
+	if st, ok := c.Front.(*reqState); ok {
+		st.rewrite.response(dst, c, reqID[0])
 	}
 	if _, ok := dst["Content-Type"]; !ok {
 		// Do not let the server guess a type the upstream did not send.
@@ -451,7 +474,10 @@ func (h *Handler) access(t *Table, r *http.Request, rt *route, tg *target, ep *e
 	}
 	routeName, upName, epAddr := "", "", ""
 	if rt != nil {
-		routeName, upName = rt.name, tg.pipe.Upstream().Name()
+		routeName = rt.name
+		if tg != nil && tg.pipe != nil { // nil: the route redirects
+			upName = tg.pipe.Upstream().Name()
+		}
 	}
 	if ep != nil {
 		epAddr = ep.Address()

@@ -49,7 +49,9 @@ type route struct {
 	target
 	traffic *traffic // split, canary, mirror; nil: none
 	// access is the route's access control; nil: none.
-	access *accessControl
+	access   *accessControl
+	rewrite  *rewriter // nil: none (rewrite.go)
+	redirect *redirect // non-nil: the route redirects; pipe is nil
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -95,7 +97,12 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		for _, k := range names {
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
-		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstreams()[0])
+		rt.rewrite, rt.redirect = newRewriter(&rc), newRedirect(rc.Redirect)
+		upName := "" // a redirect's
+		if ups := rc.Upstreams(); len(ups) > 0 {
+			upName = ups[0]
+		}
+		rt.metrics = m.Route(lc.Name, rc.Name, upName)
 		rt.access = newAccessControl(&rc)
 		t.routes = append(t.routes, rt)
 	}

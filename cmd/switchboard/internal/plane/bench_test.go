@@ -108,7 +108,12 @@ func BenchmarkProxyHTTP1TLSHSTS(b *testing.B) {
 // benchGets sends keep-alive GETs in parallel, one connection from dial
 // per goroutine, and checks each answer.
 func benchGets(b *testing.B, dial func() (net.Conn, error)) {
-	benchGetsOf(b, []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n"), dial)
+	benchGetsOf(b, getRequest("/bench"), dial)
+}
+
+// getRequest is the GET of path the benchmarks send.
+func getRequest(path string) []byte {
+	return []byte("GET " + path + " HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 }
 
 // maxProxiedRequestAllocs bounds the allocations of one proxied keep-alive
@@ -136,25 +141,7 @@ func TestProxiedRequestAllocations(t *testing.T) {
 }
 
 func countProxiedAllocs(t *testing.T, p *proxy) {
-	c, err := net.Dial("tcp", p.srv.Addr("web"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	br := bufio.NewReader(c)
-	req := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-	get := func() {
-		if _, err := c.Write(req); err != nil {
-			t.Fatal(err)
-		}
-		if st, err := readResponse(br); err != nil || st != 200 {
-			t.Fatalf("status %d, %v", st, err)
-		}
-	}
-	for range 200 { // warm up: pools, the upstream connection, the date cache
-		get()
-	}
-	n := testing.AllocsPerRun(2000, get)
+	n := allocsPerGet(t, p.srv.Addr("web"), "/bench")
 	t.Logf("%.2f allocations per proxied request", n)
 	if n > maxProxiedRequestAllocs {
 		t.Errorf("a proxied GET allocates %.2f times, want at most %d", n, maxProxiedRequestAllocs)
@@ -303,4 +290,30 @@ func BenchmarkProxySplit(b *testing.B) {
 	b.Run("split_95_5", func(b *testing.B) {
 		benchGets(b, func() (net.Conn, error) { return net.Dial("tcp", split.srv.Addr("web")) })
 	})
+}
+
+// allocsPerGet returns the process's allocations per keep-alive GET of
+// path to the listener at addr (a proxy in front of rawBackend), after a
+// warm-up.
+func allocsPerGet(t *testing.T, addr, path string) float64 {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req := getRequest(path)
+	get := func() {
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := readResponse(br); err != nil || st != 200 {
+			t.Fatalf("GET %s: status %d, %v", path, st, err)
+		}
+	}
+	for range 200 { // warm up: pools, the upstream connection, the date cache
+		get()
+	}
+	return testing.AllocsPerRun(2000, get)
 }

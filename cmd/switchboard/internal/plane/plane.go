@@ -186,6 +186,9 @@ func (p *Plane) buildRoutes(cfg *config.Config, ups *upstreamChanges) (map[strin
 		}
 		for i := range lc.Routes {
 			rc := &lc.Routes[i]
+			if rc.Redirect != nil {
+				continue // answered by the front end: no pipeline
+			}
 			if err := p.buildRoute(rc, ups, routes); err != nil {
 				for _, r := range routes {
 					r.Close()
