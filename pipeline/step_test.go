@@ -376,3 +376,49 @@ func TestStepsOutOfTurnPanic(t *testing.T) {
 		}()
 	}
 }
+
+// A status that triggers the fallback chain: the upstream's answer is held
+// while the chain runs; it gives way to the chain's (closed, reported to
+// its endpoint), or is relayed after all when no step serves.
+func TestAStatusTriggerHoldsTheUpstreamAnswerWhileTheChainRuns(t *testing.T) {
+	u := newUpstream(t, upstream.Config{}, "a:1")
+	now := time.Now()
+	static := &fallback.Config{On: []string{"status:503"}, Steps: []fallback.StepConfig{{Type: fallback.StepStatic, Status: 200, Body: "later"}}}
+	r := newRoute(t, pipeline.Config{Fallback: static}, u, noTransport{t})
+	c := newCall(context.Background())
+	r.Begin(c, now)
+	ep, _, _ := c.Attempt()
+	unavailable := response(503)
+	wantResponse(t, c, c.Answered(unavailable, nil, now), 200, true, "a 503 with a static step for it")
+	if n := unavailable.Body.(*closeRecorder).closed.Load(); n != 1 || ep.InFlight() != 0 {
+		t.Fatalf("the upstream's 503 was closed %d times and its endpoint has %d in flight; want 1 and 0 (reported before Finish)", n, ep.InFlight())
+	}
+	c.Finish(200, nil)
+
+	// The only step, a backup, answers 503 as well: the chain fails and
+	// the upstream's own 503 is the answer.
+	backup := newUpstream(t, upstream.Config{}, "spare:1")
+	backups := func(string) (*upstream.Upstream, pipeline.Transport, bool) {
+		return backup, fakeTransport{"spare:1": answer(503)}, true
+	}
+	chain := &fallback.Config{On: []string{"status:503"}, Steps: []fallback.StepConfig{{Type: fallback.StepBackup, Upstream: "spare"}}}
+	r2, err := pipeline.New("r2", pipeline.Config{Fallback: chain}, u, noTransport{t}, pipeline.WithBackups(backups))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r2.Close)
+	c = newCall(context.Background())
+	r2.Begin(c, now)
+	unavailable = response(503)
+	want(t, c, c.Answered(unavailable, nil, now), pipeline.StepBlock, "a 503 with a backup step for it")
+	if resp := wantResponse(t, c, c.Block(), 503, false, "Block, the backup failing too"); resp != unavailable {
+		t.Fatalf("Block answered with %p, want the upstream's own 503 %p", resp, unavailable)
+	}
+	if n := unavailable.Body.(*closeRecorder).closed.Load(); n != 0 || ep.InFlight() != 1 {
+		t.Fatalf("the relayed 503 was closed %d times, its endpoint has %d in flight; want 0 and 1 (until Finish)", n, ep.InFlight())
+	}
+	c.Finish(503, nil)
+	if ep.InFlight() != 0 {
+		t.Fatalf("after Finish the endpoint has %d in flight, want 0", ep.InFlight())
+	}
+}
