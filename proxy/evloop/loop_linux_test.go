@@ -3,6 +3,7 @@
 package evloop
 
 import (
+	"io"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -204,5 +205,80 @@ func TestCloseBeforeRunReleasesTheLoop(t *testing.T) {
 	}
 	if err := l.Run(); err == nil {
 		t.Fatal("Run after Close returned nil, want an error")
+	}
+}
+
+func TestHandoffMovesAConnectionToTheGoroutineEngineWithItsReadBytes(t *testing.T) {
+	lfd, err := ListenReusePort("127.0.0.1:0", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lfd)
+	addr, _ := LocalAddr(lfd)
+	l := start(t)
+	handed := make(chan net.Conn, 1)
+	failed := make(chan error, 1)
+	// The loop accepts, reads what has come ("hello ") and hands the
+	// connection off with it.
+	conn := handlerFunc(func(fd int, _ Events) {
+		var buf [64]byte
+		n, err := unix.Read(fd, buf[:])
+		if err != nil || n == 0 {
+			return
+		}
+		c, err := l.Handoff(fd, buf[:n])
+		if err != nil {
+			failed <- err
+			return
+		}
+		handed <- c
+	})
+	onLoop(t, l, func() {
+		err = l.Add(lfd, Readable, handlerFunc(func(fd int, _ Events) {
+			nfd, _, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err == nil {
+				l.Add(nfd, Readable, conn)
+			}
+		}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	client.Write([]byte("hello "))
+	var c net.Conn
+	select {
+	case c = <-handed:
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection was not handed off")
+	}
+	defer c.Close()
+	client.Write([]byte("world"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 0, 16)
+	for len(got) < len("hello world") {
+		var buf [16]byte
+		n, err := c.Read(buf[:])
+		if err != nil {
+			t.Fatalf("reading the handed-off connection after %q: %v", got, err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != "hello world" {
+		t.Fatalf("the handed-off connection read %q, want the loop's bytes then the socket's: %q", got, "hello world")
+	}
+	if _, err := c.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var buf [2]byte
+	if _, err := io.ReadFull(client, buf[:]); err != nil || string(buf[:]) != "ok" {
+		t.Fatalf("the client read %q, %v; want ok", buf, err)
 	}
 }
