@@ -82,6 +82,12 @@ const (
 // The route's Transport is still used by the blocking parts: a hedge
 // races two attempts through it, and a backup fallback step sends through
 // the backup upstream's.
+//
+// A front end that gives up on a call midway (its client went away) ends
+// the request's context and still takes the call to StepDone: it reports
+// an attempt in flight to Answered with the error, calls Resume at once
+// for a wait and lets a Block return; then Finish. A call left at
+// StepSend would leave its endpoint counting an attempt in flight.
 func (r *Route) Begin(c *Call, now time.Time) Step {
 	// Cleared in place, not assigned a composite literal: that is built
 	// on the stack and copied over, which cost a tenth of BenchmarkDo.
