@@ -114,15 +114,19 @@ type Route struct {
 
 	closeOnce sync.Once
 	limiters  []*limiter
-	limit     *ratelimit.Concurrency // nil: no concurrency limit
-	rejected  [2]counter             // by the route's limit, by the upstream's
-	brk       *breaker.Breaker       // nil: no breaker
-	brkLog    *transitionLog         // brk's recent changes, shared as brk is
-	fb        *fallback.Chain        // nil: no fallback
-	retry     *retry.Policy          // nil: only the safe retries
-	budget    *retry.Budget
-	p95       *p95Tracker // recent latency, for hedge_after: p95; nil otherwise
-	staleMax  int64       // largest response body kept for stale
+	// globalLimit: a limiter is global, so admitting a call blocks.
+	globalLimit bool
+	limit       *ratelimit.Concurrency // nil: no concurrency limit
+	rejected    [2]counter             // by the route's limit, by the upstream's
+	brk         *breaker.Breaker       // nil: no breaker
+	brkLog      *transitionLog         // brk's recent changes, shared as brk is
+	fb          *fallback.Chain        // nil: no fallback
+	// fbBlocks: the chain has a backup step, which sends a request.
+	fbBlocks bool
+	retry    *retry.Policy // nil: only the safe retries
+	budget   *retry.Budget
+	p95      *p95Tracker // recent latency, for hedge_after: p95; nil otherwise
+	staleMax int64       // largest response body kept for stale
 }
 
 // New builds the pipeline of route name over up, sending through t. Its
@@ -250,6 +254,9 @@ func (r *Route) buildFallback(prev *Route) error {
 	if c == nil {
 		return nil
 	}
+	for _, s := range c.Steps {
+		r.fbBlocks = r.fbBlocks || s.Type == fallback.StepBackup
+	}
 	r.staleMax = c.Cache.MaxResponseBytes
 	if r.staleMax == 0 {
 		r.staleMax = fallback.DefaultMaxResponseBytes
@@ -268,8 +275,8 @@ func (r *Route) buildFallback(prev *Route) error {
 
 // Call is one request going through a route. A front end keeps it in its
 // own per-request state (so that a request costs one allocation), sets the
-// exported fields, calls Route.Do and, whatever Do returned, Finish once
-// the response is relayed.
+// exported fields, calls Route.Do (or drives the steps from Route.Begin)
+// and, whatever the answer, Finish once the response is relayed.
 type Call struct {
 	// Req is the request as it goes upstream: method, URL, Host and the
 	// header as the front end prepared it. Its context is the caller's:
@@ -298,24 +305,42 @@ type Call struct {
 	// in it, so that a call costs one allocation).
 	Front any
 
-	route    *Route
-	start    time.Time
-	deadline time.Time // of the whole call; zero for none
-	info     balance.Info
-	tried    []*endpoint.Endpoint
-	rb       *retry.ReplayableBody
-	limited  ratelimit.Result // the tightest admitting rate limit
-	hasLimit bool
-	release  [2]func() // concurrency slots held: route, upstream
-	ticket   breaker.Ticket
-	last     *endpoint.Endpoint // the endpoint tried last
-	pick     balance.Result     // the endpoint whose response is being relayed
-	status   int                // its response's status
-	latency  time.Duration      // to its response header
-	load     string             // its load report
-	stale    *staleRecorder
-	degraded bool
-	finished bool
+	route      *Route
+	start      time.Time
+	deadline   time.Time // of the whole call; zero for none
+	info       balance.Info
+	tried      []*endpoint.Endpoint
+	att        attempt       // the attempt in progress
+	hedgeAfter time.Duration // of the attempt about to be hedged
+	// err is the last attempt's error while its retry's backoff is
+	// waited, nil while a status's retry is, or the error the call failed
+	// with while the fallback chain runs.
+	err error
+	// held is a response whose status triggered the fallback chain while
+	// the chain runs; relayed when no step answers.
+	held *http.Response
+	// The details of the step the call is at: a wait's end (WaitUntil),
+	// the answer (Result).
+	until   time.Time
+	resp    *http.Response
+	failure *Error
+	rb      *retry.ReplayableBody
+	limited ratelimit.Result // the tightest admitting rate limit
+	release [2]func()        // concurrency slots held: route, upstream
+	ticket  breaker.Ticket
+	last    *endpoint.Endpoint // the endpoint tried last
+	pick    balance.Result     // the endpoint whose response is being relayed
+	status  int                // its response's status
+	latency time.Duration      // to its response header
+	load    string             // its load report
+	stale   *staleRecorder
+	next    next             // what Answered, Resume or Block goes on with
+	trigger fallback.Trigger // what started the fallback chain
+	// idempotent: the request may be sent again (retry.Retryable).
+	idempotent bool
+	hasLimit   bool
+	degraded   bool
+	finished   bool
 	// callersFault is set when the call was refused for a mistake of the
 	// caller's (no hash key): its outcome counts neither way for the route
 	// breaker, not even as a half-open probe's success.
