@@ -149,7 +149,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	}
 	if rt.rewrite != nil {
 		var ok bool
-		if r, ok = rt.rewrite.request(r, st.vals[2], &st.rewrite); !ok {
+		if r, ok = rt.rewrite.request(r, st.vals[2], tg.pipe.Upstream().Name(), &st.rewrite); !ok {
 			WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "the route's rewrite makes the path climb above the root")
 			return result{status: http.StatusBadRequest}
 		}

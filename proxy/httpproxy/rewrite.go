@@ -35,7 +35,6 @@ import (
 
 // rewriter is a route's compiled rewrites.
 type rewriter struct {
-	upstream string // the route's, for {upstream}
 
 	strip    string         // rewrite.strip_prefix
 	from, to string         // rewrite.replace_prefix
@@ -76,7 +75,7 @@ type upstreamReq struct {
 
 // newRewriter compiles rc's rewrites; nil when it has none.
 func newRewriter(rc *config.Route) *rewriter {
-	rw := &rewriter{upstream: rc.Upstream, literal: true}
+	rw := &rewriter{literal: true}
 	some := false
 	if c := rc.Rewrite; c != nil {
 		some = true
@@ -288,12 +287,13 @@ func (rs *rewriteState) apply(rules *headerRules, h http.Header, v *vars) {
 // request applies the route's request rewrites to r, whose header the
 // proxy has prepared (reqID is its request id), and returns the request
 // to send upstream: r itself, or a copy with the rewritten path and Host.
+// upstream is the upstream the request goes to (a split's chosen member).
 // It keeps what the response rules need in rs. ok is false when the
 // rewritten path is not a path (a regex that climbs above the root).
-func (rw *rewriter) request(r *http.Request, reqID string, rs *rewriteState) (out *http.Request, ok bool) {
-	rs.rw, rs.client = rw, r
+func (rw *rewriter) request(r *http.Request, reqID, upstream string, rs *rewriteState) (out *http.Request, ok bool) {
+	rs.rw, rs.client, rs.upstream = rw, r, upstream
 	if !rw.req.empty() {
-		v := vars{client: r, reqID: reqID, upstream: rw.upstream}
+		v := vars{client: r, reqID: reqID, upstream: upstream}
 		rs.apply(&rw.req, r.Header, &v)
 	}
 	if !rw.copy {
@@ -382,9 +382,10 @@ func (rules *headerRules) applyLiteral(h http.Header) {
 // the response rules need, and the backing of two rendered values.
 type rewriteState struct {
 	rw     *rewriter
-	client *http.Request
-	vals   [2]string
-	n      uint8 // vals used
+	client   *http.Request
+	upstream string // the one the request went to, for {upstream}
+	vals     [2]string
+	n        uint8 // vals used
 }
 
 // response applies the route's response rules to h, the header of the
@@ -394,7 +395,7 @@ func (rs *rewriteState) response(h http.Header, c *pipeline.Call, reqID string) 
 	if rw == nil || rw.resp.empty() {
 		return
 	}
-	v := vars{client: rs.client, reqID: reqID, upstream: rw.upstream}
+	v := vars{client: rs.client, reqID: reqID, upstream: rs.upstream}
 	if ep := c.Endpoint(); ep != nil {
 		v.endpoint = ep.Address()
 	}

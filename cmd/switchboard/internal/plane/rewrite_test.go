@@ -405,3 +405,26 @@ func TestResponseHeaderRulesApplyToFallbackAnswers(t *testing.T) {
 		t.Errorf("fallback answer headers %v: want X-Frame-Options DENY, X-Up app, no Server", resp.Header)
 	}
 }
+
+// On a split route, {upstream} names the member the request went to, in
+// the request's rules and the response's.
+func TestUpstreamPlaceholderNamesTheSplitMemberChosen(t *testing.T) {
+	v1, v2 := newEcho(t, "v1", 0, nil), newEcho(t, "v2", 0, nil)
+	p := startProxy(t, trafficYAML(`        split:
+          - {upstream: v1, weight: 1}
+          - {upstream: v2, weight: 1}
+        request_headers: {set: {X-Member: "{upstream}"}}
+        response_headers: {set: {X-Member: "{upstream}"}}`, map[string][]string{"v1": {v1.addr()}, "v2": {v2.addr()}}, ""))
+	got := map[string]int{}
+	for i := 0; i < 40 && len(got) < 2; i++ {
+		resp, s := echoGet(t, p.url("web")+"/", nil)
+		sent := s.Header.Get("X-Member")
+		if sent != s.Backend || resp.Header.Get("X-Member") != s.Backend {
+			t.Fatalf("request to %s carried X-Member %q and its answer %q; want the member's name both ways", s.Backend, sent, resp.Header.Get("X-Member"))
+		}
+		got[sent]++
+	}
+	if len(got) != 2 {
+		t.Fatalf("40 requests of a 1:1 split all went to %v", got)
+	}
+}
