@@ -35,7 +35,6 @@ import (
 
 // rewriter is a route's compiled rewrites.
 type rewriter struct {
-
 	strip    string         // rewrite.strip_prefix
 	from, to string         // rewrite.replace_prefix
 	re       *regexp.Regexp // rewrite.regex
@@ -381,7 +380,7 @@ func (rules *headerRules) applyLiteral(h http.Header) {
 // rewriteState is a request's rewrite state, kept in its reqState: what
 // the response rules need, and the backing of two rendered values.
 type rewriteState struct {
-	rw     *rewriter
+	rw       *rewriter
 	client   *http.Request
 	upstream string // the one the request went to, for {upstream}
 	vals     [2]string
