@@ -1,0 +1,66 @@
+package ratelimit
+
+import (
+	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
+)
+
+// Peeking answers "would a request pass now?" without taking anything: an
+// operator asking switchboard why a request was refused (GET
+// /api/v1/explain) must not use up the quota the next real request needs.
+// PeekN reports what ReserveN(now, n) would return, the call the proxy
+// makes, and changes no count, no bucket and no queue. It is a question
+// about one instant: a request arriving a moment later, or from another
+// goroutine in between, may be decided differently.
+
+// PeekN reports what ReserveN(now, n) would return, taking no token.
+func (b *TokenBucket) PeekN(now time.Time, n int) Result {
+	checkN(n)
+	_, res := b.g.take(b.tat.Load(), clock.Nanos(now), n)
+	return res
+}
+
+// PeekN reports what ReserveN(now, n) would return (with its Delay),
+// queueing nothing.
+func (b *LeakyBucket) PeekN(now time.Time, n int) Result {
+	checkN(n)
+	_, res := b.q.take(b.next.Load(), clock.Nanos(now), n, true)
+	return res
+}
+
+// PeekN reports what ReserveN(key, now, n) would return, counting nothing
+// and adding no key: a key not seen yet is answered as a new limiter would
+// answer it.
+func (k *Keyed) PeekN(key string, now time.Time, n int) Result {
+	checkN(n)
+	id := k.id(key)
+	if k.buckets != nil {
+		t := clock.Nanos(now)
+		s := &k.buckets[id[0]&k.mask]
+		s.mu.Lock()
+		state := int64(fresh)
+		if i, ok := s.find(id); ok {
+			state = s.slots[i].v
+		}
+		s.mu.Unlock()
+		var res Result
+		if k.leaky {
+			_, res = k.q.take(state, t, n, true)
+		} else {
+			_, res = k.g.take(state, t, n)
+		}
+		return res
+	}
+	s := &k.limiters[id[0]&k.mask]
+	s.mu.Lock()
+	var l limiter
+	if i, ok := s.find(id); ok {
+		l = s.slots[i].v
+	}
+	s.mu.Unlock()
+	if l == nil {
+		l = k.newLimiter()
+	}
+	return l.PeekN(now, n)
+}
