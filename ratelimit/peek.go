@@ -64,3 +64,20 @@ func (k *Keyed) PeekN(key string, now time.Time, n int) Result {
 	}
 	return l.PeekN(now, n)
 }
+
+// ConcurrencyState is a concurrency limit's occupation at one instant.
+type ConcurrencyState struct {
+	InFlight    int `json:"in_flight"`
+	MaxInFlight int `json:"max_in_flight"`
+	Queued      int `json:"queued"`
+	Queue       int `json:"queue"`
+}
+
+// Peek returns the limit's occupation, for explaining what Acquire would
+// do now: take a slot (a slot free and nobody queued), wait (the queue has
+// room) or refuse.
+func (c *Concurrency) Peek() ConcurrencyState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return ConcurrencyState{InFlight: c.inFlight, MaxInFlight: c.max, Queued: c.waiters.Len(), Queue: c.queue}
+}
