@@ -159,7 +159,7 @@ func printExplanation(w io.Writer, e *plane.Explanation) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for _, r := range rt.Routes {
 			if r.Matched {
-				fmt.Fprintf(tw, "  match\t%s\t\n", r.Route)
+				fmt.Fprintf(tw, "  match\t%s\n", r.Route)
 			} else {
 				fmt.Fprintf(tw, "  no\t%s\t%s\n", r.Route, r.Reason)
 			}
@@ -183,7 +183,10 @@ func printExplanation(w io.Writer, e *plane.Explanation) {
 		for _, ep := range u.Endpoints {
 			verdict := "eligible"
 			if !ep.Eligible {
-				verdict = "out: " + ep.Why
+				verdict = "out" // the state says why; the reason says more
+				if ep.Reason != "" {
+					verdict += ": " + ep.Reason
+				}
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", ep.Address, ep.State, verdict)
 		}
