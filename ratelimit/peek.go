@@ -81,3 +81,32 @@ func (c *Concurrency) Peek() ConcurrencyState {
 	defer c.mu.Unlock()
 	return ConcurrencyState{InFlight: c.inFlight, MaxInFlight: c.max, Queued: c.waiters.Len(), Queue: c.queue}
 }
+
+// The window limiters keep their state behind a mutex: PeekN decides on a
+// copy of it, with the very AllowN that counts, so that the two cannot
+// drift apart and AllowN pays nothing for peeking.
+
+// PeekN reports what AllowN(now, n) would return, counting nothing.
+func (w *FixedWindow) PeekN(now time.Time, n int) Result {
+	w.mu.Lock()
+	c := FixedWindow{window: w.window, count: w.count, limit: w.limit, size: w.size}
+	w.mu.Unlock()
+	return c.AllowN(now, n)
+}
+
+// PeekN reports what AllowN(now, n) would return, counting nothing.
+func (w *SlidingWindow) PeekN(now time.Time, n int) Result {
+	w.mu.Lock()
+	c := SlidingWindow{window: w.window, prev: w.prev, cur: w.cur, limit: w.limit, size: w.size}
+	w.mu.Unlock()
+	return c.AllowN(now, n)
+}
+
+// PeekN reports what AllowN(now, n) would return, counting nothing. It
+// copies the log: up to 8 bytes per event in the window.
+func (l *SlidingLog) PeekN(now time.Time, n int) Result {
+	l.mu.Lock()
+	c := SlidingLog{times: append([]int64(nil), l.times...), head: l.head, count: l.count, limit: l.limit, size: l.size}
+	l.mu.Unlock()
+	return c.AllowN(now, n)
+}

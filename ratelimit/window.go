@@ -38,31 +38,22 @@ func (w *FixedWindow) Allow() bool { return w.AllowN(time.Now(), 1).Allowed }
 
 // AllowN admits n events at now if the current window has room for them.
 // It panics if n is negative.
-func (w *FixedWindow) AllowN(now time.Time, n int) Result { return w.decide(now, n, true) }
-
-// PeekN reports what AllowN(now, n) would return, counting nothing.
-func (w *FixedWindow) PeekN(now time.Time, n int) Result { return w.decide(now, n, false) }
-
-// decide is AllowN, which counts the events it admits only with commit.
-func (w *FixedWindow) decide(now time.Time, n int, commit bool) Result {
+func (w *FixedWindow) AllowN(now time.Time, n int) Result {
 	checkN(n)
 	t := now.UnixNano()
 	idx := floorDiv(t, w.size)
 	w.mu.Lock()
 	// A time before the current window (the wall clock stepped back)
 	// counts against the current window rather than resetting it.
-	window, count := w.window, w.count
-	if idx > window {
-		window, count = idx, 0
+	if idx > w.window {
+		w.window, w.count = idx, 0
 	}
-	end := (window + 1) * w.size
-	allowed := n <= w.limit-count
+	end := (w.window + 1) * w.size
+	allowed := n <= w.limit-w.count
 	if allowed {
-		count += n
+		w.count += n
 	}
-	if commit {
-		w.window, w.count = window, count
-	}
+	count := w.count
 	w.mu.Unlock()
 
 	res := Result{Allowed: allowed, Limit: w.limit, Remaining: w.limit - count, ResetAfter: time.Duration(end - t)}
@@ -124,37 +115,28 @@ func (w *SlidingWindow) Allow() bool { return w.AllowN(time.Now(), 1).Allowed }
 
 // AllowN admits n events at now if the estimate leaves room for them. It
 // panics if n is negative.
-func (w *SlidingWindow) AllowN(now time.Time, n int) Result { return w.decide(now, n, true) }
-
-// PeekN reports what AllowN(now, n) would return, counting nothing.
-func (w *SlidingWindow) PeekN(now time.Time, n int) Result { return w.decide(now, n, false) }
-
-// decide is AllowN, which counts the events it admits only with commit.
-func (w *SlidingWindow) decide(now time.Time, n int, commit bool) Result {
+func (w *SlidingWindow) AllowN(now time.Time, n int) Result {
 	checkN(n)
 	t := now.UnixNano()
 	idx := floorDiv(t, w.size)
 	w.mu.Lock()
-	window, prev, cur := w.window, w.prev, w.cur
 	switch {
-	case idx == window+1:
-		window, prev, cur = idx, cur, 0
-	case idx > window:
-		window, prev, cur = idx, 0, 0
+	case idx == w.window+1:
+		w.window, w.prev, w.cur = idx, w.cur, 0
+	case idx > w.window:
+		w.window, w.prev, w.cur = idx, 0, 0
 	}
-	start := window * w.size
+	start := w.window * w.size
 	// elapsed is the part of the current window before t (0 if the clock
 	// stepped back), left the part after it that the previous window
 	// still overlaps.
 	left := w.size - min(max(t-start, 0), w.size-1)
-	weighted := mulDivCeil(prev, left, w.size)
-	allowed := n <= w.limit-weighted-cur
+	weighted := mulDivCeil(w.prev, left, w.size)
+	allowed := n <= w.limit-weighted-w.cur
 	if allowed {
-		cur += n
+		w.cur += n
 	}
-	if commit {
-		w.window, w.prev, w.cur = window, prev, cur
-	}
+	prev, cur := w.prev, w.cur
 	w.mu.Unlock()
 
 	end := start + w.size
@@ -250,37 +232,6 @@ func (l *SlidingLog) AllowN(now time.Time, n int) Result {
 	}
 	res.Remaining = l.limit - l.count
 	if l.count > 0 {
-		res.ResetAfter = time.Duration(l.at(l.count-1) + l.size - t)
-	}
-	return res
-}
-
-// PeekN reports what AllowN(now, n) would return, counting nothing. (It
-// does forget the events that have left the window, as any call does:
-// that changes no decision.)
-func (l *SlidingLog) PeekN(now time.Time, n int) Result {
-	checkN(n)
-	t := clock.Nanos(now)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.expire(t)
-	res := Result{Limit: l.limit}
-	count := l.count
-	switch {
-	case n <= l.limit-l.count:
-		res.Allowed = true
-		count += n
-	case n > l.limit:
-		res.RetryAfter = InfDuration
-	default:
-		k := l.count + n - l.limit
-		res.RetryAfter = time.Duration(l.at(k-1) + l.size - t)
-	}
-	res.Remaining = l.limit - count
-	switch {
-	case res.Allowed && n > 0:
-		res.ResetAfter = time.Duration(l.size) // the events it would admit at t leave last
-	case l.count > 0:
 		res.ResetAfter = time.Duration(l.at(l.count-1) + l.size - t)
 	}
 	return res
