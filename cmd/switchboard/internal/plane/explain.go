@@ -128,9 +128,15 @@ func explainUpstream(pipe *pipeline.Route, r *http.Request) *UpstreamExplained {
 			}
 		}
 		if !ex.Eligible {
-			ex.Why = ex.State
-			if st.Reason != "" {
-				ex.Why += ": " + st.Reason
+			// "unhealthy: registry: critical"; a reason that names its
+			// state already ("ejected: 5 consecutive failures ...") as it is.
+			switch {
+			case st.Reason == "":
+				ex.Why = ex.State
+			case strings.HasPrefix(st.Reason, ex.State):
+				ex.Why = st.Reason
+			default:
+				ex.Why = ex.State + ": " + st.Reason
 			}
 		}
 		ue.Endpoints = append(ue.Endpoints, ex)
