@@ -304,15 +304,26 @@ func statusFlags(fs *flag.FlagSet) {
 	fs.Bool("json", false, "print the admin API's JSON as it is")
 }
 
-func status(_ context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) int {
-	addr := flagString(fs, "admin")
+// adminAddr is the admin API's address that command cmd was given:
+// --admin, or admin.listen of --config's file. ok is false when that file
+// could not be loaded (its problems are printed).
+func adminAddr(fs *flag.FlagSet, cmd string, stderr io.Writer) (addr string, ok bool) {
+	addr = flagString(fs, "admin")
 	if path := flagString(fs, "config"); path != "" {
 		cfg, err := config.Load(path)
 		if err != nil {
-			printErr(stderr, "status", err)
-			return 1
+			printErr(stderr, cmd, err)
+			return "", false
 		}
 		addr = cfg.Admin.Listen
+	}
+	return addr, true
+}
+
+func status(_ context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) int {
+	addr, ok := adminAddr(fs, "status", stderr)
+	if !ok {
+		return 1
 	}
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + addr + "/api/v1/upstreams")

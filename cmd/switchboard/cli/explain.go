@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
-	"github.com/switchboard-dev/switchboard/config"
 )
 
 // explainCommand is switchboard explain, an entry of commands.
@@ -103,14 +102,9 @@ func explain(_ context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) int 
 		q.Set("client_ip", ip)
 	}
 
-	addr := flagString(fs, "admin")
-	if path := flagString(fs, "config"); path != "" {
-		cfg, err := config.Load(path)
-		if err != nil {
-			printErr(stderr, "explain", err)
-			return 1
-		}
-		addr = cfg.Admin.Listen
+	addr, ok := adminAddr(fs, "explain", stderr)
+	if !ok {
+		return 1
 	}
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + addr + "/api/v1/explain?" + q.Encode())
