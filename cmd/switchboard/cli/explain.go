@@ -168,7 +168,11 @@ func printExplanation(w io.Writer, e *plane.Explanation) {
 		fmt.Fprintln(w)
 		if u.HashKey != "" {
 			if u.HashKeyFound {
-				fmt.Fprintf(w, "  hash key %s = %q\n", u.HashKey, u.HashKeyValue)
+				fmt.Fprintf(w, "  hash key %s = %q", u.HashKey, u.HashKeyValue)
+				if u.HashesTo != "" {
+					fmt.Fprintf(w, ": kept on %s", u.HashesTo)
+				}
+				fmt.Fprintln(w)
 			} else {
 				fmt.Fprintf(w, "  hash key %s: not in the request\n", u.HashKey)
 			}

@@ -54,11 +54,17 @@ listeners:
         match: {path_prefix: /flaky}
         upstream: flaky
         breaker: {consecutive_failures: 2, open_for: 1m}
+      - name: sticky
+        match: {path_prefix: /sticky}
+        upstream: sticky
       - name: other-all
         upstream: api
 upstreams:
   flaky:
     targets: [{address: %s}]
+  sticky:
+    balance: {policy: consistent_hash, hash_key: "header:X-User"}
+    targets: [{address: %s}, {address: %s}]
   api:
     discovery: {registry: embedded, service: api, passing_only: false}
     health:
@@ -70,7 +76,8 @@ upstreams:
 // (its TTL check failed in the registry).
 type explainFixture struct {
 	admin, listen  string
-	other          string // the listener with the flaky route
+	other          string    // the listener with the flaky and sticky routes
+	sticky         [2]string // the consistent_hash upstream's endpoints, answering s0 and s1
 	up, sick, crit string
 	sickSt, critSt endpoint.Status
 }
@@ -94,7 +101,8 @@ func startExplainFixture(t *testing.T) *explainFixture {
 	}))
 	t.Cleanup(failing.Close)
 	f := &explainFixture{listen: freeAddr(t), other: freeAddr(t), up: hostport(up), sick: hostport(sick), crit: hostport(crit)}
-	a, _ := serve(t, fmt.Sprintf(explainYAML, f.listen, f.other, hostport(failing)))
+	f.sticky = [2]string{hostport(named(t, "s0")), hostport(named(t, "s1"))}
+	a, _ := serve(t, fmt.Sprintf(explainYAML, f.listen, f.other, hostport(failing), f.sticky[0], f.sticky[1]))
 	f.admin = a.AdminAddr()
 	c, err := consul.NewClient(&consul.Config{Address: a.RegistryAddr()})
 	if err != nil {
@@ -334,6 +342,45 @@ func TestExplainSaysAnOpenBreakerRefuses(t *testing.T) {
 	}
 	if d, err := time.ParseDuration(b.HalfOpenIn); err != nil || d <= 0 || d > time.Minute {
 		t.Fatalf("half_open_in %q: want a duration within open_for 1m", b.HalfOpenIn)
+	}
+}
+
+// TestExplainSaysWhereAKeyHashes: for consistent_hash, explain names the
+// endpoint a request's key is kept on, and real requests with that key go
+// there.
+func TestExplainSaysWhereAKeyHashes(t *testing.T) {
+	f := startExplainFixture(t)
+	for _, user := range []string{"alice", "bob", "carol", "dave"} {
+		e, _ := f.explain(t, query("listener", "other", "path", "/sticky", "header", "X-User: "+user), 200)
+		u := e.Upstream
+		if u.Policy != "consistent_hash" || u.HashKey != "header:X-User" || !u.HashKeyFound || u.HashKeyValue != user || u.HashesTo == "" {
+			t.Fatalf("%s: upstream %+v; want consistent_hash keeping header:X-User=%s on an endpoint", user, u, user)
+		}
+		if !strings.Contains(e.Decision, fmt.Sprintf(`by the key header:X-User=%q, which it keeps on %s`, user, u.HashesTo)) {
+			t.Errorf("%s: decision %q does not name %s", user, e.Decision, u.HashesTo)
+		}
+		req, _ := http.NewRequest("GET", "http://"+f.other+"/sticky", nil)
+		req.Header.Set("X-User", user)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got string
+		switch string(body) {
+		case "s0":
+			got = f.sticky[0]
+		case "s1":
+			got = f.sticky[1]
+		}
+		if got != u.HashesTo {
+			t.Errorf("%s: explain says %s, the request went to %s (%q)", user, u.HashesTo, got, body)
+		}
+	}
+	e, _ := f.explain(t, query("listener", "other", "path", "/sticky"), 200)
+	if u := e.Upstream; u.HashKeyFound || u.HashesTo != "" || !strings.Contains(e.Decision, "the request has no header:X-User key") {
+		t.Errorf("without the key: %+v, decision %q", u, e.Decision)
 	}
 }
 

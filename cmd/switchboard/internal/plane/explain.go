@@ -35,6 +35,10 @@ type UpstreamExplained struct {
 	HashKey      string `json:"hash_key,omitempty"`
 	HashKeyValue string `json:"hash_key_value,omitempty"`
 	HashKeyFound bool   `json:"hash_key_found,omitempty"`
+	// HashesTo is the endpoint the policy keeps that key on;
+	// BoundedLoad is set when it may move the request on from a full one.
+	HashesTo    string `json:"hashes_to,omitempty"`
+	BoundedLoad bool   `json:"bounded_load,omitempty"`
 	// Eligible is how many endpoints the balancer picks from, of Total.
 	Eligible int `json:"eligible"`
 	Total    int `json:"total"`
@@ -114,6 +118,10 @@ func explainUpstream(pipe *pipeline.Route, r *http.Request) *UpstreamExplained {
 	if hk := up.HashKey(); hk != nil {
 		ue.HashKey = hk.String()
 		ue.HashKeyValue, ue.HashKeyFound = hk.FromRequest(r)
+		if ep, ok := up.HashOwner(ue.HashKeyValue); ok && ue.HashKeyFound {
+			ue.HashesTo = ep.Address()
+			ue.BoundedLoad = up.Config().Balance.BoundedLoad > 0
+		}
 	}
 	eligible, inPanic := up.Eligible()
 	ue.Eligible, ue.Panic = len(eligible), inPanic
@@ -165,6 +173,12 @@ func decision(route string, u *UpstreamExplained, d *pipeline.Decision) string {
 	if u.HashKey != "" {
 		if u.HashKeyFound {
 			fmt.Fprintf(&b, " by the key %s=%q", u.HashKey, u.HashKeyValue)
+			if u.HashesTo != "" {
+				fmt.Fprintf(&b, ", which it keeps on %s", u.HashesTo)
+				if u.BoundedLoad {
+					b.WriteString(" (bounded_load moves it on while that one is full)")
+				}
+			}
 		} else {
 			fmt.Fprintf(&b, " (the request has no %s key: the policy's fallback applies)", u.HashKey)
 		}
