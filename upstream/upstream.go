@@ -162,7 +162,7 @@ type Upstream struct {
 	epMu   sync.Mutex // orders membership changes (configuration, view)
 	// histograms: the endpoints' latency histograms are kept (under epMu).
 	histograms bool
-	cur    atomic.Pointer[generation]
+	cur        atomic.Pointer[generation]
 }
 
 // generation is one configuration of an upstream, with the parts built
