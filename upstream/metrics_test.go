@@ -135,3 +135,37 @@ func TestPanicModeGauge(t *testing.T) {
 		t.Fatalf("panic mode %v after the endpoint came back, want 0", g)
 	}
 }
+
+// BenchmarkPickAndAnswer measures a pick and its outcome on an upstream
+// without metrics and with them (the endpoint's answer series: a latency
+// histogram and a status-class counter), in the same run: what the
+// per-endpoint series add to a request.
+func BenchmarkPickAndAnswer(b *testing.B) {
+	for _, withMetrics := range []bool{false, true} {
+		name := "without_metrics"
+		var opts []upstream.Option
+		if withMetrics {
+			name = "with_metrics"
+			opts = append(opts, upstream.WithMetrics(upstream.NewMetrics(prometheus.NewRegistry())))
+		}
+		b.Run(name, func(b *testing.B) {
+			u, err := upstream.New("app", upstream.Config{Targets: targets("a:1", "b:1", "c:1")}, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer u.Close()
+			o := endpoint.Outcome{Status: 200, Latency: 3 * time.Millisecond}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				var info balance.Info
+				for pb.Next() {
+					p, err := u.Pick(&info)
+					if err != nil {
+						b.Fatal(err)
+					}
+					p.Done(o)
+				}
+			})
+		})
+	}
+}

@@ -109,7 +109,7 @@ func runExercised(t *testing.T) string {
 	t.Helper()
 	live := named(t, "live")
 	dead := testutil.DeadAddr(t)
-	echo := echoServer(t)
+	echo := testutil.ServeTCP(t, func(c net.Conn) { io.Copy(c, c) })
 	cert, key := testutil.WriteKeyPair(t, t.TempDir(), "web")
 	yaml := fmt.Sprintf(`admin: {listen: 127.0.0.1:0}
 log: {level: error}
@@ -207,27 +207,4 @@ func exportedMetrics(t *testing.T, admin string) map[string]bool {
 		t.Fatal("the scrape has no switchboard_http_requests_total: not a switchboard's /metrics")
 	}
 	return out
-}
-
-// echoServer runs a TCP server that echoes what it reads.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }
