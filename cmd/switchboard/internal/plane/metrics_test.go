@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/internal/testutil"
 )
 
@@ -140,15 +141,27 @@ func with(labels map[string]string, k, v string) map[string]string {
 }
 
 // TestCertificateExpiryOfAListener pins that a TLS listener's certificate
-// loaded from files reports its expiry under its name.
+// loaded from files reports its expiry under its name, and that the series
+// goes when a reload takes the listener's TLS away.
 func TestCertificateExpiryOfAListener(t *testing.T) {
 	be := newBackend(t, "b", nil)
-	p := startProxy(t, withTLS(t, upstreamYAML("", be.addr())))
+	plain := upstreamYAML("", be.addr())
+	p := startProxy(t, withTLS(t, plain))
 	c := dialTLS(t, p.srv.Addr("web"), "http/1.1")
 	leaf := c.ConnectionState().PeerCertificates[0]
 	c.Close()
 	labels := map[string]string{"listener": "web", "name": leaf.DNSNames[0]}
 	if got, want := p.metric("switchboard_certificate_expiry_timestamp_seconds", labels), float64(leaf.NotAfter.Unix()); got != want {
 		t.Fatalf("switchboard_certificate_expiry_timestamp_seconds%v = %v, want %v (the served certificate's NotAfter)", labels, got, want)
+	}
+	cfg, err := config.Parse("plain.yaml", []byte(plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if p.has("switchboard_certificate_expiry_timestamp_seconds", map[string]string{"listener": "web"}) {
+		t.Fatal("the listener's certificate expiry is still exported after a reload took its TLS away")
 	}
 }
