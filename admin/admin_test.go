@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -89,11 +90,103 @@ func TestUpstreamsShowStateAndReason(t *testing.T) {
 
 	_, metrics := do(t, "GET", ts.URL+"/metrics", "")
 	for _, want := range []string{
-		`switchboard_endpoint_healthy{endpoint="127.0.0.1:9001",state="healthy",upstream="orders"} 1`,
-		`switchboard_endpoint_healthy{endpoint="127.0.0.1:9002",state="ejected",upstream="orders"} 0`,
+		`switchboard_endpoint_healthy{endpoint="127.0.0.1:9001",upstream="orders"} 1`,
+		`switchboard_endpoint_healthy{endpoint="127.0.0.1:9002",upstream="orders"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestEndpointStateIsOneHotOverEveryState pins the series' identity: an
+// endpoint has one switchboard_endpoint_state series per state there is,
+// whatever state it is in, and only its current state's is 1; a change of
+// state changes values, not series.
+func TestEndpointStateIsOneHotOverEveryState(t *testing.T) {
+	_, ts, u := newAdmin(t, nil)
+	states := []string{"healthy", "slow_start", "probation", "unhealthy", "ejected", "draining", "breaker_open"}
+	check := func(current string) {
+		t.Helper()
+		_, metrics := do(t, "GET", ts.URL+"/metrics", "")
+		if n := strings.Count(metrics, "\nswitchboard_endpoint_state{endpoint=\"127.0.0.1:9002\""); n != len(states) {
+			t.Errorf("endpoint 9002 has %d switchboard_endpoint_state series, want %d (one per state):\n%s", n, len(states), metrics)
+		}
+		for _, s := range states {
+			v := "0"
+			if s == current {
+				v = "1"
+			}
+			want := `switchboard_endpoint_state{endpoint="127.0.0.1:9002",state="` + s + `",upstream="orders"} ` + v + "\n"
+			if !strings.Contains(metrics, want) {
+				t.Errorf("in state %s, metrics lack %s", current, want)
+			}
+		}
+		healthy := "1"
+		if current != "healthy" && current != "probation" {
+			healthy = "0"
+		}
+		if want := `switchboard_endpoint_healthy{endpoint="127.0.0.1:9002",upstream="orders"} ` + healthy + "\n"; !strings.Contains(metrics, want) {
+			t.Errorf("in state %s, metrics lack %s", current, want)
+		}
+	}
+	check("healthy")
+	ep := u.Pool().Snapshot().All[1]
+	for _, st := range []endpoint.State{endpoint.BreakerOpen, endpoint.Probation, endpoint.Unhealthy} {
+		ep.SetStatus(st, "test", time.Now())
+		u.Pool().Refresh()
+		check(st.String())
+	}
+}
+
+// connsUpstream reports fixed connection counts.
+type connsUpstream struct {
+	testUpstream
+	stats map[string][2]int64
+}
+
+func (c connsUpstream) ConnStats() map[string][2]int64 { return c.stats }
+
+// TestUpstreamConnectionsAreDisjoint pins that the connection states add
+// up to the open connections: active is open minus idle, so a sum over
+// state counts each connection once.
+func TestUpstreamConnectionsAreDisjoint(t *testing.T) {
+	_, _, u := newAdmin(t, nil)
+	reg := prometheus.NewRegistry()
+	up := connsUpstream{u, map[string][2]int64{"127.0.0.1:9001": {5, 2}}}
+	reg.MustRegister(admin.NewEndpointCollector(func() []admin.Upstream { return []admin.Upstream{up} }))
+	ts := httptest.NewServer(admin.New(admin.Source{}, reg, slog.New(slog.NewTextHandler(io.Discard, nil))).Handler())
+	defer ts.Close()
+	_, metrics := do(t, "GET", ts.URL+"/metrics", "")
+	for _, want := range []string{
+		`switchboard_upstream_connections{endpoint="127.0.0.1:9001",state="active",upstream="orders"} 3` + "\n",
+		`switchboard_upstream_connections{endpoint="127.0.0.1:9001",state="idle",upstream="orders"} 2` + "\n",
+		`switchboard_upstream_connections{endpoint="127.0.0.1:9002",state="active",upstream="orders"} 0` + "\n",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if strings.Contains(metrics, `state="open"`) {
+		t.Errorf("a connection series has state open, which overlaps idle:\n%s", metrics)
+	}
+}
+
+// TestBuildInfo pins switchboard_build_info: one series of value 1 with
+// the build's version, revision and Go version.
+func TestBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(admin.NewBuildInfoCollector())
+	ts := httptest.NewServer(admin.New(admin.Source{}, reg, slog.New(slog.NewTextHandler(io.Discard, nil))).Handler())
+	defer ts.Close()
+	_, metrics := do(t, "GET", ts.URL+"/metrics", "")
+	want := `switchboard_build_info{goversion="` + runtime.Version() + `",revision="`
+	if !strings.Contains(metrics, want) || !strings.Contains(metrics, `version="`) {
+		t.Fatalf("metrics lack %s...:\n%s", want, metrics)
+	}
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, "switchboard_build_info{") && !strings.HasSuffix(line, "} 1") {
+			t.Errorf("build info is not 1: %s", line)
 		}
 	}
 }

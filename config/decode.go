@@ -543,6 +543,7 @@ var contexts = map[reflect.Type]string{
 	reflect.TypeFor[pipeline.RateLimit]():          "in a rate_limit entry",
 	reflect.TypeFor[pipeline.GlobalLimit]():        "in rate_limit global",
 	reflect.TypeFor[upstream.Health]():             "in health",
+	reflect.TypeFor[upstream.MetricsConfig]():      "in upstream metrics",
 	reflect.TypeFor[breaker.Config]():              "in breaker",
 	reflect.TypeFor[retry.Policy]():                "in retry",
 	reflect.TypeFor[fallback.Config]():             "in fallback",

@@ -408,6 +408,7 @@ type Monitor struct {
 	kind     string
 	onChange OnChangeFunc
 	onPass   func(ep *endpoint.Endpoint, now time.Time)
+	onCheck  func(ep *endpoint.Endpoint, err error, took time.Duration)
 	clock    clock.Clock // clock.Real; tests pass a clock.Fake (withClock)
 	log      *slog.Logger
 
@@ -449,6 +450,16 @@ func WithLogger(l *slog.Logger) Option { return func(m *Monitor) { m.log = l } }
 // (an outage shorter than fall checks) hears of each pass.
 func WithOnPass(fn func(ep *endpoint.Endpoint, now time.Time)) Option {
 	return func(m *Monitor) { m.onPass = fn }
+}
+
+// WithOnCheck sets a function called with every check's result (nil for
+// a pass) and how long the check took, before the verdict is updated: for
+// metrics of every check, where the verdict's callbacks hear only of
+// changes. A probe shared with other Monitors reports each result to every
+// Monitor that subscribes to it. It is called from the checks' goroutines,
+// one call at a time per endpoint, and must not block.
+func WithOnCheck(fn func(ep *endpoint.Endpoint, err error, took time.Duration)) Option {
+	return func(m *Monitor) { m.onCheck = fn }
 }
 
 // withClock makes the Monitor read time and arm its timers on c, so that
@@ -591,11 +602,14 @@ func (m *Monitor) run(ctx context.Context, p *probe) {
 }
 
 // deliver hands one check result to p: its own verdict, and the callbacks.
-func (m *Monitor) deliver(p *probe, err error, now time.Time) {
+func (m *Monitor) deliver(p *probe, err error, now time.Time, took time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.off {
 		return
+	}
+	if m.onCheck != nil {
+		m.onCheck(p.ep, err, took)
 	}
 	if changed, reason := p.t.observe(err); changed {
 		m.report(p, reason, now)

@@ -571,3 +571,50 @@ func waitRunning(t *testing.T, m *Monitor, want int64) {
 		<-tick.C
 	}
 }
+
+// TestMonitorReportsEveryCheckWithItsDuration pins WithOnCheck: it hears
+// of every check, passes and failures alike, with how long the check took,
+// while the verdict callback hears only of changes (none here: one failure
+// is below fall).
+func TestMonitorReportsEveryCheckWithItsDuration(t *testing.T) {
+	c := noJitter()
+	c.Interval = time.Second
+	c.Timeout = 500 * time.Millisecond
+	clk := clock.NewFake(time.Date(2026, 1, 1, 3, 0, 0, 0, time.UTC))
+	results := make(chan error)
+	checker := CheckerFunc(func(ctx context.Context, addr string) error {
+		err := <-results
+		clk.Advance(250 * time.Millisecond) // the check takes 250ms
+		return err
+	})
+	type check struct {
+		addr string
+		err  error
+		took time.Duration
+	}
+	checks := make(chan check, 4)
+	verdicts := make(chan activeVerdict, 4)
+	m, err := NewMonitor(c, collect(verdicts), WithChecker(checker), WithLogger(quiet), withClock(clk),
+		WithOnCheck(func(ep *endpoint.Endpoint, err error, took time.Duration) { checks <- check{ep.Address(), err, took} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Sync([]*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: "10.0.0.1:80"})})
+	m.Start(context.Background())
+	defer m.Close()
+
+	down := errors.New("connection refused")
+	for i, r := range []error{nil, down, nil} {
+		nextCheck(t, clk)
+		results <- r
+		got := within(t, checks, 5*time.Second, "check report")
+		if got.addr != "10.0.0.1:80" || got.err != r || got.took != 250*time.Millisecond {
+			t.Errorf("check %d reported %+v, want %v after 250ms", i, got, r)
+		}
+	}
+	select {
+	case v := <-verdicts:
+		t.Errorf("verdict %+v after one failure below fall", v)
+	default:
+	}
+}

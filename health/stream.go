@@ -218,6 +218,7 @@ func (s *stream) run(ctx context.Context, healthy bool) {
 			}
 		case <-timer.C():
 			cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+			began := s.clock.Now()
 			err := s.checker.Check(cctx, s.addr)
 			cancel()
 			if ctx.Err() != nil {
@@ -227,13 +228,14 @@ func (s *stream) run(ctx context.Context, healthy bool) {
 				err = fmt.Errorf("timeout after %v: %w", cfg.Timeout, err)
 			}
 			now := s.clock.Now()
+			took := now.Sub(began)
 			s.mu.Lock()
 			t.observe(err)
 			s.observed, s.lastErr, s.lastAt = true, err, now
 			subs = append(subs[:0], s.subs...)
 			s.mu.Unlock()
 			for _, sub := range subs {
-				sub.m.deliver(sub.p, err, now)
+				sub.m.deliver(sub.p, err, now, took)
 			}
 			clear(subs)
 			wait = sch.next(err == nil, t.healthy)

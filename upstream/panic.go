@@ -35,6 +35,7 @@ func (p *panicGuard) update(s *endpoint.Set) {
 			s = &endpoint.Set{Version: s.Version, All: s.All, Ready: s.All}
 		}
 	}
+	p.u.metrics.setPanic(p.u.name, p.inPanic)
 	p.last.Store(&s.Ready)
 	p.next(s)
 }

@@ -74,7 +74,7 @@ func newSignals(u *Upstream, cfg Health, brk *breaker.Config, discovered, requir
 	empty := map[*endpoint.Endpoint]*breaker.Breaker{}
 	h.breakers.Store(&empty)
 	if cfg.Active != nil {
-		m, err := health.NewMonitor(*cfg.Active, h.onActive, health.WithLogger(u.log), health.WithOnPass(h.onPass))
+		m, err := health.NewMonitor(*cfg.Active, h.onActive, health.WithLogger(u.log), health.WithOnPass(h.onPass), health.WithOnCheck(h.onCheck))
 		if err != nil {
 			return nil, fmt.Errorf("health: %w", err)
 		}
@@ -144,9 +144,10 @@ func (h *signals) tick() time.Duration {
 	return max(tick, 20*time.Millisecond)
 }
 
-// sync follows the pool's membership. It must not run under the pool's
-// lock: the checks' callbacks take it.
-func (h *signals) sync(eps []*endpoint.Endpoint) {
+// sync follows the pool's membership and returns the observer that the
+// endpoints' outcomes must reach (nil for none): the caller installs it.
+// It must not run under the pool's lock: the checks' callbacks take it.
+func (h *signals) sync(eps []*endpoint.Endpoint) endpoint.Observer {
 	h.mu.Lock()
 	next := make(map[*endpoint.Endpoint]*verdicts, len(eps))
 	for _, ep := range eps {
@@ -179,18 +180,16 @@ func (h *signals) sync(eps []*endpoint.Endpoint) {
 	if h.brkCfg != nil {
 		obs = append(obs, breakerObserver{h})
 	}
-	if len(obs) > 0 {
-		var o endpoint.Observer = obs
-		if len(obs) == 1 {
-			o = obs[0]
-		}
-		for _, ep := range eps {
-			ep.SetObserver(o)
-		}
-	}
 	if h.monitor != nil {
 		h.monitor.Sync(eps)
 	}
+	switch len(obs) {
+	case 0:
+		return nil
+	case 1:
+		return obs[0]
+	}
+	return obs
 }
 
 // close stops the checks and gives every endpoint back its healthy state:
@@ -252,6 +251,11 @@ func (h *signals) onActive(ep *endpoint.Endpoint, healthy bool, reason string, n
 		v.activeDown, v.activeReason = !healthy, reason
 		return true
 	})
+}
+
+// onCheck counts every active check.
+func (h *signals) onCheck(ep *endpoint.Endpoint, err error, took time.Duration) {
+	h.u.metrics.checked(h.u.name, ep.Address(), err, took)
 }
 
 // onPass hears of every passing active check of a healthy endpoint: one

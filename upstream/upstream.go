@@ -59,6 +59,23 @@ type Config struct {
 	// caller together, with an optional bounded queue; a request over the
 	// cap gets 503 concurrency_limited. Keys: ratelimit.ConcurrencyConfig.
 	Concurrency *ratelimit.ConcurrencyConfig `yaml:"concurrency"`
+	// Metrics tunes the upstream's Prometheus series.
+	Metrics MetricsConfig `yaml:"metrics"`
+}
+
+// MetricsConfig tunes an upstream's Prometheus series (see Metrics).
+type MetricsConfig struct {
+	// PerEndpointHistograms keeps a latency histogram per endpoint
+	// (switchboard_endpoint_request_duration_seconds): one series per
+	// bucket and endpoint. Default true; false drops them, for an
+	// upstream of so many endpoints that the series would cost more than
+	// they tell. The per-endpoint counters stay.
+	PerEndpointHistograms *bool `yaml:"per_endpoint_histograms"`
+}
+
+// perEndpointHistograms reports whether c keeps per-endpoint histograms.
+func (c MetricsConfig) perEndpointHistograms() bool {
+	return c.PerEndpointHistograms == nil || *c.PerEndpointHistograms
 }
 
 // Health configures how endpoints are judged. docs/health.md describes the
@@ -143,7 +160,9 @@ type Upstream struct {
 	mu     sync.Mutex // serialises Prepare's Commit and Close
 	closed bool
 	epMu   sync.Mutex // orders membership changes (configuration, view)
-	cur    atomic.Pointer[generation]
+	// histograms: the endpoints' latency histograms are kept (under epMu).
+	histograms bool
+	cur        atomic.Pointer[generation]
 }
 
 // generation is one configuration of an upstream, with the parts built
@@ -449,15 +468,42 @@ func (u *Upstream) setEndpoints(g *generation, specs []endpoint.Spec, verdicts m
 	defer u.epMu.Unlock()
 	u.pool.Update(specs)
 	all := u.pool.Snapshot().All
+	var next endpoint.Observer
+	if g.signals != nil {
+		next = g.signals.sync(all)
+	}
+	u.observe(g, all, next)
 	if g.signals == nil {
 		return
 	}
-	g.signals.sync(all)
 	if verdicts != nil {
 		now := time.Now()
 		for _, ep := range all {
 			g.signals.onRegistry(ep, verdicts[ep.Address()], now)
 		}
+	}
+}
+
+// observe installs on every endpoint the observer of its outcomes: its
+// series of answers (with metrics), then next, the health machinery's
+// (nil for none). Turning per-endpoint histograms off deletes the
+// upstream's; u.epMu is held.
+func (u *Upstream) observe(g *generation, all []*endpoint.Endpoint, next endpoint.Observer) {
+	if u.metrics == nil {
+		if next != nil {
+			for _, ep := range all {
+				ep.SetObserver(next)
+			}
+		}
+		return
+	}
+	hist := g.cfg.Metrics.perEndpointHistograms()
+	if !hist && u.histograms {
+		u.metrics.dropLatency(u.name)
+	}
+	u.histograms = hist
+	for _, ep := range all {
+		ep.SetObserver(u.metrics.endpointSeries(u.name, ep, hist, next))
 	}
 }
 

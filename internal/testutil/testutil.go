@@ -52,6 +52,31 @@ func FreeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// ServeTCP accepts loopback connections until the test ends and hands
+// each to serve on a goroutine of its own, closing it when serve returns;
+// it returns the address.
+func ServeTCP(t testing.TB, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // DeadAddr returns a loopback address where nothing listens and nothing
 // will while the test runs: a TCP socket is bound to it but never
 // listens, so a connect is refused, and no other test or process on the

@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -156,7 +157,7 @@ func LoadCertFiles(listener string, files []config.Certificate, log *slog.Logger
 		certs[i] = &kp
 		c.loaded[i] = pairBytes{cert: cert, key: key}
 	}
-	c.set.Store(newCertSet(certs))
+	c.store(certs)
 	if werr != nil {
 		log.Error("cannot watch the listener's certificate files; reading them every "+certPoll.String()+" instead", "listener", listener, "error", werr)
 		go c.poll()
@@ -294,8 +295,14 @@ func (c *CertFiles) Reload() {
 		c.m.reloaded(c.listener, true)
 	}
 	if certs != nil {
-		c.set.Store(newCertSet(certs))
+		c.store(certs)
 	}
+}
+
+// store puts certs in use and records their expiry.
+func (c *CertFiles) store(certs []*tls.Certificate) {
+	c.set.Store(newCertSet(certs))
+	c.m.CertificatesLoaded(c.listener, certs...)
 }
 
 // Close stops the watching; the certificates stay usable.
@@ -306,25 +313,77 @@ func (c *CertFiles) Close() {
 	})
 }
 
-// CertMetrics count the reloads of listeners' certificate files.
+// CertMetrics count the reloads of listeners' certificate files and say
+// when the certificates in use expire.
 type CertMetrics struct {
 	reloads *prometheus.CounterVec
+	expiry  *prometheus.GaugeVec
 }
 
 // NewCertMetrics creates the metrics and registers them with reg.
 func NewCertMetrics(reg prometheus.Registerer) *CertMetrics {
-	m := &CertMetrics{reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "switchboard_tls_certificate_reloads_total",
-		Help: "Certificate files of TLS listeners read again after they changed, by listener and result (ok: in use; error: not loadable, the previous certificate kept).",
-	}, []string{"listener", "result"})}
-	reg.MustRegister(m.reloads)
+	m := &CertMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_tls_certificate_reloads_total",
+			Help: "Certificate files of TLS listeners read again after they changed, by listener and result (ok: in use; error: not loadable, the previous certificate kept).",
+		}, []string{"listener", "result"}),
+		expiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "switchboard_certificate_expiry_timestamp_seconds",
+			Help: "When a TLS listener's certificate loaded from files expires, in Unix seconds, by listener and the certificate's name (its first DNS name, else its common name).",
+		}, []string{"listener", "name"}),
+	}
+	reg.MustRegister(m.reloads, m.expiry)
 	return m
 }
 
 // Vecs returns the metric vectors, for a caller that deletes the series of
 // listeners that are gone.
 func (m *CertMetrics) Vecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{m.reloads.MetricVec}
+	return []*prometheus.MetricVec{m.reloads.MetricVec, m.expiry.MetricVec}
+}
+
+// CertificatesLoaded records the expiry of the certificates a listener
+// serves from files, each under its name: the first DNS name of its leaf,
+// else its common name. They replace what was recorded for the listener,
+// so a certificate it no longer serves leaves no series behind. A
+// certificate whose leaf does not parse is skipped (it would not have
+// loaded). Call it wherever a listener's certificates are put in use.
+func (m *CertMetrics) CertificatesLoaded(listener string, certs ...*tls.Certificate) {
+	if m == nil {
+		return
+	}
+	expiry := map[string]float64{}
+	for _, c := range certs {
+		if name, at, ok := certExpiry(c); ok {
+			expiry[name] = at
+		}
+	}
+	m.expiry.DeletePartialMatch(prometheus.Labels{"listener": listener})
+	for name, at := range expiry {
+		m.expiry.WithLabelValues(listener, name).Set(at)
+	}
+}
+
+// certExpiry returns a certificate's name and expiry in Unix seconds.
+func certExpiry(cert *tls.Certificate) (name string, at float64, ok bool) {
+	if cert == nil {
+		return "", 0, false
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		if len(cert.Certificate) == 0 {
+			return "", 0, false
+		}
+		var err error
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return "", 0, false
+		}
+	}
+	name = leaf.Subject.CommonName
+	if len(leaf.DNSNames) > 0 {
+		name = leaf.DNSNames[0]
+	}
+	return name, float64(leaf.NotAfter.Unix()), true
 }
 
 func (m *CertMetrics) reloaded(listener string, ok bool) {

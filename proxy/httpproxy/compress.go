@@ -569,10 +569,16 @@ func getEncWriter(c coding, level int) *encWriter {
 
 // copy relays the body to w, flushing after each piece when flush is set
 // (a stream: the encoder flushes its block too, so what the upstream sent
-// reaches the client now). It returns the read and the write error apart,
-// as copyBody does, and gives the coder back to its pool.
-func (cd *coder) copy(w http.ResponseWriter, flush bool) (rerr, werr error) {
+// reaches the client now). It returns the bytes written to w, and the read
+// and the write error apart, as copyBody does, and gives the coder back to
+// its pool.
+func (cd *coder) copy(w http.ResponseWriter, flush bool) (written int64, rerr, werr error) {
 	defer cd.release()
+	defer func() { // before release, which clears the count
+		if cd.ew != nil {
+			written = cd.ew.out.n
+		}
+	}()
 	var fl http.Flusher
 	if flush {
 		fl, _ = w.(http.Flusher)
@@ -584,7 +590,11 @@ func (cd *coder) copy(w http.ResponseWriter, flush bool) (rerr, werr error) {
 	}
 	buf := *cd.bp
 	piece := func(p []byte) error {
-		if _, err := dst.Write(p); err != nil {
+		n, err := dst.Write(p)
+		if cd.ew == nil {
+			written += int64(n)
+		}
+		if err != nil {
 			return err
 		}
 		if fl != nil {
@@ -599,7 +609,7 @@ func (cd *coder) copy(w http.ResponseWriter, flush bool) (rerr, werr error) {
 	}
 	if cd.held > 0 {
 		if werr = piece(buf[:cd.held]); werr != nil {
-			return nil, werr
+			return written, nil, werr
 		}
 	}
 	for !cd.eof {
@@ -607,22 +617,22 @@ func (cd *coder) copy(w http.ResponseWriter, flush bool) (rerr, werr error) {
 		if n > 0 {
 			cd.plain += int64(n)
 			if werr = piece(buf[:n]); werr != nil {
-				return nil, werr
+				return written, nil, werr
 			}
 		}
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return err, nil
+			return written, err, nil
 		}
 	}
 	if cd.ew != nil {
 		if werr = cd.ew.enc.Close(); werr != nil {
-			return nil, werr
+			return written, nil, werr
 		}
 	}
-	return nil, nil
+	return written, nil, nil
 }
 
 // release counts what the coder did and gives it and its parts back.

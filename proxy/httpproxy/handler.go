@@ -75,6 +75,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		res = h.serve(w, r, t, rt, tg, start)
 	}
 	rm.Done(res.status, time.Since(start).Seconds())
+	rm.Bytes(res.in, res.out)
 	h.access(t, r, rt, tg, res.ep, res.status, start)
 	if res.abort {
 		// The response is already under way and cannot be finished: tell
@@ -91,6 +92,9 @@ type result struct {
 	abort  bool
 	// bodyErr cut the upstream's response body short.
 	bodyErr error
+	// in and out count the body bytes read from the client and written
+	// to it (a relayed body's; not those of an answer the proxy makes).
+	in, out int64
 }
 
 var (
@@ -116,6 +120,21 @@ type reqState struct {
 	bodyTaken atomic.Bool
 	// rewrite is the route's rewrites' state (rewrite.go).
 	rewrite rewriteState
+	// in counts the streamed request body as it is read.
+	in countingReader
+}
+
+// countingReader counts the bytes read through it. The count is atomic:
+// the transport may still be reading when the handler looks.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // takeBody hands the first exchange of the call the body kept in its
@@ -143,6 +162,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 		defer held.Close() // after Finish, deferred below
 	}
 	st := new(reqState)
+	if held == nil && body != nil {
+		st.in.r = body
+		body = &st.in
+	}
 	prepareHeader(r, &st.vals, &st.id)
 	if t.front != nil {
 		t.front.clientCert(r)
@@ -168,6 +191,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	res.status = http.StatusBadGateway
 	defer func() {
 		res.ep = c.Endpoint()
+		if held != nil {
+			res.in = r.ContentLength // buffered whole before the call
+		} else {
+			res.in = st.in.n.Load()
+		}
 		c.Finish(res.status, res.bodyErr)
 	}()
 	if tg.sticky != nil {
@@ -331,14 +359,15 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, rt *route, c *pipelin
 	w.WriteHeader(resp.StatusCode)
 	// A response of unknown length is a stream (server-sent events, gRPC
 	// over h2c, chunked progress): every piece goes out as it arrives.
+	var n int64
 	var rerr, werr error
 	if cd != nil {
-		rerr, werr = cd.copy(w, resp.ContentLength < 0)
+		n, rerr, werr = cd.copy(w, resp.ContentLength < 0)
 	} else {
-		rerr, werr = copyBody(w, resp.Body, resp.ContentLength < 0)
+		n, rerr, werr = copyBody(w, resp.Body, resp.ContentLength < 0)
 	}
 	resp.Body.Close()
-	res := result{status: resp.StatusCode}
+	res := result{status: resp.StatusCode, out: n}
 	switch {
 	case werr != nil:
 		// The client went away; nothing to do.
@@ -354,8 +383,9 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, rt *route, c *pipelin
 }
 
 // copyBody copies the response body to the client, flushing after each
-// piece when flush is set. It returns the read and the write error apart.
-func copyBody(w http.ResponseWriter, body io.Reader, flush bool) (rerr, werr error) {
+// piece when flush is set. It returns the bytes written, and the read and
+// the write error apart.
+func copyBody(w http.ResponseWriter, body io.Reader, flush bool) (written int64, rerr, werr error) {
 	bp := h1.GetBuffer()
 	defer h1.PutBuffer(bp)
 	buf := *bp
@@ -366,18 +396,20 @@ func copyBody(w http.ResponseWriter, body io.Reader, flush bool) (rerr, werr err
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			if _, werr = w.Write(buf[:n]); werr != nil {
-				return nil, werr
+			m, werr := w.Write(buf[:n])
+			written += int64(m)
+			if werr != nil {
+				return written, nil, werr
 			}
 			if fl != nil {
 				fl.Flush()
 			}
 		}
 		if err == io.EOF {
-			return nil, nil
+			return written, nil, nil
 		}
 		if err != nil {
-			return err, nil
+			return written, err, nil
 		}
 	}
 }

@@ -273,6 +273,9 @@ func (c *Change) Commit() {
 			go p.loop.run()
 		}
 		l.tls.Swap(p.tls).replaced(p.tls)
+		if p.tls == nil || p.tls.files == nil {
+			s.certs.CertificatesLoaded(l.name) // serves no certificate files (any more)
+		}
 		if old := l.handler.tbl.Swap(p.table); old != nil {
 			s.retire(old)
 		}

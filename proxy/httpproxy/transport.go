@@ -11,6 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
@@ -65,7 +67,17 @@ type Transport struct {
 	h2rt  pipeline.HTTPTransport // over h2
 	unsub func()
 	last  []*endpoint.Endpoint // the pool's members at the last update; under the pool's lock
+	// header observes each exchange's time to its response head; nil
+	// for none.
+	header prometheus.Observer
 }
+
+// ObserveResponseHeader makes t observe, in seconds, the time from the
+// start of each exchange (taking a pooled connection or dialing one, then
+// sending the request) to the endpoint's response head: the upstream's
+// time to first byte. Exchanges that fail before a response head are not
+// observed. Call it before t is first used.
+func (t *Transport) ObserveResponseHeader(o prometheus.Observer) { t.header = o }
 
 // NewTransport returns a transport for the endpoints of pool.
 func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
@@ -174,13 +186,24 @@ func (t *Transport) ConnStats() map[string][2]int64 {
 
 // RoundTrip implements pipeline.Transport.
 func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
-	if t.h2 != nil && t.tls != nil {
-		return t.roundTripTLS(ctx, deadline, ep, c, body)
+	var t0 time.Time
+	if t.header != nil {
+		t0 = time.Now()
 	}
-	if t.h1 != nil {
-		return t.roundTripH1(ctx, deadline, t.h1, ep, c, body)
+	var resp *http.Response
+	var err error
+	switch {
+	case t.h2 != nil && t.tls != nil:
+		resp, err = t.roundTripTLS(ctx, deadline, ep, c, body)
+	case t.h1 != nil:
+		resp, err = t.roundTripH1(ctx, deadline, t.h1, ep, c, body)
+	default:
+		resp, err = t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
 	}
-	return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
+	if err == nil && t.header != nil {
+		t.header.Observe(time.Since(t0).Seconds())
+	}
+	return resp, err
 }
 
 // roundTripH1 sends over the HTTP/1 engine's client hc.

@@ -123,7 +123,7 @@ func New(path string, opt Options) (*App, error) {
 		}
 		return out
 	}
-	a.reg.MustRegister(admin.NewEndpointCollector(ups))
+	a.reg.MustRegister(admin.NewEndpointCollector(ups), admin.NewBuildInfoCollector())
 	status := func() any {
 		if l := a.regs.Status(); l != nil {
 			return l

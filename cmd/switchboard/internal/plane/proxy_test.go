@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"golang.org/x/net/websocket"
 )
 
@@ -538,27 +539,7 @@ func rawUpstream(t *testing.T, answer func(method string) string) string {
 
 // serveRaw accepts loopback connections until the test ends and hands each
 // to serve on a goroutine of its own; it returns the address.
-func serveRaw(t testing.TB, serve func(net.Conn)) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				serve(c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
+func serveRaw(t testing.TB, serve func(net.Conn)) string { return testutil.ServeTCP(t, serve) }
 
 func TestBytesAfterAResponseNeverReachAnotherRequest(t *testing.T) {
 	poison := "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-Poison: 1\r\n\r\nPOISON"

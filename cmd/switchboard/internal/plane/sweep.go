@@ -41,12 +41,15 @@ type liveSet struct {
 	// routeSeries are the (listener, route, upstream) label sets of the
 	// routing tables' cached series; route "" is the no-route series.
 	routeSeries map[[3]string]bool
-	endpoints   map[[2]string]bool // upstream, address
+	// listenerRoutes are their (listener, route) pairs, the owners of
+	// the series without an upstream label (body bytes).
+	listenerRoutes map[[2]string]bool
+	endpoints      map[[2]string]bool // upstream, address
 }
 
 func newLiveSet() *liveSet {
 	return &liveSet{listeners: map[string]bool{}, routes: map[string]bool{}, upstreams: map[string]bool{},
-		routeSeries: map[[3]string]bool{}, endpoints: map[[2]string]bool{}}
+		routeSeries: map[[3]string]bool{}, listenerRoutes: map[[2]string]bool{}, endpoints: map[[2]string]bool{}}
 }
 
 // addSeries adds the owners of a routing table's series.
@@ -56,11 +59,13 @@ func (l *liveSet) addSeries(listener, route, upstream string) {
 		l.routes[route] = true
 	}
 	l.routeSeries[[3]string{listener, route, upstream}] = true
+	l.listenerRoutes[[2]string{listener, route}] = true
 }
 
 // owns reports whether the owners named in labels still exist: a
-// listener-and-route series its exact table entry, a route series its
-// route, and an upstream or endpoint series its upstream or endpoint.
+// listener-and-route series its exact table entry (without an upstream
+// label, any entry of that listener and route), a route series its route,
+// and an upstream or endpoint series its upstream or endpoint.
 func (l *liveSet) owns(labels []*dto.LabelPair) bool {
 	var listener, route, upstream, ep string
 	var hasListener, hasRoute, hasUpstream, hasEP bool
@@ -77,6 +82,8 @@ func (l *liveSet) owns(labels []*dto.LabelPair) bool {
 		}
 	}
 	switch {
+	case hasListener && hasRoute && !hasUpstream:
+		return l.listenerRoutes[[2]string{listener, route}]
 	case hasListener && hasRoute:
 		return l.routeSeries[[3]string{listener, route, upstream}]
 	case hasListener && !l.listeners[listener]:

@@ -45,17 +45,23 @@ upstreams:
 		labels map[string]string
 	}
 	kept := map[string]series{
-		"kept route":            {"switchboard_http_requests_total", map[string]string{"route": "keep", "code": "200"}},
-		"kept route's latency":  {"switchboard_http_request_duration_seconds", map[string]string{"route": "keep"}},
-		"no route (404)":        {"switchboard_http_requests_total", map[string]string{"route": "", "code": "404"}},
-		"kept listener":         {"switchboard_http_requests_in_flight", map[string]string{"listener": "web"}},
-		"moved route, new pair": {"switchboard_http_request_duration_seconds", map[string]string{"route": "moved", "upstream": "third"}},
+		"kept route":              {"switchboard_http_requests_total", map[string]string{"route": "keep", "code": "200"}},
+		"kept route's latency":    {"switchboard_http_request_duration_seconds", map[string]string{"route": "keep"}},
+		"no route (404)":          {"switchboard_http_requests_total", map[string]string{"route": "", "code": "404"}},
+		"kept listener":           {"switchboard_http_requests_in_flight", map[string]string{"listener": "web"}},
+		"moved route, new pair":   {"switchboard_http_request_duration_seconds", map[string]string{"route": "moved", "upstream": "third"}},
+		"kept route's bytes":      {"switchboard_http_response_bytes_total", map[string]string{"listener": "web", "route": "keep"}},
+		"kept upstream's TTFB":    {"switchboard_upstream_response_header_seconds", map[string]string{"upstream": "app"}},
+		"kept endpoint's latency": {"switchboard_endpoint_request_duration_seconds", map[string]string{"upstream": "app", "endpoint": b1.addr()}},
 	}
 	gone := map[string]series{
 		"removed route":               {"switchboard_http_requests_total", map[string]string{"route": "gone"}},
 		"removed route's latency":     {"switchboard_http_request_duration_seconds", map[string]string{"route": "gone"}},
 		"moved route, old pair":       {"switchboard_http_requests_total", map[string]string{"route": "moved", "upstream": "app"}},
 		"removed upstream's endpoint": {"switchboard_upstream_errors_total", map[string]string{"upstream": "app", "endpoint": dead}},
+		"removed route's bytes":       {"switchboard_http_response_bytes_total", map[string]string{"listener": "web", "route": "gone"}},
+		"removed upstream's TTFB":     {"switchboard_upstream_response_header_seconds", map[string]string{"upstream": "other"}},
+		"removed upstream's latency":  {"switchboard_endpoint_request_duration_seconds", map[string]string{"upstream": "other", "endpoint": b2.addr()}},
 	}
 	for what, s := range gone {
 		if !p.has(s.name, s.labels) {
@@ -107,10 +113,13 @@ upstreams:
 		t.Fatalf("first sweep after the reload deleted %d series, want 0", n)
 	}
 	present("after one sweep", all(true))
-	// The second deletes the endpoint's series and marks the table's.
+	// The second deletes the series of the endpoint and the upstream
+	// that left, and marks the table's.
 	p.srv.SweepMetrics()
 	want := all(true)
 	want["removed upstream's endpoint"] = false
+	want["removed upstream's TTFB"] = false
+	want["removed upstream's latency"] = false
 	present("after two sweeps", want)
 	// The third deletes those.
 	p.srv.SweepMetrics()

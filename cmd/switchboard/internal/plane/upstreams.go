@@ -111,6 +111,7 @@ func (p *Plane) prepareUpstream(c *upstreamChanges, name string, uc *config.Upst
 		next.t = prev.t
 	} else {
 		next.t = httpproxy.NewTransport(tc, next.up.Pool())
+		next.t.ObserveResponseHeader(p.m.http.ResponseHeader(name))
 		c.newT = append(c.newT, next.t)
 		if prev != nil {
 			c.oldT = append(c.oldT, prev.t)
