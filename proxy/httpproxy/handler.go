@@ -36,24 +36,32 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.active.Add(1)
 	defer t.active.Add(-1)
 	start := time.Now()
+	// The request's state, its id (on the response from here on, so that
+	// every answer carries it) and, when the access log or tracing is on,
+	// what they observe (observe.go).
+	st := new(reqState)
+	st.requestID(r.Header, w.Header())
+	if t.accessLog || t.tracer != nil {
+		w, r = st.observe(t, w, r)
+	}
 	if !normalizeRequest(r) {
 		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
 		t.noRoute.Count(http.StatusBadRequest)
-		h.access(t, r, nil, nil, http.StatusBadRequest, start)
+		h.observed(t, st, w, r, nil, result{status: http.StatusBadRequest}, start)
 		return
 	}
 	rt := t.match(r)
 	if rt == nil {
 		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
 		t.noRoute.Count(http.StatusNotFound)
-		h.access(t, r, nil, nil, http.StatusNotFound, start)
+		h.observed(t, st, w, r, nil, result{status: http.StatusNotFound}, start)
 		return
 	}
 	rm := rt.metrics
 	rm.Start()
-	res := h.serve(w, r, t, rt, start)
+	res := h.serve(w, r, t, rt, st, start)
 	rm.Done(res.status, time.Since(start).Seconds())
-	h.access(t, r, rt, res.ep, res.status, start)
+	h.observed(t, st, w, r, rt, res, start)
 	if res.abort {
 		// The response is already under way and cannot be finished: tell
 		// the server to cut the connection so the client sees a truncated
@@ -69,6 +77,8 @@ type result struct {
 	abort  bool
 	// bodyErr cut the upstream's response body short.
 	bodyErr error
+	// err is why the pipeline gave no answer (a *pipeline.Error), if so.
+	err error
 }
 
 var (
@@ -78,9 +88,10 @@ var (
 
 // reqState is the per-request state that must live on the heap, in one
 // allocation: the pipeline's call, the backing array of the header values
-// the proxy adds, the bytes of a request id it makes, and the first
-// HTTP/1 exchange's response body. It is the call's Front, and is never
-// reused: whatever points into it keeps it alive.
+// the proxy adds, the bytes of a request id it makes, the first HTTP/1
+// exchange's response body, and what the access log and tracing observe.
+// It is the call's Front, and is never reused: whatever points into it
+// keeps it alive.
 type reqState struct {
 	call pipeline.Call
 	// vals backs the values of X-Forwarded-For, X-Forwarded-Host and
@@ -92,6 +103,9 @@ type reqState struct {
 	// (takeBody); a retry or hedge after it gets one of its own.
 	body      h1.Body
 	bodyTaken atomic.Bool
+	// obs is what the access log and tracing see of the request; unused
+	// when both are off.
+	obs observation
 }
 
 // takeBody hands the first exchange of the call the body kept in its
@@ -104,7 +118,7 @@ func (st *reqState) takeBody() *h1.Body {
 }
 
 // serve runs r through route rt's pipeline and relays the answer.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, start time.Time) (res result) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, st *reqState, start time.Time) (res result) {
 	body, held, res, ok := h.requestBody(w, r, t, rt, start)
 	if !ok {
 		return res
@@ -112,8 +126,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	if held != nil {
 		defer held.Close() // after Finish, deferred below
 	}
-	st := new(reqState)
-	prepareHeader(r, &st.vals, &st.id)
+	if st.obs.on {
+		body = st.obs.countBody(body, held)
+	}
+	prepareHeader(r, &st.vals)
 	c := &st.call
 	c.Req, c.Body, c.Front = r, body, st
 	if r.ProtoMajor == 1 {
@@ -137,7 +153,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	if err != nil {
 		return h.failed(w, rt, c, err)
 	}
-	return h.respond(w, t, c, resp, st.vals[2:3:3])
+	return h.respond(w, t, c, resp)
 }
 
 // requestBody returns the body to send upstream (nil for none) and, when
@@ -224,12 +240,12 @@ func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err
 			h.log.Debug("request failed", "listener", h.name, "route", rt.name, "upstream", rt.pipe.Upstream().Name(), "code", pe.Code, "error", pe.Err)
 		}
 	}
-	return result{status: pe.Status}
+	return result{status: pe.Status, err: pe}
 }
 
 // respond relays a response to the client: the upstream's, or a fallback
 // step's.
-func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, resp *http.Response, reqID []string) result {
+func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, resp *http.Response) result {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if c.Upgrade == "" {
 			resp.Body.Close()
@@ -238,11 +254,9 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, res
 		}
 		return h.tunnel(w, t, resp, c.Upgrade)
 	}
+	// The upstream's X-Request-Id, if it sent one, replaces the proxy's.
 	dst := w.Header()
 	copyResponseHeader(dst, resp.Header)
-	if _, ok := dst["X-Request-Id"]; !ok {
-		dst["X-Request-Id"] = reqID
-	}
 	if _, ok := dst["Content-Type"]; !ok {
 		// Do not let the server guess a type the upstream did not send.
 		dst["Content-Type"] = nil
@@ -332,7 +346,8 @@ func (h *Handler) tunnel(w http.ResponseWriter, t *Table, resp *http.Response, u
 	if up := resp.Header["Upgrade"]; len(up) > 0 {
 		upgrade = strings.Join(up, ", ")
 	}
-	hdr := make(http.Header, len(resp.Header))
+	hdr := make(http.Header, len(resp.Header)+1)
+	hdr["X-Request-Id"] = w.Header()["X-Request-Id"]
 	copyResponseHeader(hdr, resp.Header)
 	cbuf.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
 	hdr.Write(cbuf)
@@ -389,41 +404,14 @@ func pump(dst, src net.Conn, br *bufio.Reader, idle time.Duration) {
 	}
 }
 
-func (h *Handler) access(t *Table, r *http.Request, rt *route, ep *endpoint.Endpoint, status int, start time.Time) {
-	if !t.accessLog {
-		return
-	}
-	routeName, upName, epAddr := "", "", ""
-	if rt != nil {
-		routeName, upName = rt.name, rt.pipe.Upstream().Name()
-	}
-	if ep != nil {
-		epAddr = ep.Address()
-	}
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access",
-		slog.String("listener", h.name),
-		slog.String("remote", r.RemoteAddr),
-		slog.String("method", r.Method),
-		slog.String("host", r.Host),
-		slog.String("path", r.URL.Path),
-		slog.String("proto", r.Proto),
-		slog.Int("status", status),
-		slog.String("route", routeName),
-		slog.String("upstream", upName),
-		slog.String("endpoint", epAddr),
-		slog.Duration("duration", time.Since(start)),
-		slog.String("request_id", r.Header.Get("X-Request-Id")),
-	)
-}
-
 // prepareHeader turns the client's request header into the upstream's, in
 // place: it removes hop-by-hop fields (RFC 9110 7.6.1), also those the
 // client names in Connection, appends the client to X-Forwarded-For, sets
-// X-Forwarded-Proto and -Host for this hop, and keeps or makes X-Request-Id.
-// Connection and Upgrade are left for the caller (it needs them to see a
-// protocol switch). The values it sets are backed by vals, and a request
-// id it makes by id.
-func prepareHeader(r *http.Request, vals *[3]string, idBuf *[32]byte) {
+// X-Forwarded-Proto and -Host for this hop. (X-Request-Id was set when the
+// request came in: reqState.requestID.) Connection and Upgrade are left
+// for the caller (it needs them to see a protocol switch). The values it
+// sets are backed by vals[0:2].
+func prepareHeader(r *http.Request, vals *[3]string) {
 	h := r.Header
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
@@ -466,12 +454,21 @@ func prepareHeader(r *http.Request, vals *[3]string, idBuf *[32]byte) {
 	}
 	vals[1] = r.Host
 	h["X-Forwarded-Host"] = vals[1:2:2]
-	if id := h["X-Request-Id"]; len(id) == 1 && validRequestID(id[0]) {
-		vals[2] = id[0]
+}
+
+// requestID keeps the client's X-Request-Id when it is valid (one value,
+// 1-128 visible ASCII characters) or makes one, and sets it on both the
+// request (for the upstream) and the response (resp): every answer,
+// the proxy's own errors included, carries it. It is backed by
+// st.vals[2], and a made one by st.id.
+func (st *reqState) requestID(req, resp http.Header) {
+	if id := req["X-Request-Id"]; len(id) == 1 && validRequestID(id[0]) {
+		st.vals[2] = id[0]
 	} else {
-		vals[2] = newRequestID(idBuf)
+		st.vals[2] = newRequestID(&st.id)
 	}
-	h["X-Request-Id"] = vals[2:3:3]
+	req["X-Request-Id"] = st.vals[2:3:3]
+	resp["X-Request-Id"] = st.vals[2:3:3]
 }
 
 // upgradeOf returns the protocol an HTTP/1.1 request asks to switch to, or

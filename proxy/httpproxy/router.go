@@ -21,6 +21,7 @@ type Table struct {
 	maxBody   int64
 	idle      time.Duration // bounds an idle protocol-switch tunnel
 	noRoute   *httpmetrics.Route
+	tracer    *Tracer // nil: tracing off (Change.Trace)
 	// active counts requests being served on this table, so that the
 	// series its requests count on outlive a reload while they run. A
 	// pointer: the record of a replaced table keeps it, not the table.

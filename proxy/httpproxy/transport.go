@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
@@ -48,6 +50,7 @@ type TransportConfig struct {
 // cleartext HTTP/2 (h2c) transport. It implements pipeline.Transport, and
 // closes the idle connections of endpoints that leave the upstream's pool.
 type Transport struct {
+	name  string // the upstream's, for spans
 	cfg   TransportConfig
 	h1    *h1.Client
 	h2    *http.Transport
@@ -58,7 +61,7 @@ type Transport struct {
 
 // NewTransport returns a transport for the endpoints of pool.
 func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
-	t := &Transport{cfg: cfg}
+	t := &Transport{name: pool.Name(), cfg: cfg}
 	maxHead := cfg.MaxResponseHeaderBytes
 	if maxHead <= 0 {
 		maxHead = h1.DefaultMaxResponseHeaderBytes
@@ -137,20 +140,38 @@ func (t *Transport) ConnStats() map[string][2]int64 {
 	return t.h1.Stats()
 }
 
-// RoundTrip implements pipeline.Transport.
+// RoundTrip implements pipeline.Transport. With the access log or
+// tracing on, each attempt is observed (observedTrip).
 func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
+	st, _ := c.Front.(*reqState)
+	if c.Front == nil {
+		// A backup fallback step's exchange: traced when its request is.
+		st = tracedState(ctx)
+	}
+	if st != nil && st.obs.on {
+		return t.observedTrip(ctx, deadline, ep, c, body, st)
+	}
+	return t.send(ctx, deadline, ep, c, body, nil)
+}
+
+// send sends one attempt with header hdr: a copy of c.Req.Header with the
+// attempt's traceparent, or nil for c.Req.Header itself.
+func (t *Transport) send(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader, hdr http.Header) (*http.Response, error) {
 	r := c.Req
 	length := r.ContentLength
 	if body == nil {
 		length = 0
 	}
 	if t.h1 != nil {
+		if hdr == nil {
+			hdr = r.Header
+		}
 		var store *h1.Body
 		if st, ok := c.Front.(*reqState); ok {
 			store = st.takeBody()
 		}
 		resp, err := t.h1.Do(ctx, deadline, ep.Address(), h1.Request{
-			Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: r.Header, Body: body, Length: length, Upgrade: c.Upgrade,
+			Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: hdr, Body: body, Length: length, Upgrade: c.Upgrade,
 			BodyStore: store,
 		})
 		if err != nil {
@@ -158,7 +179,43 @@ func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpo
 		}
 		return resp, err
 	}
-	return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
+	if hdr == nil {
+		return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
+	}
+	r2 := *r
+	r2.Header = hdr
+	return t.h2rt.RoundTrip(ctx, deadline, ep, &pipeline.Call{Req: &r2, Upgrade: c.Upgrade}, body)
+}
+
+// observedTrip sends one attempt and records it for the access log
+// (attempts, time to the response head) and, with tracing on, in a client
+// span whose context goes upstream as traceparent.
+func (t *Transport) observedTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader, st *reqState) (*http.Response, error) {
+	o := &st.obs
+	backup := c.Front == nil
+	var n int32
+	if !backup {
+		n = o.attempts.Add(1)
+	}
+	hedge := o.inflight.Add(1) > 1 && !backup
+	defer o.inflight.Add(-1)
+	var hdr http.Header
+	var span trace.Span
+	if o.tracer != nil {
+		hdr, span = o.tracer.startAttempt(o, c.Req, t.name, ep, n, hedge, backup)
+	}
+	t0 := time.Now()
+	resp, err := t.send(ctx, deadline, ep, c, body, hdr)
+	if !backup {
+		if err == nil {
+			o.ttfb.Store(int64(time.Since(t0)))
+		}
+		o.noteOutcome(resp, err)
+	}
+	if span != nil {
+		endAttempt(span, resp, err)
+	}
+	return resp, err
 }
 
 // markBodyError marks the engine's failure to read the client's body as
