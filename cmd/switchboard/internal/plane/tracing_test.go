@@ -366,4 +366,3 @@ func TestTracingReloadSwapsTheProvider(t *testing.T) {
 		t.Fatalf("with tracing off the endpoint got traceparent %q, want the client's %q", parents[2], client)
 	}
 }
-
