@@ -54,7 +54,11 @@ func (c *Change) Trace(t *Tracer) {
 	}
 }
 
-var propagator = propagation.TraceContext{}
+var (
+	propagator = propagation.TraceContext{}
+	serverKind = trace.WithSpanKind(trace.SpanKindServer)
+	clientKind = trace.WithSpanKind(trace.SpanKindClient)
+)
 
 // stateKey carries a traced request's state in its context, for the
 // attempts of backup fallback steps, whose calls have no Front.
@@ -65,19 +69,24 @@ type stateKey struct{}
 func (tr *Tracer) startServer(st *reqState, r *http.Request, listener string) *http.Request {
 	ctx := propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx = context.WithValue(ctx, stateKey{}, st)
-	var ua string
-	if v := r.Header["User-Agent"]; len(v) > 0 {
-		ua = v[0]
+	// The sampler (parent-based ratio) does not read attributes: they are
+	// only made for a span that is recorded.
+	ctx, span := tr.t.Start(ctx, r.Method, serverKind)
+	if span.IsRecording() {
+		var ua string
+		if v := r.Header["User-Agent"]; len(v) > 0 {
+			ua = v[0]
+		}
+		span.SetAttributes(
+			attribute.String("http.request.method", r.Method),
+			attribute.String("url.path", r.URL.Path),
+			attribute.String("server.address", r.Host),
+			attribute.String("client.address", r.RemoteAddr),
+			attribute.String("user_agent.original", ua),
+			attribute.String("switchboard.listener", listener),
+			attribute.String("switchboard.request_id", st.vals[2]),
+		)
 	}
-	ctx, span := tr.t.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-		attribute.String("http.request.method", r.Method),
-		attribute.String("url.path", r.URL.Path),
-		attribute.String("server.address", r.Host),
-		attribute.String("client.address", r.RemoteAddr),
-		attribute.String("user_agent.original", ua),
-		attribute.String("switchboard.listener", listener),
-		attribute.String("switchboard.request_id", st.vals[2]),
-	))
 	st.obs.tracer, st.obs.span, st.obs.ctx = tr, span, ctx
 	return r.WithContext(ctx)
 }
@@ -132,6 +141,13 @@ func tracedState(ctx context.Context) *reqState {
 // startAttempt starts the client span of an attempt and returns the
 // header to send it with: the request's, with the span as traceparent.
 func (tr *Tracer) startAttempt(o *observation, r *http.Request, upName string, ep *endpoint.Endpoint, n int32, hedge, backup bool) (http.Header, trace.Span) {
+	_, span := tr.t.Start(o.ctx, "attempt", clientKind)
+	hdr := r.Header.Clone()
+	propagator.Inject(trace.ContextWithSpan(context.Background(), span), propagation.HeaderCarrier(hdr))
+	if !span.IsRecording() {
+		return hdr, span
+	}
+	span.SetName(r.Method + " " + upName)
 	attrs := make([]attribute.KeyValue, 0, 8)
 	addr := ep.Address()
 	attrs = append(attrs,
@@ -149,9 +165,7 @@ func (tr *Tracer) startAttempt(o *observation, r *http.Request, upName string, e
 			attrs = append(attrs, attribute.String("switchboard.retry_reason", retryReason(o.outcome.Load())))
 		}
 	}
-	_, span := tr.t.Start(o.ctx, r.Method+" "+upName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	hdr := r.Header.Clone()
-	propagator.Inject(trace.ContextWithSpan(context.Background(), span), propagation.HeaderCarrier(hdr))
+	span.SetAttributes(attrs...)
 	return hdr, span
 }
 
@@ -159,6 +173,10 @@ func (tr *Tracer) startAttempt(o *observation, r *http.Request, upName string, e
 // its body is closed (a protocol switch's at once: its body is the
 // tunnel's connection).
 func endAttempt(span trace.Span, resp *http.Response, err error) {
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -25,6 +26,9 @@ import (
 type otlpReceiver struct {
 	coltracepb.UnimplementedTraceServiceServer
 	addr string
+	// count only: a benchmark's spans are not kept
+	countOnly bool
+	count     atomic.Int64
 
 	mu      sync.Mutex
 	spans   []gotSpan
@@ -38,6 +42,14 @@ type gotSpan struct {
 }
 
 func (r *otlpReceiver) add(req *coltracepb.ExportTraceServiceRequest, h http.Header) {
+	if r.countOnly {
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				r.count.Add(int64(len(ss.Spans)))
+			}
+		}
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.headers = append(r.headers, h)
@@ -75,7 +87,7 @@ func (r *otlpReceiver) Export(ctx context.Context, req *coltracepb.ExportTraceSe
 
 // startOTLPHTTP runs an OTLP/HTTP receiver: POST /v1/traces with a
 // protobuf ExportTraceServiceRequest.
-func startOTLPHTTP(t *testing.T) *otlpReceiver {
+func startOTLPHTTP(t testing.TB) *otlpReceiver {
 	r := &otlpReceiver{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, err := io.ReadAll(req.Body)
@@ -364,5 +376,28 @@ func TestTracingReloadSwapsTheProvider(t *testing.T) {
 	}
 	if parents, _ := rec.got(); parents[2] != client {
 		t.Fatalf("with tracing off the endpoint got traceparent %q, want the client's %q", parents[2], client)
+	}
+}
+
+// BenchmarkProxyHTTP1Observed is BenchmarkProxyHTTP1 with the access log
+// and tracing off (the peer), with the access log on (JSON, discarded),
+// and with tracing on at sample ratio 0 and 1 (spans exported over
+// OTLP/HTTP to a receiver in the process that decodes and counts them).
+func BenchmarkProxyHTTP1Observed(b *testing.B) {
+	be := rawBackend(b)
+	recv := startOTLPHTTP(b)
+	recv.countOnly = true
+	base := upstreamYAML("", be)
+	cases := []struct{ name, yaml string }{
+		{"off", base},
+		{"access_log", strings.Replace(base, "    listen: 127.0.0.1:0\n", "    listen: 127.0.0.1:0\n    access_log: true\n", 1)},
+		{"tracing_ratio_0", strings.Replace(base, "upstreams:\n", "tracing: {endpoint: "+recv.addr+", insecure: true, sample_ratio: 0}\nupstreams:\n", 1)},
+		{"tracing_ratio_1", strings.Replace(base, "upstreams:\n", "tracing: {endpoint: "+recv.addr+", insecure: true, sample_ratio: 1}\nupstreams:\n", 1)},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			p := startProxy(b, tc.yaml)
+			benchGets(b, func() (net.Conn, error) { return net.Dial("tcp", p.srv.Addr("web")) })
+		})
 	}
 }
