@@ -401,3 +401,109 @@ func BenchmarkProxyHTTP1Observed(b *testing.B) {
 		})
 	}
 }
+
+// TestTracingMarksAHedge: when the first attempt is slow and a hedge is
+// sent to the other endpoint, the hedge's span says so (switchboard.hedge,
+// its own attempt number, no retry reason) and the server span names the
+// hedge's endpoint as the one that answered.
+func TestTracingMarksAHedge(t *testing.T) {
+	recv := startOTLPHTTP(t)
+	var calls atomic.Int64
+	h := func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			<-r.Context().Done() // the slow first attempt, until the hedge wins and it is cancelled
+			return
+		}
+		w.Write([]byte("fast"))
+	}
+	a, b := newBackend(t, "a", h), newBackend(t, "b", h)
+	p, _, stop := startStoppableProxy(t, tracingYAML(`        retry: {attempts: 2, hedge_after: 20ms}`, a.addr()+"}, {address: "+b.addr(),
+		"  endpoint: "+recv.addr+"\n  insecure: true\n"))
+	if resp, body := doGet(t, p.url("web")+"/", nil); resp.StatusCode != 200 || body != "fast" {
+		t.Fatalf("answer %d %q, want the hedge's 200 fast", resp.StatusCode, body)
+	}
+	stop()
+	spans, _ := recv.received()
+	hedge := spanNamed(t, spans, tracepb.Span_SPAN_KIND_CLIENT, func(s gotSpan) bool { return attr(s.Attributes, "switchboard.hedge") == true })
+	srv := spanNamed(t, spans, tracepb.Span_SPAN_KIND_SERVER, func(gotSpan) bool { return true })
+	if attr(hedge.Attributes, "switchboard.attempt") != int64(2) || attr(hedge.Attributes, "switchboard.retry_reason") != nil ||
+		attr(hedge.Attributes, "http.response.status_code") != int64(200) {
+		t.Fatalf("hedge span attributes %v, want attempt 2, no retry reason, status 200", hedge.Attributes)
+	}
+	if attr(srv.Attributes, "switchboard.endpoint") != attr(hedge.Attributes, "switchboard.endpoint") || attr(srv.Attributes, "switchboard.attempts") != int64(2) {
+		t.Fatalf("server span endpoint %v attempts %v, want the hedge's endpoint %v and 2",
+			attr(srv.Attributes, "switchboard.endpoint"), attr(srv.Attributes, "switchboard.attempts"), attr(hedge.Attributes, "switchboard.endpoint"))
+	}
+}
+
+// TestTracingFollowsABackupStep: when every attempt failed and a backup
+// fallback step answers from another upstream, its exchange has a span of
+// its own (switchboard.fallback_step backup, the backup's upstream), the
+// backup endpoint's traceparent names that span, and the server span says
+// the answer was degraded.
+func TestTracingFollowsABackupStep(t *testing.T) {
+	recv := startOTLPHTTP(t)
+	var rec traceparentRecorder
+	dr := rec.backend(t, nil)
+	yaml := tracingYAML(`        fallback:
+          on: [retries_exhausted]
+          steps: [{type: backup, upstream: dr}]`, deadAddr(t), "  endpoint: "+recv.addr+"\n  insecure: true\n")
+	yaml += "  dr:\n    targets: [{address: " + dr.addr() + "}]\n"
+	p, sink, stop := startStoppableProxy(t, yaml)
+	resp, body := doGet(t, p.url("web")+"/", nil)
+	if resp.StatusCode != 200 || body != "traced" || !strings.HasPrefix(resp.Header.Get("X-Switchboard-Degraded"), "backup: ") {
+		t.Fatalf("answer %d %q degraded %q, want the backup's", resp.StatusCode, body, resp.Header.Get("X-Switchboard-Degraded"))
+	}
+	if m := sink.next(t); m["degraded"] != resp.Header.Get("X-Switchboard-Degraded") || m["attempts"] != 1.0 {
+		t.Fatalf("access log degraded %v attempts %v, want %q and 1 (the backup's exchange is not an attempt)", m["degraded"], m["attempts"], resp.Header.Get("X-Switchboard-Degraded"))
+	}
+	stop()
+	spans, _ := recv.received()
+	if len(spans) != 3 {
+		t.Fatalf("received %d spans, want 3 (server, the failed attempt, the backup's exchange)", len(spans))
+	}
+	srv := spanNamed(t, spans, tracepb.Span_SPAN_KIND_SERVER, func(gotSpan) bool { return true })
+	backup := spanNamed(t, spans, tracepb.Span_SPAN_KIND_CLIENT, func(s gotSpan) bool { return attr(s.Attributes, "switchboard.fallback_step") == "backup" })
+	failed := spanNamed(t, spans, tracepb.Span_SPAN_KIND_CLIENT, func(s gotSpan) bool { return attr(s.Attributes, "switchboard.attempt") == int64(1) })
+	if backup.Name != "GET dr" || attr(backup.Attributes, "switchboard.upstream") != "dr" || string(backup.ParentSpanId) != string(srv.SpanId) {
+		t.Fatalf("backup span %q upstream %v parent %x, want \"GET dr\", dr, under the server span %x", backup.Name, attr(backup.Attributes, "switchboard.upstream"), backup.ParentSpanId, srv.SpanId)
+	}
+	if failed.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Fatalf("the failed attempt's span status %v, want an error", failed.Status)
+	}
+	if d, _ := attr(srv.Attributes, "switchboard.degraded").(string); !strings.HasPrefix(d, "backup: ") {
+		t.Fatalf("server span switchboard.degraded %q, want the backup step", d)
+	}
+	if parents, _ := rec.got(); len(parents) != 1 || parents[0] != fmt.Sprintf("00-%x-%x-01", backup.TraceId, backup.SpanId) {
+		t.Fatalf("the backup endpoint got traceparent %q, want the backup span's", parents)
+	}
+}
+
+// TestTracingOverAnH2CUpstream: an h2c upstream's exchanges carry their
+// attempt span's traceparent too (they go through net/http, with a copy of
+// the request).
+func TestTracingOverAnH2CUpstream(t *testing.T) {
+	recv := startOTLPHTTP(t)
+	var rec traceparentRecorder
+	b := newBackendWith(t, "h2c", func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.parent = append(rec.parent, r.Proto+" "+r.Header.Get("Traceparent"))
+		rec.mu.Unlock()
+		w.Write([]byte("ok"))
+	}, func(s *http.Server) {
+		var pr http.Protocols
+		pr.SetUnencryptedHTTP2(true)
+		s.Protocols = &pr
+	})
+	yaml := strings.Replace(tracingYAML("", b.addr(), "  endpoint: "+recv.addr+"\n  insecure: true\n"), "  app:\n", "  app:\n    protocol: h2c\n", 1)
+	p, _, stop := startStoppableProxy(t, yaml)
+	if resp, _ := doGet(t, p.url("web")+"/", map[string]string{"Traceparent": "00-" + clientTraceID + "-" + clientSpanID + "-01"}); resp.StatusCode != 200 {
+		t.Fatalf("answer %d", resp.StatusCode)
+	}
+	stop()
+	spans, _ := recv.received()
+	att := spanNamed(t, spans, tracepb.Span_SPAN_KIND_CLIENT, func(gotSpan) bool { return true })
+	if parents, _ := rec.got(); len(parents) != 1 || parents[0] != fmt.Sprintf("HTTP/2.0 00-%x-%x-01", att.TraceId, att.SpanId) {
+		t.Fatalf("the h2c endpoint got %q, want HTTP/2.0 with the attempt span's traceparent", parents)
+	}
+}
