@@ -137,4 +137,3 @@ func samples(mf *dto.MetricFamily) []Sample {
 	}
 	return out
 }
-

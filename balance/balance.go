@@ -56,6 +56,11 @@ type Info struct {
 	// Tried lists the endpoints already used for this request (retries). A
 	// policy prefers an endpoint not in Tried whenever another one is ready.
 	Tried []*endpoint.Endpoint
+	// Prefer, when set, is the endpoint the request should go to if it
+	// can (a sticky session). Policies do not read it: upstream.Pick
+	// returns it, without asking the policy, while it is among the
+	// endpoints the policy picks from and not in Tried.
+	Prefer *endpoint.Endpoint
 }
 
 // Result is a pick.

@@ -58,6 +58,7 @@ type Service struct {
 
 	declared string // the name as given to WithService
 	fromYAML bool   // Transport was shaped by WithConfig from connection keys
+	tls      bool   // the endpoints speak TLS (an upstream with protocol https or tls)
 }
 
 // Route protects the calls to a service that match it with a pipeline of
@@ -407,7 +408,7 @@ func New(opts ...Option) (*Client, error) {
 		if rt == nil || (s.fromYAML && o.transport != nil) {
 			rt = c.transport // WithTransport wins over the YAML's connection keys
 		}
-		transports[name] = &transport{rt: rt}
+		transports[name] = &transport{rt: rt, tls: s.tls}
 	}
 	backups := func(name string) (*upstream.Upstream, pipeline.Transport, bool) {
 		s := c.services[strings.ToLower(name)]
@@ -527,8 +528,9 @@ func (e *UnknownServiceError) Error() string {
 }
 
 // ErrScheme is the error of a request to a declared service whose URL
-// scheme is not http: endpoints are spoken to in cleartext HTTP (or h2c).
-var ErrScheme = errors.New("switchboard client: a service is called with http:// (endpoints are spoken to in cleartext)")
+// scheme is not http: a service is named by http://NAME, and its
+// configuration says whether its endpoints speak TLS.
+var ErrScheme = errors.New("switchboard client: a service is called with http:// (its configuration says whether its endpoints speak TLS)")
 
 const (
 	defaultMaxIdlePerEndpoint = 64

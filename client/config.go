@@ -1,11 +1,14 @@
 package client
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
 
 	"github.com/switchboard-dev/switchboard/config"
+	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/registry"
 )
 
@@ -30,8 +33,10 @@ func ParseConfig(data []byte, name string) (*Config, error) { return config.Pars
 // names: an entry of the registries block, which New opens (and Close
 // closes), or one given with WithRegistry, which wins over an entry of the
 // same name. The connection settings
-// of an upstream (protocol, timeouts, max_idle_per_endpoint, idle_timeout,
-// max_response_header_bytes) shape a transport of its own; the discovery
+// of an upstream (protocol, tls, timeouts, max_idle_per_endpoint,
+// idle_timeout, max_response_header_bytes) shape a transport of its own
+// (the tls block's files are read here, and its settings reach the
+// upstream's health checks too); the discovery
 // block tunes the discovery caches (cache_dir, empty_grace).
 func WithConfig(cfg *Config) Option {
 	return func(o *options) error {
@@ -60,9 +65,14 @@ func WithConfig(cfg *Config) Option {
 		}
 		for _, name := range sortedNames(cfg.Upstreams) {
 			u := cfg.Upstreams[name]
-			t := upstreamTransport(u)
+			tc, _, err := u.LoadTLS()
+			if err != nil {
+				return fmt.Errorf("%s: upstream %q: tls: %w", cfg.File, name, err)
+			}
+			t := upstreamTransport(u, tc)
 			o.owned = append(o.owned, t)
-			s := Service{Upstream: u.Config, Routes: routes[name], Transport: t, fromYAML: true}
+			s := Service{Upstream: u.Config, Routes: routes[name], Transport: t, fromYAML: true, tls: tc != nil}
+			s.Upstream.Health = config.HealthOverTLS(s.Upstream.Health, tc)
 			if d := u.Discovery; d != nil {
 				s.Registry = d.Registry
 				s.Query = &registry.Query{Service: d.Service, Tags: d.Tags, PassingOnly: d.PassingOnly == nil || *d.PassingOnly}
@@ -76,8 +86,10 @@ func WithConfig(cfg *Config) Option {
 }
 
 // upstreamTransport is the transport to an upstream's endpoints that its
-// connection settings describe, as the proxy's would.
-func upstreamTransport(u *config.Upstream) *http.Transport {
+// connection settings describe, as the proxy's would: with tc (nil for a
+// cleartext upstream), TLS with HTTP/2 or HTTP/1.1 by ALPN, or HTTP/1.1
+// only for protocol http1.
+func upstreamTransport(u *config.Upstream, tc *tls.Config) *http.Transport {
 	maxIdle := config.DefaultMaxIdlePerEndpoint
 	if u.MaxIdlePerEndpoint != nil {
 		maxIdle = *u.MaxIdlePerEndpoint
@@ -90,7 +102,32 @@ func upstreamTransport(u *config.Upstream) *http.Transport {
 	t.ResponseHeaderTimeout = u.Timeouts.ResponseHeader.Std()
 	t.IdleConnTimeout = u.IdleTimeout.Std()
 	t.MaxResponseHeaderBytes = int64(u.MaxResponseHeaderBytes)
-	if u.Protocol == "h2c" {
+	switch {
+	case tc != nil:
+		c := tc.Clone()
+		c.ClientSessionCache = tls.NewLRUClientSessionCache(0)
+		c.NextProtos = []string{"http/1.1"}
+		if u.Protocol == config.ProtocolHTTPS {
+			c.NextProtos = []string{"h2", "http/1.1"}
+		}
+		// The proxy's dial: a failed handshake is a connect failure.
+		d, timeout := &net.Dialer{KeepAlive: defaultKeepAlive}, u.Timeouts.Connect.Std()
+		t.DialTLSContext = func(ctx context.Context, _, addr string) (net.Conn, error) {
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			return pipeline.DialTLS(ctx, d, c, addr)
+		}
+		t.ForceAttemptHTTP2 = u.Protocol == config.ProtocolHTTPS
+		var p http.Protocols
+		p.SetHTTP1(true)
+		if u.Protocol == config.ProtocolHTTPS {
+			p.SetHTTP2(true)
+		}
+		t.Protocols = &p
+	case u.Protocol == "h2c":
 		var p http.Protocols
 		p.SetUnencryptedHTTP2(true)
 		t.Protocols = &p

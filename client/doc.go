@@ -57,8 +57,10 @@
 // A request whose host is not a declared service goes to the base
 // RoundTripper given with WithBase, or fails with an *UnknownServiceError
 // naming the host and the declared services. Names match without regard
-// to case or port. A service is called over http:// (endpoints are spoken
-// to in cleartext HTTP/1.1, or h2c); another scheme fails with ErrScheme.
+// to case or port. A service is called over http://, another scheme fails
+// with ErrScheme: the service's configuration, not the URL, says how its
+// endpoints are spoken to (cleartext HTTP/1.1, h2c, or TLS for an upstream
+// with protocol https or a tls block in WithConfig's YAML).
 //
 // # Responses, errors and the degraded marker
 //

@@ -15,7 +15,8 @@ import (
 // RoundTripper: a shallow copy of the caller's request, its URL pointed
 // at the endpoint.
 type transport struct {
-	rt http.RoundTripper
+	rt  http.RoundTripper
+	tls bool // https://ENDPOINT
 }
 
 // firstAttempt is the per-call state of a call (the pipeline's Call.Front)
@@ -49,6 +50,9 @@ func (t *transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpo
 	}
 	a.req, a.url = *r, *r.URL
 	a.url.Scheme, a.url.Host, a.url.User = "http", ep.Address(), nil
+	if t.tls {
+		a.url.Scheme = "https"
+	}
 	out := &a.req
 	out.URL = &a.url
 	if ctx != r.Context() {

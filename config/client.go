@@ -100,6 +100,15 @@ func parseClient(file string, data []byte, h sys) (*Client, error) {
 		if v.present(&r.BufferRequests) {
 			v.keyErrorf(&r.BufferRequests, "buffer_requests is for the proxy: a program holds its own request bodies")
 		}
+		if v.present(&r.Compress) || v.present(&r.Decompress) {
+			at := any(&r.Compress)
+			if !v.present(at) {
+				at = &r.Decompress
+			}
+			v.keyErrorf(at, "compress and decompress are for the proxy: a program's HTTP client negotiates its own encodings")
+		}
+		v.proxyOnlyTraffic(r)
+		v.checkClientRewrites(r)
 	}
 	if !probs.empty() {
 		return nil, probs.errors()

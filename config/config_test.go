@@ -84,7 +84,7 @@ func TestBadFilesReportExactProblems(t *testing.T) {
 		{"unknown_key.yaml", []string{
 			// The typo leaves listen unset, which is reported too.
 			`2:5: listener listen address is required`,
-			`3:5: unknown key "listn" in listener (known: name, protocol, listen, tls, timeouts, max_header_bytes, max_body_bytes, access_log, routes, auto_routes, upstream, tls_passthrough, sni, connect_attempts, max_conns, max_conns_per_endpoint, queue, proxy_protocol)`,
+			`3:5: unknown key "listn" in listener (known: name, protocol, listen, tls, h2c, redirect_https, redirect_https_port, timeouts, max_header_bytes, max_body_bytes, access_log, trusted_proxies, routes, auto_routes, upstream, tls_passthrough, sni, connect_attempts, max_conns, max_conns_per_endpoint, queue, proxy_protocol)`,
 		}},
 		{"bad_duration.yaml", []string{`6:18: expected a duration like "250ms", got "fast"`}},
 		{"bad_size.yaml", []string{`4:23: expected a size like "64KiB", "1MB" or 65536, got "64 kilobytes"`}},
@@ -171,6 +171,7 @@ func TestCanonicalConfigGetsItsDefaults(t *testing.T) {
 			Listen:         "127.0.0.1:8080",
 			Timeouts:       ListenerTimeouts{ReadHeader: s(10 * time.Second), Idle: s(60 * time.Second), ReadBody: s(30 * time.Second)},
 			MaxHeaderBytes: 64 << 10,
+			H2C:            ptr(true),
 			Routes: []Route{{
 				Name: "web/0",
 				Match: Match{
@@ -408,7 +409,7 @@ func TestInlineProblems(t *testing.T) {
 		{"clash with admin default", "listeners:\n  - {name: web, listen: ':9901', routes: [{upstream: u}]}" + upstreams,
 			[]string{`2:25: listen address ":9901" clashes with the admin API's default address 127.0.0.1:9901 (set admin.listen to move it)`}},
 		{"route without upstream", "listeners:\n  - {name: web, listen: ':80', routes: [{name: r}]}\n",
-			[]string{`2:41: route upstream is required`}},
+			[]string{`2:41: route upstream (or split) is required`}},
 		{"no upstreams defined", "listeners:\n  - {name: web, listen: ':80', routes: [{upstream: u}]}\n",
 			[]string{`2:52: route upstream "u" is not defined (no upstreams are defined)`}},
 		{"duplicate route name", "listeners:\n  - {name: web, listen: ':80', routes: [{upstream: u, name: r}]}\n  - {name: api, listen: ':81', routes: [{upstream: u, name: r}]}" + upstreams,
@@ -427,7 +428,7 @@ func TestInlineProblems(t *testing.T) {
 			[]string{`2:69: match.host "a.com:80" is not a host name (leave out any port)`}},
 		{"upstream checks", listener + "upstreams:\n  u:\n    protocol: http2\n    max_idle_per_endpoint: -1\n    targets:\n      - {address: '9001'}\n      - {address: ':9001'}\n      - {address: 'b:0'}\n      - {address: 'a:1', weight: -2}\n      - {address: 'A:1'}\n  'bad name': {targets: [{address: 'a:1'}]}\n  empty:\n",
 			[]string{
-				`7:15: unknown upstream protocol "http2" (known: http1, h2c)`,
+				`7:15: unknown upstream protocol "http2" (known: http1, h2c, https)`,
 				`8:28: max_idle_per_endpoint must not be negative, got -1`,
 				`10:19: target address "9001" is not host:port (missing port in address)`,
 				`11:19: target address ":9001" needs a host`,

@@ -77,6 +77,9 @@ func applyDefaults(cfg *Config) {
 		l := &cfg.Listeners[i]
 		setDefault(&l.Protocol, DefaultListenerProtocol)
 		setDefault(&l.Timeouts.ReadHeader, DefaultReadHeaderTimeout)
+		if l.TLS != nil && l.TLS.ACME != nil {
+			setDefault(&l.TLS.ACME.Directory, DefaultACMEDirectory)
+		}
 		if l.Protocol == "tcp" {
 			setDefault(&l.Timeouts.Idle, DefaultTCPIdleTimeout)
 			setDefault(&l.ConnectAttempts, DefaultConnectAttempts)
@@ -88,6 +91,7 @@ func applyDefaults(cfg *Config) {
 		setDefault(&l.Timeouts.Idle, DefaultClientIdleTimeout)
 		setDefault(&l.Timeouts.ReadBody, DefaultReadBodyTimeout)
 		setDefault(&l.MaxHeaderBytes, DefaultMaxHeaderBytes)
+		applyTLSDefaults(l)
 		for j := range l.Routes {
 			r := &l.Routes[j]
 			setDefault(&r.Name, l.Name+"/"+strconv.Itoa(j))
@@ -99,6 +103,10 @@ func applyDefaults(cfg *Config) {
 				setDefault(&b.Memory, DefaultBufferMemory)
 				setDefault(&b.Max, DefaultBufferMax)
 			}
+			defaultCompress(r)
+			trafficDefaults(r)
+			applyAccessDefaults(r)
+			applyRedirectDefaults(r)
 		}
 	}
 
@@ -117,6 +125,9 @@ func applyDefaults(cfg *Config) {
 			d.PassingOnly = ptr(true)
 		}
 		setDefault(&u.Balance.Policy, DefaultBalancePolicy)
+		if u.TLS != nil {
+			setDefault(&u.Protocol, ProtocolHTTPS)
+		}
 		setDefault(&u.Protocol, DefaultUpstreamProtocol)
 		if u.Health.Passive == nil {
 			u.Health.Passive = DefaultPassive()
@@ -128,6 +139,7 @@ func applyDefaults(cfg *Config) {
 		setDefault(&u.MaxResponseHeaderBytes, DefaultMaxResponseHeaderBytes)
 		setDefault(&u.Timeouts.Connect, DefaultConnectTimeout)
 		setDefault(&u.Timeouts.ResponseHeader, DefaultResponseHeaderTimeout)
+		stickyCookieDefaults(u.StickyCookie)
 		for i := range u.Targets {
 			setDefault(&u.Targets[i].Weight, DefaultWeight)
 		}

@@ -71,6 +71,16 @@ type Listener struct {
 	Listen string `yaml:"listen"`
 	// TLS, when set, terminates TLS on this listener and offers HTTP/2.
 	TLS *TLS `yaml:"tls"`
+	// H2C serves cleartext HTTP/2 to clients that open with its preface
+	// (prior knowledge, as gRPC clients do) on a listener without tls.
+	// Default true.
+	H2C *bool `yaml:"h2c"`
+	// RedirectHTTPS answers every request of a listener without tls with
+	// a 308 redirect to the same URL over https, instead of routing it.
+	RedirectHTTPS bool `yaml:"redirect_https"`
+	// RedirectHTTPSPort is the port of the redirect's https URL. Default
+	// 443 (left out of the URL).
+	RedirectHTTPSPort int `yaml:"redirect_https_port"`
 	// Timeouts for client connections.
 	Timeouts ListenerTimeouts `yaml:"timeouts"`
 	// MaxHeaderBytes caps the request line plus headers. Default 64KiB.
@@ -81,6 +91,11 @@ type Listener struct {
 	MaxBodyBytes Size `yaml:"max_body_bytes"`
 	// AccessLog writes one line per request to the process log. Default off.
 	AccessLog bool `yaml:"access_log"`
+	// TrustedProxies are the addresses and CIDR prefixes of proxies in
+	// front of this listener whose X-Forwarded-For is believed when a
+	// route's access lists or forward_auth need the client's address.
+	// http only. Default none: the client is the connection's peer.
+	TrustedProxies []string `yaml:"trusted_proxies"`
 	// Routes are tried in order; the first match wins. http only.
 	Routes []Route `yaml:"routes"`
 	// AutoRoutes adds routes from the embedded registry's registrations:
@@ -204,7 +219,8 @@ type RegistryBackend struct {
 	MaxTTL Duration `yaml:"max_ttl"`
 }
 
-// ClientTLS configures TLS to a registry.
+// ClientTLS configures TLS to a registry, or to an upstream's endpoints
+// (the upstream's tls block, docs/traffic.md "Upstream TLS").
 type ClientTLS struct {
 	// CAFile verifies the server; default: the system roots.
 	CAFile string `yaml:"ca_file"`
@@ -215,6 +231,9 @@ type ClientTLS struct {
 	ServerName string `yaml:"server_name"`
 	// InsecureSkipVerify turns verification off (tests only).
 	InsecureSkipVerify bool `yaml:"insecure_skip_verify"`
+	// MinVersion is the lowest TLS version accepted: "1.2" (default) or
+	// "1.3".
+	MinVersion string `yaml:"min_version"`
 }
 
 // Discovery tunes the discovery cache.
@@ -241,13 +260,26 @@ type UpstreamDiscovery struct {
 	PassingOnly *bool `yaml:"passing_only"`
 }
 
-// TLS names a certificate and key in PEM files. Relative paths are
-// relative to switchboard's working directory, not to the config file.
+// TLS terminates TLS on a listener: its certificates (PEM files, watched
+// and reloaded when they change), protocol versions and suites, client
+// certificates and HSTS. Relative paths are relative to switchboard's
+// working directory, not to the config file. Keys: docs/traffic.md,
+// "Listener TLS".
 type TLS struct {
-	// CertFile holds the certificate chain, leaf first. Required.
+	// CertFile holds the certificate chain, leaf first; KeyFile its
+	// private key. The one-certificate form of certificates.
 	CertFile string `yaml:"cert_file"`
-	// KeyFile holds the certificate's private key. Required.
-	KeyFile string `yaml:"key_file"`
+	KeyFile  string `yaml:"key_file"`
+	// Certificates are several certificates, chosen for each handshake by
+	// the client's server name (SNI) against their DNS names: an exact
+	// name before a wildcard (*.example.com), and the first certificate
+	// when no name matches or the client sends none.
+	Certificates []Certificate `yaml:"certificates"`
+	// ACME gets the listener's certificates from an ACME CA (Let's
+	// Encrypt by default) instead of files. Keys: config/acme.go.
+	ACME *ACME `yaml:"acme"`
+	// The keys below are in listener_tls.go.
+	ListenerTLS `yaml:",inline"`
 }
 
 // ListenerTimeouts bound how long a client may take.
@@ -271,8 +303,25 @@ type Route struct {
 	Name string `yaml:"name"`
 	// Match selects requests; every field set must match.
 	Match Match `yaml:"match"`
-	// Upstream names the upstream that serves the route. Required.
+	// Upstream names the upstream that serves the route. Required, unless
+	// split is set or the route redirects.
 	Upstream string `yaml:"upstream"`
+	// Split shares the route's requests among several upstreams by weight
+	// (docs/traffic.md, "Traffic split"). Exclusive with upstream.
+	Split []SplitMember `yaml:"split"`
+	// SplitSticky picks the split's member by a hash of a request key, so
+	// that a client keeps one version; default a weighted random choice
+	// per request.
+	SplitSticky *SplitSticky `yaml:"split_sticky"`
+	// Canary sends requests that opt in by a header or cookie to one
+	// upstream, whatever the split chooses.
+	Canary *Canary `yaml:"canary"`
+	// Mirror sends a copy of a share of the requests to another upstream,
+	// its answer discarded (docs/traffic.md, "Mirroring").
+	Mirror *Mirror `yaml:"mirror"`
+	// StickyCookie pins a client to the endpoint that answered it, by a
+	// signed cookie the proxy sets; it wins over the upstream's own.
+	StickyCookie *StickyCookie `yaml:"sticky_cookie"`
 	// Timeout bounds the whole request, from routing to the last byte of
 	// the response. Default 60s; 0 disables it (long-lived streams).
 	Timeout *Duration `yaml:"timeout"`
@@ -280,6 +329,33 @@ type Route struct {
 	// endpoint is picked, so that a slow upload holds no upstream
 	// connection, and keeps it for retries whatever its size.
 	BufferRequests *BufferRequests `yaml:"buffer_requests"`
+	// Compress, when set, compresses the route's responses with gzip or
+	// zstd for the clients that accept them (Compress).
+	Compress *Compress `yaml:"compress"`
+	// Decompress decodes an upstream's gzip or zstd answer for a client
+	// that does not accept its coding.
+	Decompress bool `yaml:"decompress"`
+	// Access allows and denies client addresses (checked first).
+	Access *Access `yaml:"access"`
+	// CORS is the route's cross-origin policy; the proxy answers its
+	// preflight requests (checked after access).
+	CORS *CORS `yaml:"cors"`
+	// BasicAuth asks for a user name and password (checked after cors).
+	BasicAuth *BasicAuth `yaml:"basic_auth"`
+	// ForwardAuth asks an auth service about each request (checked after
+	// basic_auth).
+	ForwardAuth *ForwardAuth `yaml:"forward_auth"`
+	// Rewrite changes the path and Host sent upstream (config/rewrite.go).
+	Rewrite *Rewrite `yaml:"rewrite"`
+	// RequestHeaders sets, adds and removes fields of the request sent
+	// upstream; values may hold placeholders.
+	RequestHeaders *HeaderRules `yaml:"request_headers"`
+	// ResponseHeaders sets, adds and removes fields of the upstream's
+	// response (not of the errors switchboard makes itself).
+	ResponseHeaders *HeaderRules `yaml:"response_headers"`
+	// Redirect answers matching requests with a redirect instead of
+	// forwarding them; a route has either upstream or redirect.
+	Redirect *Redirect `yaml:"redirect"`
 	// Config holds the route's protection and retry settings: rate_limit,
 	// concurrency, breaker, retry and fallback (pipeline.Config).
 	pipeline.Config `yaml:",inline"`
@@ -318,9 +394,18 @@ type Upstream struct {
 	// Config holds balance, targets, health, breaker and concurrency
 	// (upstream.Config): how the upstream picks and judges its endpoints.
 	upstream.Config `yaml:",inline"`
+	// StickyCookie pins a client to the endpoint that answered it, by a
+	// signed cookie the proxy sets (docs/traffic.md, "Sticky sessions").
+	StickyCookie *StickyCookie `yaml:"sticky_cookie"`
 	// Protocol to speak to the endpoints: http1 (default) or h2c
-	// (cleartext HTTP/2, for gRPC).
+	// (cleartext HTTP/2, for gRPC), or https: TLS, with HTTP/2 or
+	// HTTP/1.1 as the endpoint chooses by ALPN (the default when tls is
+	// set). http1 with tls is HTTP/1.1 over TLS.
 	Protocol string `yaml:"protocol"`
+	// TLS speaks TLS to the endpoints: the CA that verifies them (default:
+	// the system roots), a client certificate, the server name, the
+	// lowest version. Optional with protocol https.
+	TLS *ClientTLS `yaml:"tls"`
 	// Discovery takes the endpoints from a registry instead of targets.
 	Discovery *UpstreamDiscovery `yaml:"discovery"`
 	// Timeouts for upstream connections.

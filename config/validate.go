@@ -1,7 +1,6 @@
 package config
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -50,6 +49,7 @@ var checks = []func(*validator){
 	(*validator).checkAdmin,
 	(*validator).checkLog,
 	(*validator).checkListeners,
+	(*validator).checkACME,
 	(*validator).checkUpstreams,
 	(*validator).checkRegistry,
 	(*validator).checkRegistries,
@@ -211,7 +211,11 @@ func (v *validator) checkListeners() {
 		if l.TLS != nil {
 			v.checkTLS(l.TLS)
 		}
-		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) && !l.AutoRoutes {
+		if isHTTP {
+			v.checkListenerFront(l)
+			v.checkTrustedProxies(l)
+		}
+		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) && !l.AutoRoutes && !l.RedirectHTTPS {
 			if l.Name != "" {
 				v.errorf(&l.Routes, "listener %q has no routes", l.Name)
 			} else {
@@ -221,32 +225,6 @@ func (v *validator) checkListeners() {
 		for j := range l.Routes {
 			v.checkRoute(routeBase, &l.Routes[j], j, routeNames)
 		}
-	}
-}
-
-func (v *validator) checkTLS(t *TLS) {
-	if t.CertFile == "" {
-		v.errorf(&t.CertFile, "tls.cert_file is required")
-	}
-	if t.KeyFile == "" {
-		v.errorf(&t.KeyFile, "tls.key_file is required")
-	}
-	if t.CertFile == "" || t.KeyFile == "" || v.bad(&t.CertFile) || v.bad(&t.KeyFile) {
-		return
-	}
-	cert, cerr := v.readFile(t.CertFile)
-	if cerr != nil {
-		v.errorf(&t.CertFile, "tls.cert_file %q: %v", t.CertFile, cerr)
-	}
-	key, kerr := v.readFile(t.KeyFile)
-	if kerr != nil {
-		v.errorf(&t.KeyFile, "tls.key_file %q: %v", t.KeyFile, kerr)
-	}
-	if cerr != nil || kerr != nil {
-		return
-	}
-	if _, err := tls.X509KeyPair(cert, key); err != nil {
-		v.errorf(&t.CertFile, "tls.cert_file %q and tls.key_file %q are not a usable key pair: %v", t.CertFile, t.KeyFile, err)
 	}
 }
 
@@ -271,21 +249,17 @@ func (v *validator) checkRoute(base string, r *Route, j int, routeNames map[stri
 		}
 	}
 
-	switch {
-	case r.Upstream == "":
-		v.errorf(&r.Upstream, "route upstream is required")
-	case v.cfg.Upstreams[r.Upstream] == nil && !v.bad(&v.cfg.Upstreams):
-		defined := "no upstreams are defined"
-		if len(v.cfg.Upstreams) > 0 {
-			defined = "defined: " + strings.Join(sortedKeys(v.cfg.Upstreams), ", ")
-		}
-		v.errorf(&r.Upstream, "route upstream %q is not defined (%s)", r.Upstream, defined)
-	}
+	v.checkRouteUpstream(r)
 	v.checkMatch(&r.Match)
 	v.checkLimits(r)
 	if b := r.BufferRequests; b != nil && !v.bad(b) {
 		v.checkBuffer(b)
 	}
+	if c := r.Compress; c != nil && !v.bad(c) {
+		v.checkCompress(c)
+	}
+	v.checkAccessControl(r)
+	v.checkRewrites(r)
 }
 
 // checkBuffer checks a route's buffer_requests: memory within max, and a
@@ -517,11 +491,7 @@ func (v *validator) checkMatch(m *Match) {
 		return
 	}
 	// Walk the headers in file order so that a clash names the first one.
-	names := sortedKeys(m.Headers)
-	sort.SliceStable(names, func(i, j int) bool {
-		a, b := v.pos.of(entry(m.Headers, names[i])).keyNode(), v.pos.of(entry(m.Headers, names[j])).keyNode()
-		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
-	})
+	names := v.keysInFileOrder(m.Headers)
 	canon := make(map[string]string, len(m.Headers))
 	from := map[string]string{}
 	for _, name := range names {
@@ -545,6 +515,17 @@ func (v *validator) checkMatch(m *Match) {
 	m.Headers = canon
 }
 
+// keysInFileOrder returns the keys of m, a map of plain values decoded
+// from the file, in the order the file has them.
+func (v *validator) keysInFileOrder(m map[string]string) []string {
+	names := sortedKeys(m)
+	sort.SliceStable(names, func(i, j int) bool {
+		a, b := v.pos.of(entry(m, names[i])).keyNode(), v.pos.of(entry(m, names[j])).keyNode()
+		return a.Line < b.Line || a.Line == b.Line && a.Column < b.Column
+	})
+	return names
+}
+
 func (v *validator) checkUpstreams() {
 	for _, name := range sortedKeys(v.cfg.Upstreams) {
 		u := v.cfg.Upstreams[name]
@@ -559,10 +540,11 @@ func (v *validator) checkUpstreams() {
 			v.place(u.Balance.Validate(), &u.Balance)
 		}
 		switch u.Protocol {
-		case "", "http1", "h2c":
+		case "", "http1", "h2c", ProtocolHTTPS:
 		default:
-			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c)", u.Protocol)
+			v.errorf(&u.Protocol, "unknown upstream protocol %q (known: http1, h2c, https)", u.Protocol)
 		}
+		v.checkUpstreamTLS(name, u)
 		if c := u.Concurrency; c != nil {
 			v.place(c.Validate(), c)
 		}
@@ -581,6 +563,9 @@ func (v *validator) checkUpstreams() {
 		seen := map[string]*string{}
 		for i := range u.Targets {
 			v.checkTarget(name, &u.Targets[i], seen)
+		}
+		if s := u.StickyCookie; s != nil && !v.bad(s) {
+			v.checkStickyCookie(s)
 		}
 		if n := u.MaxIdlePerEndpoint; n != nil && *n < 0 {
 			v.errorf(&u.MaxIdlePerEndpoint, "max_idle_per_endpoint must not be negative, got %d", *n)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/switchboard-dev/switchboard/field"
 	"github.com/switchboard-dev/switchboard/registryd"
 )
 
@@ -157,16 +158,10 @@ func (v *validator) checkRegistries() {
 			}
 		}
 		if t := b.TLS; t != nil && !v.bad(t) {
-			if (t.CertFile == "") != (t.KeyFile == "") {
-				v.errorf(t, "tls: cert_file and key_file go together")
-			}
-			for _, f := range []*string{&t.CAFile, &t.CertFile, &t.KeyFile} {
-				if *f != "" {
-					if _, err := v.readFile(*f); err != nil {
-						v.errorf(f, "tls: %q: %v", *f, err)
-					}
-				}
-			}
+			// The loader a registry's client uses judges the block, as an
+			// upstream's: readable files, PEM that parses, a key pair.
+			_, _, err := loadClientTLS(t, v.readFile)
+			v.place(field.Prefix("tls", err), b)
 		}
 	}
 }
@@ -266,6 +261,8 @@ func (v *validator) checkTCPListener(l *Listener) {
 	for key, at := range map[string]any{
 		"routes": &l.Routes, "max_header_bytes": &l.MaxHeaderBytes, "max_body_bytes": &l.MaxBodyBytes,
 		"access_log": &l.AccessLog, "auto_routes": &l.AutoRoutes,
+		"h2c": &l.H2C, "redirect_https": &l.RedirectHTTPS, "redirect_https_port": &l.RedirectHTTPSPort,
+		"trusted_proxies": &l.TrustedProxies,
 	} {
 		if v.present(at) {
 			v.keyErrorf(at, "%s is for http listeners; a tcp listener forwards connections to its upstream", key)

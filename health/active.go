@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,6 +95,14 @@ type ActiveConfig struct {
 	// StretchAfter is how many consecutive passes stretch the adaptive
 	// interval once. Default 10.
 	StretchAfter int `yaml:"stretch_after"`
+
+	// TLS, when set, makes the checks speak TLS with it, as the traffic
+	// to a TLS upstream does: an http check over https, a grpc check over
+	// HTTP/2 over TLS, and a tcp check completes a TLS handshake (a
+	// certificate that does not verify fails it). Its ServerName, when
+	// empty, is the endpoint's host. Not a YAML key: the integrator passes
+	// the upstream's TLS settings (see TLSCheck).
+	TLS *tls.Config `yaml:"-"`
 }
 
 // Defaults of ActiveConfig.
@@ -249,11 +258,11 @@ func (c ActiveConfig) NewChecker() (Checker, error) {
 	c = c.WithDefaults()
 	switch c.Type {
 	case TypeTCP:
-		return TCPCheck{}, nil
+		return TCPCheck{TLS: c.TLS}, nil
 	case TypeGRPC:
-		return &GRPCCheck{Service: c.GRPCService, Authority: c.Host}, nil
+		return &GRPCCheck{Service: c.GRPCService, Authority: c.Host, TLS: c.TLS}, nil
 	}
-	h := &HTTPCheck{Method: c.Method, Path: c.Path, Host: c.Host, Body: c.ExpectBody}
+	h := &HTTPCheck{Method: c.Method, Path: c.Path, Host: c.Host, Body: c.ExpectBody, TLS: c.TLS}
 	if c.ExpectStatus != "" {
 		h.Expect, _ = ParseStatusRanges(c.ExpectStatus) // validated above
 	}

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -53,6 +54,9 @@ type HTTPCheck struct {
 	// Body, when set, must occur in the first MaxBodyRead bytes of the
 	// response body.
 	Body string
+	// TLS, when set, sends the request over https with it (ServerName
+	// empty: the endpoint's host).
+	TLS *tls.Config
 
 	once   sync.Once
 	client *http.Client
@@ -69,6 +73,7 @@ func (h *HTTPCheck) init() {
 				DisableKeepAlives:  true,
 				DisableCompression: true,
 				DialContext:        (&net.Dialer{}).DialContext,
+				TLSClientConfig:    checkTLS(h.TLS),
 			},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
@@ -88,7 +93,7 @@ func (h *HTTPCheck) Check(ctx context.Context, addr string) error {
 	} else if !strings.HasPrefix(path, "/") {
 		path = "/" + path
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, scheme(h.TLS)+addr+path, nil)
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}
@@ -121,11 +126,19 @@ func (h *HTTPCheck) Check(ctx context.Context, addr string) error {
 	return nil
 }
 
-// TCPCheck passes when a TCP connection to the endpoint can be opened.
-type TCPCheck struct{}
+// TCPCheck passes when a TCP connection to the endpoint can be opened;
+// with TLS set, when a TLS handshake with it completes on the connection.
+type TCPCheck struct {
+	// TLS, when set, is the handshake's configuration (ServerName empty:
+	// the endpoint's host).
+	TLS *tls.Config
+}
 
 // Check connects to addr and closes the connection at once.
-func (TCPCheck) Check(ctx context.Context, addr string) error {
+func (t TCPCheck) Check(ctx context.Context, addr string) error {
+	if t.TLS != nil {
+		return tlsHandshakeCheck(ctx, t.TLS, addr)
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

@@ -3,6 +3,7 @@ package health
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,15 +18,19 @@ import (
 // SERVING for Service ("" asks about the server as a whole).
 //
 // It speaks the gRPC wire protocol over cleartext HTTP/2 (h2c, prior
-// knowledge) with the standard library, so that the health package does not
-// pull grpc-go into every switchboard binary; the two messages involved have
-// one field each. TLS is not supported yet. The zero value is ready to use;
-// a GRPCCheck must not be copied after first use.
+// knowledge), or HTTP/2 over TLS when TLS is set, with the standard
+// library, so that the health package does not pull grpc-go into every
+// switchboard binary; the two messages involved have one field each. The
+// zero value is ready to use; a GRPCCheck must not be copied after first
+// use.
 type GRPCCheck struct {
 	// Service is the service name sent in HealthCheckRequest.
 	Service string
 	// Authority is the :authority to send; empty means the endpoint address.
 	Authority string
+	// TLS, when set, speaks HTTP/2 over TLS with it (ServerName empty: the
+	// endpoint's host).
+	TLS *tls.Config
 
 	once   sync.Once
 	client *http.Client
@@ -40,9 +45,13 @@ var grpcCodes = map[string]string{"5": "NotFound", "12": "Unimplemented", "14": 
 func (g *GRPCCheck) init() {
 	g.once.Do(func() {
 		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
+		if g.TLS != nil {
+			p.SetHTTP2(true)
+		} else {
+			p.SetUnencryptedHTTP2(true)
+		}
 		// One connection per check, closed after it, as for HTTPCheck.
-		g.client = &http.Client{Transport: &http.Transport{Proxy: nil, Protocols: &p, DisableKeepAlives: true}}
+		g.client = &http.Client{Transport: &http.Transport{Proxy: nil, Protocols: &p, DisableKeepAlives: true, TLSClientConfig: checkTLS(g.TLS)}}
 	})
 }
 
@@ -50,7 +59,7 @@ func (g *GRPCCheck) init() {
 func (g *GRPCCheck) Check(ctx context.Context, addr string) error {
 	g.init()
 	msg := grpcFrame(healthCheckRequest(g.Service))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/grpc.health.v1.Health/Check", bytes.NewReader(msg))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, scheme(g.TLS)+addr+"/grpc.health.v1.Health/Check", bytes.NewReader(msg))
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}

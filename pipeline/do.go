@@ -7,6 +7,8 @@ import (
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/internal/clock"
+	"github.com/switchboard-dev/switchboard/ratelimit"
 )
 
 // Do runs c through the route: rate limits, the concurrency limit, the
@@ -17,31 +19,49 @@ import (
 // call after an error (deferred, so that a panic in between gives back
 // the concurrency slots too). A Call serves one request: Do starts it
 // afresh.
+//
+// Do drives the same steps as Begin, blocking: it sends each attempt
+// through the route's Transport, sleeps through each wait and does each
+// blocking part in place.
 func (r *Route) Do(c *Call, now time.Time) (*http.Response, error) {
-	*c = Call{Req: c.Req, Body: c.Body, Upgrade: c.Upgrade, HashKey: c.HashKey, HasHashKey: c.HasHashKey, Front: c.Front, route: r, start: now}
-	if r.cfg.Timeout > 0 {
-		c.deadline = now.Add(r.cfg.Timeout)
-	}
-	if len(r.limiters) > 0 {
-		if err := r.admit(c); err != nil {
-			return nil, err
+	s := r.Begin(c, now)
+	for {
+		switch s {
+		case StepSend:
+			ep, deadline, body := c.Attempt()
+			resp, err := r.t.RoundTrip(c.Req.Context(), deadline, ep, c, body)
+			s = c.Answered(resp, err, monoNow())
+		case StepWait:
+			// Cut short when the context ends: Resume sees that.
+			ratelimit.Sleep(c.Req.Context(), time.Until(c.WaitUntil()))
+			s = c.Resume(monoNow())
+		case StepBlock:
+			s = c.Block()
+		default:
+			return c.Result()
 		}
 	}
-	if err := r.enter(c); err != nil {
-		return nil, err
-	}
+}
+
+// monoNow is the time now, from one reading of the monotonic clock (its
+// wall reading is derived from it): time.Now reads the wall clock as well,
+// which costs as much again where reading the clock is slow (on this
+// project's VMs time.Now took 45% of BenchmarkDo's CPU).
+func monoNow() time.Time { return clock.Time(clock.NowNanos(clock.Real)) }
+
+// checkBreaker asks the route's breaker, if any, whether the upstream may
+// be called; while it is open the fallback chain answers.
+func (c *Call) checkBreaker(now time.Time) Step {
+	r := c.route
 	if r.brk != nil {
 		t, err := r.brk.Allow(now)
 		if err != nil {
 			// Open: the upstream is not touched at all.
-			if resp, ok := r.degrade(c, fallback.BreakerOpen, fallback.BreakerOpen.String()); ok {
-				return resp, nil
-			}
-			return nil, &Error{Status: http.StatusServiceUnavailable, Code: CodeBreakerOpen, Msg: "route " + r.name + ": circuit breaker open"}
+			return c.fallBack(fallback.BreakerOpen, now)
 		}
 		c.ticket = t
 	}
-	return r.attempts(c)
+	return c.startAttempts(now)
 }
 
 var (
@@ -62,7 +82,7 @@ func (c *Call) Finish(status int, bodyErr error) {
 		return
 	}
 	c.finished = true
-	now := time.Now()
+	now := monoNow()
 	if c.pick.Done != nil {
 		// At: latency-aware policies and the endpoint's breaker take this
 		// reading instead of reading the clock again.

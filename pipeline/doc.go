@@ -38,6 +38,16 @@
 // its own for a request answered on its first try (the proxy's
 // BenchmarkProxyHTTP1 counts the whole request).
 //
+// A front end that must not block (an event loop serving many connections
+// on one thread) drives the same steps itself: Route.Begin, then per Step
+// what it asks for (StepSend: send Call.Attempt and report it with
+// Call.Answered; StepWait: a timer until Call.WaitUntil, then Call.Resume;
+// StepBlock: Call.Block on a goroutine of its own), until StepDone and
+// Call.Result. Do is that loop, carried out blocking. On the common path
+// (no queue, no global rate limit, no hedge, no backup fallback step) no
+// step blocks: the loop keeps the call inline from the request's head to
+// the response's.
+//
 // The Transport is injected: the HTTP proxy implements it over its own
 // HTTP/1 engine; HTTPTransport does it over any net/http RoundTripper.
 //

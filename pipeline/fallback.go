@@ -13,22 +13,63 @@ import (
 	"github.com/switchboard-dev/switchboard/fallback"
 )
 
-// degrade answers c through the route's fallback chain for the given
-// trigger. It reports false when there is no chain for it or every step
-// failed.
-func (r *Route) degrade(c *Call, trigger fallback.Trigger, reason string) (*http.Response, bool) {
+// fallBack answers c through the route's fallback chain for trigger t
+// (for StatusCode, on behalf of c.held), or as it would be answered
+// without one when the chain does not take t or no step serves. A chain
+// with a backup step sends a request: then the chain is Block's.
+func (c *Call) fallBack(t fallback.Trigger, now time.Time) Step {
+	r := c.route
 	// A status trigger was checked by the caller (Triggers.OnStatus).
-	if r.fb == nil || (trigger != fallback.StatusCode && !r.fb.Triggers().On(trigger)) {
-		return nil, false
+	if r.fb == nil || (t != fallback.StatusCode && !r.fb.Triggers().On(t)) {
+		return c.unanswered(t)
 	}
-	resp, step, err := r.fb.Serve(c.Req.Context(), c.Req, cacheKey(c.Req), reason, time.Now())
+	c.trigger = t
+	if r.fbBlocks {
+		return c.block(blockFallback)
+	}
+	return c.serveFallback(now)
+}
+
+// serveFallback runs the fallback chain for c.trigger.
+func (c *Call) serveFallback(now time.Time) Step {
+	r := c.route
+	reason := c.trigger.String()
+	if c.trigger == fallback.StatusCode {
+		reason = fallback.StatusReason(c.held.StatusCode)
+	}
+	resp, step, err := r.fb.Serve(c.Req.Context(), c.Req, cacheKey(c.Req), reason, now)
 	if err != nil {
 		r.log.Debug("fallback chain failed", "route", r.name, "reason", reason, "error", err)
-		return nil, false
+		return c.unanswered(c.trigger)
 	}
 	r.m.fellBack(r.name, step, reason)
 	c.degraded = true
-	return resp, true
+	if held := c.held; held != nil {
+		// The upstream's answer gives way to the chain's.
+		c.held = nil
+		held.Body.Close()
+		c.att.pick.Done(endpoint.Outcome{Status: held.StatusCode, Latency: c.latency, LoadReport: c.load})
+	}
+	return c.answer(resp)
+}
+
+// unanswered is how a call ends when the fallback chain did not answer
+// for trigger t: with the error of what triggered it, or, for a status,
+// with the upstream's response after all.
+func (c *Call) unanswered(t fallback.Trigger) Step {
+	r := c.route
+	switch t {
+	case fallback.BreakerOpen:
+		return c.fail(&Error{Status: http.StatusServiceUnavailable, Code: CodeBreakerOpen, Msg: "route " + r.name + ": circuit breaker open"})
+	case fallback.NoHealthyEndpoint:
+		return c.fail(&Error{Status: http.StatusServiceUnavailable, Code: CodeNoEndpoint,
+			Msg: "upstream " + r.up.Name() + " has no endpoint that can take traffic"})
+	case fallback.StatusCode:
+		held := c.held
+		c.held = nil
+		return c.relay(held)
+	}
+	return c.fail(c.failedError())
 }
 
 // cacheKey is the stale cache's key for a request.

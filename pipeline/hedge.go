@@ -46,7 +46,7 @@ func (r *Route) hedge(c *Call, a *attempt, after time.Duration) (*http.Response,
 	ctx := c.Req.Context()
 	results := make(chan hedged, 2)
 	var cancels []context.CancelFunc
-	deadline := a.deadline // not a itself: the attempt stays on its caller's stack
+	deadline := a.deadline // read once: the attempts must not read a, which the winner rewrites
 	launch := func(pick balance.Result, t0 time.Time) {
 		actx, cancel := context.WithCancel(ctx)
 		idx := len(cancels)

@@ -76,6 +76,9 @@ func (r *Route) buildLimits(prev *Route) error {
 			return fmt.Errorf("rate limit %q: %w", rl.Name, err)
 		}
 		r.limiters = append(r.limiters, l)
+		if l.global != nil {
+			r.globalLimit = true // admitting asks Redis: a blocking step
+		}
 	}
 	if c := r.cfg.Concurrency; c != nil {
 		if prev != nil && prev.limit != nil && *prev.cfg.Concurrency == *c {
@@ -135,10 +138,25 @@ func (r *Route) buildLimiter(rl RateLimit, prev *Route) (*limiter, error) {
 	return l, nil
 }
 
-// admit runs the rate limits for c. A leaky bucket's delay is waited out
-// here. On admission the tightest limit is kept for the RateLimit-*
-// headers.
-func (r *Route) admit(c *Call) error {
+// admit starts c through the route's limits: the rate limits (Block's when
+// one is global), then the concurrency limits.
+func (c *Call) admit(now time.Time) Step {
+	r := c.route
+	if len(r.limiters) == 0 {
+		return c.enter(now)
+	}
+	if r.globalLimit {
+		return c.block(blockAdmit)
+	}
+	delay, err := r.rateLimit(c)
+	return c.admitted(delay, err, now)
+}
+
+// rateLimit runs the rate limits for c and returns the delay a leaky bucket
+// asks for (the largest of them), or the refusal. On admission the
+// tightest limit is kept for the RateLimit-* headers. It blocks only for a
+// global limit (a call to Redis).
+func (r *Route) rateLimit(c *Call) (time.Duration, *Error) {
 	req := c.Req
 	var delay time.Duration
 	for _, l := range r.limiters {
@@ -151,7 +169,7 @@ func (r *Route) admit(c *Call) error {
 		}
 		if !res.Allowed {
 			l.rejected.inc()
-			return &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Limit: res,
+			return 0, &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited, Limit: res,
 				Msg: "rate limit " + l.name + " of route " + r.name + " exceeded"}
 		}
 		if res.Delay > 0 {
@@ -164,46 +182,77 @@ func (r *Route) admit(c *Call) error {
 			c.limited, c.hasLimit = res, true
 		}
 	}
-	if delay > 0 {
-		if err := ratelimit.Sleep(req.Context(), delay); err != nil {
-			return clientClosed(err)
-		}
+	return delay, nil
+}
+
+// admitted goes on after the rate limits: the refusal, the leaky bucket's
+// delay as a wait, or the concurrency limits.
+func (c *Call) admitted(delay time.Duration, err *Error, now time.Time) Step {
+	if err != nil {
+		return c.fail(err)
 	}
-	return nil
+	if delay > 0 {
+		c.next = resumeAdmit
+		return c.wait(now.Add(delay))
+	}
+	return c.enter(now)
 }
 
 // enter takes a slot of the route's concurrency limit and then of its
-// upstream's; c holds them until Finish.
-func (r *Route) enter(c *Call) error {
-	ul := r.up.Concurrency()
-	if r.limit == nil && ul == nil {
-		return nil
+// upstream's, each when one is free now; c holds them until Finish. When
+// one is not, and its limit has a queue, waiting in it is Block's.
+func (c *Call) enter(now time.Time) Step {
+	r := c.route
+	for i, l := range [2]*ratelimit.Concurrency{r.limit, r.up.Concurrency()} {
+		if l == nil {
+			continue
+		}
+		rel, ok := l.TryAcquire()
+		if !ok {
+			if l.Queue() > 0 {
+				return c.block(blockEnter)
+			}
+			return c.fail(r.concurrencyLimited(i, ratelimit.ErrConcurrencyLimited))
+		}
+		c.release[i] = rel
 	}
+	return c.checkBreaker(now)
+}
+
+// enterQueued takes the concurrency slots c does not hold yet, waiting in
+// their queues; the wait counts against the route's timeout.
+func (c *Call) enterQueued() *Error {
+	r := c.route
 	ctx := c.Req.Context()
 	if !c.deadline.IsZero() {
-		// Waiting in a queue counts against the route's timeout.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, c.deadline)
 		defer cancel()
 	}
-	for i, l := range [2]*ratelimit.Concurrency{r.limit, ul} {
-		if l == nil {
+	for i, l := range [2]*ratelimit.Concurrency{r.limit, r.up.Concurrency()} {
+		if l == nil || c.release[i] != nil {
 			continue
 		}
 		rel, err := l.Acquire(ctx)
 		if err != nil {
-			what := "route " + r.name
-			if i == 1 {
-				what = "upstream " + r.up.Name()
-			}
-			r.rejected[i].inc()
-			r.log.Debug("concurrency limit rejected a request", "at", what, "error", err)
-			return &Error{Status: http.StatusServiceUnavailable, Code: CodeConcurrencyLimited, RetryAfter: time.Second,
-				Msg: what + " is at its concurrency limit", Err: err}
+			return r.concurrencyLimited(i, err)
 		}
 		c.release[i] = rel
 	}
 	return nil
+}
+
+// concurrencyLimited is the error of a call refused by the route's
+// concurrency limit (i 0) or its upstream's (i 1).
+func (r *Route) concurrencyLimited(i int, err error) *Error {
+	what := "route " + r.name
+	if i == 1 {
+		what = "upstream " + r.up.Name()
+	}
+	r.rejected[i].inc()
+	r.log.Debug("concurrency limit rejected a request", "at", what, "error", err)
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeConcurrencyLimited, RetryAfter: time.Second,
+		Msg: what + " is at its concurrency limit", Err: err}
 }
 
 // clientClosed is the error of a call whose caller went away.

@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"upstream", "reason"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_upstream_errors_total",
-			Help: "Failed upstream attempts, by upstream, endpoint and kind (connect, timeout, reset).",
+			Help: "Failed upstream attempts, by upstream, endpoint and kind (connect, tls, timeout, reset).",
 		}, []string{"upstream", "endpoint", "kind"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_ratelimit_decisions_total",

@@ -91,6 +91,14 @@ func WithBackups(b Backups) Option { return func(r *Route) { r.backups = b } }
 // may be nil.
 func Replacing(prev *Route) Option { return func(r *Route) { r.prev = prev } }
 
+// Sharing makes the new route share owner's protections: its rate
+// limits, concurrency limit, breaker, retry policy and budget, and
+// fallback chain (owner's settings must equal the new route's). For one
+// route that sends to several upstreams, as a traffic split does: one
+// pipeline per upstream, each picking from its own, under one set of
+// limits. The upstreams' own concurrency limits stay theirs.
+func Sharing(owner *Route) Option { return Replacing(owner) }
+
 // Route is one route's pipeline over one upstream: rate limits, then the
 // concurrency limit, then the breaker, then attempts over the upstream,
 // then the fallback chain. It is safe for concurrent use.
@@ -106,15 +114,19 @@ type Route struct {
 
 	closeOnce sync.Once
 	limiters  []*limiter
-	limit     *ratelimit.Concurrency // nil: no concurrency limit
-	rejected  [2]counter             // by the route's limit, by the upstream's
-	brk       *breaker.Breaker       // nil: no breaker
-	brkLog    *transitionLog         // brk's recent changes, shared as brk is
-	fb        *fallback.Chain        // nil: no fallback
-	retry     *retry.Policy          // nil: only the safe retries
-	budget    *retry.Budget
-	p95       *p95Tracker // recent latency, for hedge_after: p95; nil otherwise
-	staleMax  int64       // largest response body kept for stale
+	// globalLimit: a limiter is global, so admitting a call blocks.
+	globalLimit bool
+	limit       *ratelimit.Concurrency // nil: no concurrency limit
+	rejected    [2]counter             // by the route's limit, by the upstream's
+	brk         *breaker.Breaker       // nil: no breaker
+	brkLog      *transitionLog         // brk's recent changes, shared as brk is
+	fb          *fallback.Chain        // nil: no fallback
+	// fbBlocks: the chain has a backup step, which sends a request.
+	fbBlocks bool
+	retry    *retry.Policy // nil: only the safe retries
+	budget   *retry.Budget
+	p95      *p95Tracker // recent latency, for hedge_after: p95; nil otherwise
+	staleMax int64       // largest response body kept for stale
 }
 
 // New builds the pipeline of route name over up, sending through t. Its
@@ -242,6 +254,9 @@ func (r *Route) buildFallback(prev *Route) error {
 	if c == nil {
 		return nil
 	}
+	for _, s := range c.Steps {
+		r.fbBlocks = r.fbBlocks || s.Type == fallback.StepBackup
+	}
 	r.staleMax = c.Cache.MaxResponseBytes
 	if r.staleMax == 0 {
 		r.staleMax = fallback.DefaultMaxResponseBytes
@@ -260,8 +275,8 @@ func (r *Route) buildFallback(prev *Route) error {
 
 // Call is one request going through a route. A front end keeps it in its
 // own per-request state (so that a request costs one allocation), sets the
-// exported fields, calls Route.Do and, whatever Do returned, Finish once
-// the response is relayed.
+// exported fields, calls Route.Do (or drives the steps from Route.Begin)
+// and, whatever the answer, Finish once the response is relayed.
 type Call struct {
 	// Req is the request as it goes upstream: method, URL, Host and the
 	// header as the front end prepared it. Its context is the caller's:
@@ -281,29 +296,51 @@ type Call struct {
 	// the request's context.
 	HashKey    string
 	HasHashKey bool
+	// Prefer, when set, is the endpoint the call should go to while it can
+	// take traffic (a sticky session): the first attempt goes there, and
+	// the policy picks for the rest (see upstream.Upstream.Pick).
+	Prefer *endpoint.Endpoint
 	// Front is the front end's own state of the call, handed to its
 	// Transport untouched (the Go client keeps the first attempt's request
 	// in it, so that a call costs one allocation).
 	Front any
 
-	route    *Route
-	start    time.Time
-	deadline time.Time // of the whole call; zero for none
-	info     balance.Info
-	tried    []*endpoint.Endpoint
-	rb       *retry.ReplayableBody
-	limited  ratelimit.Result // the tightest admitting rate limit
-	hasLimit bool
-	release  [2]func() // concurrency slots held: route, upstream
-	ticket   breaker.Ticket
-	last     *endpoint.Endpoint // the endpoint tried last
-	pick     balance.Result     // the endpoint whose response is being relayed
-	status   int                // its response's status
-	latency  time.Duration      // to its response header
-	load     string             // its load report
-	stale    *staleRecorder
-	degraded bool
-	finished bool
+	route      *Route
+	start      time.Time
+	deadline   time.Time // of the whole call; zero for none
+	info       balance.Info
+	tried      []*endpoint.Endpoint
+	att        attempt       // the attempt in progress
+	hedgeAfter time.Duration // of the attempt about to be hedged
+	// err is the last attempt's error while its retry's backoff is
+	// waited, nil while a status's retry is, or the error the call failed
+	// with while the fallback chain runs.
+	err error
+	// held is a response whose status triggered the fallback chain while
+	// the chain runs; relayed when no step answers.
+	held *http.Response
+	// The details of the step the call is at: a wait's end (WaitUntil),
+	// the answer (Result).
+	until   time.Time
+	resp    *http.Response
+	failure *Error
+	rb      *retry.ReplayableBody
+	limited ratelimit.Result // the tightest admitting rate limit
+	release [2]func()        // concurrency slots held: route, upstream
+	ticket  breaker.Ticket
+	last    *endpoint.Endpoint // the endpoint tried last
+	pick    balance.Result     // the endpoint whose response is being relayed
+	status  int                // its response's status
+	latency time.Duration      // to its response header
+	load    string             // its load report
+	stale   *staleRecorder
+	next    next             // what Answered, Resume or Block goes on with
+	trigger fallback.Trigger // what started the fallback chain
+	// idempotent: the request may be sent again (retry.Retryable).
+	idempotent bool
+	hasLimit   bool
+	degraded   bool
+	finished   bool
 	// callersFault is set when the call was refused for a mistake of the
 	// caller's (no hash key): its outcome counts neither way for the route
 	// breaker, not even as a half-open probe's success.

@@ -39,7 +39,7 @@ var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connectio
 
 func refuse(context.Context) (*http.Response, error) { return nil, errRefused }
 
-func newUpstream(t *testing.T, cfg upstream.Config, addrs ...string) *upstream.Upstream {
+func newUpstream(t testing.TB, cfg upstream.Config, addrs ...string) *upstream.Upstream {
 	t.Helper()
 	for _, a := range addrs {
 		cfg.Targets = append(cfg.Targets, endpoint.Spec{Address: a})
@@ -52,7 +52,7 @@ func newUpstream(t *testing.T, cfg upstream.Config, addrs ...string) *upstream.U
 	return u
 }
 
-func newRoute(t *testing.T, cfg pipeline.Config, u *upstream.Upstream, tr pipeline.Transport) *pipeline.Route {
+func newRoute(t testing.TB, cfg pipeline.Config, u *upstream.Upstream, tr pipeline.Transport) *pipeline.Route {
 	t.Helper()
 	r, err := pipeline.New("r", cfg, u, tr)
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 type HTTPTransport struct {
 	// RoundTripper sends the requests; nil means http.DefaultTransport.
 	RoundTripper http.RoundTripper
+	// TLS sends them to https://ENDPOINT: the RoundTripper speaks TLS.
+	TLS bool
 }
 
 // RoundTrip implements Transport.
@@ -36,7 +38,11 @@ func (t HTTPTransport) RoundTrip(ctx context.Context, deadline time.Time, ep *en
 	if body != nil {
 		rb = RequestBody(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+ep.Address()+r.URL.RequestURI(), rb)
+	scheme := "http://"
+	if t.TLS {
+		scheme = "https://"
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, scheme+ep.Address()+r.URL.RequestURI(), rb)
 	if err != nil {
 		if cancel != nil {
 			cancel()

@@ -158,6 +158,12 @@ func (c *Concurrency) done() {
 	c.inFlight--
 }
 
+// Queue returns how many requests may wait for a slot (ConcurrencyConfig.Queue):
+// with 0, Acquire never waits, so a caller that must not block can follow a
+// failed TryAcquire with the rejection Acquire would return,
+// ErrConcurrencyLimited, instead of waiting for Acquire elsewhere.
+func (c *Concurrency) Queue() int { return c.queue }
+
 // InFlight returns the number of slots taken.
 func (c *Concurrency) InFlight() int {
 	c.mu.Lock()

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -58,29 +59,42 @@ func ParseKeySource(s string) (KeySource, error) {
 }
 
 // ParseTrustedProxies parses IP addresses and CIDR prefixes ("10.0.0.0/8",
-// "2001:db8::/32", "192.0.2.7"). IPv4-mapped IPv6 forms are stored as
-// IPv4, the way Key compares addresses.
+// "2001:db8::/32", "192.0.2.7") with ParsePrefix.
 func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
 	out := make([]netip.Prefix, 0, len(list))
 	for i, s := range list {
-		var p netip.Prefix
-		var err error
-		if strings.Contains(s, "/") {
-			p, err = netip.ParsePrefix(s)
-		} else {
-			var a netip.Addr
-			a, err = netip.ParseAddr(s)
-			p = netip.PrefixFrom(a, a.BitLen())
+		p, err := ParsePrefix(s)
+		if err != nil {
+			return nil, field.Errorf(fmt.Sprintf("trusted_proxies[%d]", i), "%v", err)
 		}
-		if err != nil || p.Addr().Zone() != "" {
-			return nil, field.Errorf(fmt.Sprintf("trusted_proxies[%d]", i), "%q is not an IP address or CIDR prefix", s)
-		}
-		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
-		}
-		out = append(out, p.Masked())
+		out = append(out, p)
 	}
 	return out, nil
+}
+
+// ParsePrefix parses an IP address ("192.0.2.7", "2001:db8::1") or a CIDR
+// prefix ("10.0.0.0/8") as a prefix, masked. IPv4-mapped IPv6 forms are
+// stored as IPv4, the way Key (and ClientAddr) compare addresses.
+func ParsePrefix(s string) (netip.Prefix, error) {
+	var p netip.Prefix
+	var err error
+	if strings.Contains(s, "/") {
+		p, err = netip.ParsePrefix(s)
+	} else {
+		var a netip.Addr
+		a, err = netip.ParseAddr(s)
+		if a.Zone() != "" { // PrefixFrom would drop it silently
+			err = errors.New("zone")
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an IP address or CIDR prefix", s)
+	}
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
 }
 
 // String returns the source in the form ParseKeySource reads.
@@ -124,18 +138,40 @@ func (k KeySource) Key(r *http.Request, route string) (string, bool) {
 	return "", false
 }
 
+// ClientAddr returns the address of the client of a request that came
+// from the peer remoteAddr (host:port) with the X-Forwarded-For lines xff,
+// by the rule Key follows for client_ip: the peer, unless it is one of
+// trusted; then X-Forwarded-For read from right to left, skipping trusted
+// addresses (nginx's real_ip_recursive). The address is unmapped and has
+// no zone. ok is false when remoteAddr is not an address. It allocates
+// nothing.
+func ClientAddr(remoteAddr string, xff []string, trusted []netip.Prefix) (a netip.Addr, ok bool) {
+	_, a, ok = clientAddr(remoteAddr, xff, trusted)
+	return a, ok
+}
+
 // clientIP implements Key for client_ip.
 func clientIP(remoteAddr string, xff []string, trusted []netip.Prefix) (string, bool) {
+	text, a, ok := clientAddr(remoteAddr, xff, trusted)
+	if !ok {
+		return "", false
+	}
+	return canonicalIP(text, a), true
+}
+
+// clientAddr implements ClientAddr, and returns the client's address as
+// the text it was found in too.
+func clientAddr(remoteAddr string, xff []string, trusted []netip.Prefix) (string, netip.Addr, bool) {
 	host := remoteAddr
 	if h, _, err := net.SplitHostPort(remoteAddr); err == nil {
 		host = h
 	}
 	addr, ok := parseIP(host)
 	if !ok {
-		return "", false
+		return "", netip.Addr{}, false
 	}
 	if !isTrusted(addr, trusted) {
-		return canonicalIP(host, addr), true
+		return host, addr, true
 	}
 	// The peer is a trusted proxy: the hop before it is the last entry of
 	// the last X-Forwarded-For line.
@@ -154,16 +190,16 @@ func clientIP(remoteAddr string, xff []string, trusted []netip.Prefix) (string, 
 			}
 			a, ok := parseIP(entry)
 			if !ok {
-				return canonicalIP(host, addr), true
+				return host, addr, true
 			}
 			host, addr = entry, a
 			if !isTrusted(a, trusted) {
-				return canonicalIP(host, addr), true
+				return host, addr, true
 			}
 		}
 	}
 	// Every hop was trusted: the leftmost is the client.
-	return canonicalIP(host, addr), true
+	return host, addr, true
 }
 
 // parseIP parses an address as it appears in RemoteAddr's host part or an

@@ -9,6 +9,16 @@ import (
 	"syscall"
 )
 
+// ErrTLSHandshake marks a transport's failure to complete the TLS
+// handshake of a new connection to an endpoint (a certificate that does
+// not verify, a protocol the endpoint refuses, a handshake cut short or
+// too slow). No request was sent on it, so Classify reports it as a
+// ConnectFailure whatever the handshake met, a timeout or an EOF included.
+// Transports wrap it around the handshake's error:
+//
+//	fmt.Errorf("%w with %s: %w", retry.ErrTLSHandshake, addr, err)
+var ErrTLSHandshake = errors.New("tls handshake failed")
+
 // Classify names the retry condition of a transport error, or returns 0
 // when the error is not one worth retrying (including the caller's own
 // cancellation, which no retry can fix). It sees only the error: a reset
@@ -17,6 +27,9 @@ import (
 func Classify(err error) Condition {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return 0
+	}
+	if errors.Is(err, ErrTLSHandshake) {
+		return ConnectFailure
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {

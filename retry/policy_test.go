@@ -138,6 +138,10 @@ func TestClassify(t *testing.T) {
 		{"deadline", context.DeadlineExceeded, Timeout},
 		{"caller canceled", context.Canceled, 0},
 		{"other", errors.New("tls: bad certificate"), 0},
+		{"tls handshake: bad certificate", fmt.Errorf("%w with a:1: %w", ErrTLSHandshake, errors.New("x509: certificate signed by unknown authority")), ConnectFailure},
+		{"tls handshake: cut short", fmt.Errorf("%w with a:1: %w", ErrTLSHandshake, io.EOF), ConnectFailure},
+		{"tls handshake: too slow", fmt.Errorf("%w with a:1: %w", ErrTLSHandshake, context.DeadlineExceeded), ConnectFailure},
+		{"tls handshake: caller canceled", fmt.Errorf("%w with a:1: %w", ErrTLSHandshake, context.Canceled), 0},
 	}
 	for _, c := range cases {
 		if got := Classify(c.err); got != c.want {

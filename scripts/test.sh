@@ -49,6 +49,7 @@ need_pkg fish "the CLI's completion test runs the fish script" command -v fish
 need_pkg systemd "deploy's test runs systemd-analyze verify on the unit" command -v systemd-analyze
 need_pkg file "deploy's test checks that the binary is static" command -v file
 need_pkg chromium "the dashboard's browser test drives headless Chromium" command -v chromium
+need_pkg pebble "the ACME tests (proxy/acme, cmd/switchboard/internal/plane) start pebble, Let's Encrypt's test CA" command -v pebble
 
 # node-consul, pinned by its package-lock.json.
 nodeclient=registryd/testdata/nodeclient

@@ -6,8 +6,9 @@
 //
 // New builds an upstream from a Config and starts it: static Targets, or a
 // View of a registry (a *discovery.View over any registry backend). Per
-// request, Pick chooses an endpoint (untried ones first on a retry) and
-// the Result's Done reports how it went; neither takes a lock nor
+// request, Pick chooses an endpoint (untried ones first on a retry; the
+// caller's preferred one, balance.Info.Prefer, while it can take traffic:
+// sticky sessions) and the Result's Done reports how it went; neither takes a lock nor
 // allocates. Done feeds the endpoint's in-flight count, the balancer's
 // latency and load tracking, passive health and the endpoint's breaker.
 //

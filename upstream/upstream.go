@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/textproto"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,8 +201,21 @@ func (u *Upstream) Policy() string { return u.cur.Load().cfg.Balance.Policy }
 // Pick chooses an endpoint. The Result's Done must be called exactly once
 // with the outcome; it feeds in-flight counts, latency, passive health and
 // the endpoint's breaker. Pick takes no lock and does not allocate.
+//
+// With info.Prefer set, that endpoint is the pick while the policy could
+// pick it (it can take traffic, or the upstream is in panic) and it is not
+// in info.Tried; otherwise the policy picks. A preferred pick feeds the
+// endpoint's in-flight count, passive health and breaker, but not a
+// policy's own tracking (p2c_ewma's latency, dynamic_weight's load).
 func (u *Upstream) Pick(info *balance.Info) (balance.Result, error) {
-	return u.cur.Load().bal.Pick(info)
+	g := u.cur.Load()
+	if info != nil && info.Prefer != nil {
+		if ep := info.Prefer; !balance.Tried(info.Tried, ep) && slices.Contains(g.guard.picking(), ep) {
+			ep.Acquire()
+			return balance.Result{Endpoint: ep, Done: ep.DoneFunc()}, nil
+		}
+	}
+	return g.bal.Pick(info)
 }
 
 // HashKey says where a request's key for a hashing policy is found, or is

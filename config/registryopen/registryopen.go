@@ -6,12 +6,10 @@ package registryopen
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/registry"
@@ -37,29 +35,15 @@ func Open(rc *config.RegistryBackend, log *slog.Logger) (registry.Discoverer, fu
 	return nil, nil, fmt.Errorf("unknown registry kind %q", rc.Kind)
 }
 
-// clientTLS builds a *tls.Config from the registry's tls block.
+// clientTLS builds a *tls.Config from the registry's tls block: the
+// same loader as an upstream's (config.LoadClientTLS).
 func clientTLS(t *config.ClientTLS) (*tls.Config, error) {
 	if t == nil {
 		return nil, nil
 	}
-	c := &tls.Config{ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.ca_file %q holds no PEM certificate", t.CAFile)
-		}
-		c.RootCAs = pool
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls.cert_file/key_file: %w", err)
-		}
-		c.Certificates = []tls.Certificate{cert}
+	c, _, err := config.LoadClientTLS(t)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
 	}
 	return c, nil
 }

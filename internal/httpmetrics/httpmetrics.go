@@ -20,6 +20,8 @@ type Metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	inflight *prometheus.GaugeVec
+	coding   codingVecs
+	access   accessVecs
 }
 
 // New creates the metrics and registers them with reg.
@@ -38,15 +40,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_http_requests_in_flight",
 			Help: "HTTP requests being served, by listener.",
 		}, []string{"listener"}),
+		coding: newCodingVecs(),
 	}
-	reg.MustRegister(m.requests, m.duration, m.inflight)
+	m.access = newAccessVecs()
+	reg.MustRegister(m.requests, m.duration, m.inflight, m.coding.responses, m.coding.in, m.coding.out, m.access.denied, m.access.bcrypt)
 	return m
 }
 
 // Vecs returns the metric vectors, for a caller that deletes the series of
 // listeners and routes that are gone.
 func (m *Metrics) Vecs() []*prometheus.MetricVec {
-	return []*prometheus.MetricVec{m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec}
+	return append([]*prometheus.MetricVec{m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec,
+		m.access.denied.MetricVec, m.access.bcrypt.MetricVec}, m.coding.vecs()...)
 }
 
 // Route is one route's series. A nil *Route counts nothing.
@@ -56,6 +61,7 @@ type Route struct {
 	duration                  prometheus.Observer
 	inflight                  prometheus.Gauge
 	codes                     [600]atomic.Pointer[counterBox]
+	access                    routeAccess
 }
 
 type counterBox struct{ c prometheus.Counter }

@@ -34,6 +34,11 @@ type ClientConfig struct {
 	// DefaultMaxResponseHeaderBytes. A longer head fails the exchange with
 	// ErrResponseHeaderTooLarge and its connection is closed.
 	MaxResponseHeaderBytes int64
+	// Dial, when set, opens the connections instead of a TCP dial: a TLS
+	// connection to the endpoint, say. Its ctx ends at ConnectTimeout (or
+	// the exchange's deadline, if sooner); its error fails the exchange
+	// as a *ConnectError.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // DefaultMaxResponseHeaderBytes is the response head cap when
@@ -293,7 +298,14 @@ func (pc *pconn) peekFD(fd uintptr) bool {
 
 // takeRawConn records conn's raw connection for alive.
 func (pc *pconn) takeRawConn() {
-	sc, ok := pc.conn.(syscall.Conn)
+	conn := pc.conn
+	// A TLS connection is peeked at on its socket: a peer that closed it
+	// or sent anything (an alert) while it was idle makes it unusable all
+	// the same.
+	if nc, ok := conn.(interface{ NetConn() net.Conn }); ok {
+		conn = nc.NetConn()
+	}
+	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return
 	}
@@ -307,8 +319,14 @@ func (pc *pconn) takeRawConn() {
 }
 
 func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pconn, error) {
-	d := net.Dialer{Timeout: c.cfg.ConnectTimeout, Deadline: deadline, KeepAlive: 30 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	var conn net.Conn
+	var err error
+	if c.cfg.Dial != nil {
+		conn, err = c.customDial(ctx, p.addr, deadline)
+	} else {
+		d := net.Dialer{Timeout: c.cfg.ConnectTimeout, Deadline: deadline, KeepAlive: 30 * time.Second}
+		conn, err = d.DialContext(ctx, "tcp", p.addr)
+	}
 	if err != nil {
 		return nil, &ConnectError{err}
 	}
@@ -322,6 +340,22 @@ func (c *Client) dial(ctx context.Context, p *connPool, deadline time.Time) (*pc
 	pc.bw.Reset(conn)
 	pc.takeRawConn()
 	return pc, nil
+}
+
+// customDial opens a connection with ClientConfig.Dial, under the
+// connect timeout and deadline.
+func (c *Client) customDial(ctx context.Context, addr string, deadline time.Time) (net.Conn, error) {
+	if c.cfg.ConnectTimeout > 0 {
+		if d := time.Now().Add(c.cfg.ConnectTimeout); deadline.IsZero() || d.Before(deadline) {
+			deadline = d
+		}
+	}
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	return c.cfg.Dial(ctx, addr)
 }
 
 const noLimit = 1<<63 - 1

@@ -49,6 +49,7 @@ type Server struct {
 	Log               *slog.Logger
 
 	settings atomic.Pointer[Settings] // nil until first read or set
+	h2c      atomic.Pointer[func(net.Conn)]
 	mu       sync.Mutex
 	conns    map[*conn]struct{}
 	lis      []net.Listener
@@ -79,6 +80,24 @@ type Settings struct {
 // keeps the deadline it started with. It is safe to call concurrently with
 // Serve.
 func (s *Server) SetSettings(st Settings) { s.settings.Store(&st) }
+
+// SetPriorKnowledge hands fn the connections that open with HTTP/2's
+// connection preface, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n": clients that
+// speak cleartext HTTP/2 with prior knowledge (h2c), as gRPC clients do.
+// fn gets the connection with the bytes the server read from it put back
+// in front, preface first, and owns it from then on (Shutdown and Close
+// no longer see it). The test costs nothing on other connections: it
+// looks at the first request's first bytes, which are read anyway. nil,
+// the default, turns it off: such a connection is then refused as an
+// HTTP/1 request of an unsupported version. Safe to call while serving;
+// it applies to connections whose first request has not come yet.
+func (s *Server) SetPriorKnowledge(fn func(net.Conn)) {
+	if fn == nil {
+		s.h2c.Store(nil)
+		return
+	}
+	s.h2c.Store(&fn)
+}
 
 // current returns the server's limits: the last SetSettings, or those it
 // was made with.
@@ -240,10 +259,12 @@ var (
 )
 
 func (c *conn) serve() {
-	hijacked := false
+	hijacked, handedOff := false, false
 	defer func() {
 		if !hijacked {
-			c.nc.Close()
+			if !handedOff {
+				c.nc.Close()
+			}
 			if c.br != nil {
 				c.br.Reset(nil)
 				srvBRPool.Put(c.br)
@@ -275,6 +296,17 @@ func (c *conn) serve() {
 		c.lr.n = headerLimit(st)
 		if !c.awaitRequest(first, st) {
 			return
+		}
+		if first {
+			if fn := c.s.h2c.Load(); fn != nil && c.priorKnowledge() {
+				nc := &replayConn{Conn: c.nc}
+				nc.buf, _ = c.br.Peek(c.br.Buffered())
+				nc.buf = bytes.Clone(nc.buf)
+				c.nc.SetReadDeadline(time.Time{})
+				handedOff = true
+				(*fn)(nc)
+				return
+			}
 		}
 		if now := c.s.current(); now != st {
 			st = now
@@ -329,6 +361,45 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// http2Preface opens every HTTP/2 connection (RFC 9113 3.4).
+const http2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// priorKnowledge reports whether the connection opens with HTTP/2's
+// preface. It reads only while what came so far is a prefix of it: an
+// HTTP/1 request differs by its second byte at the latest (POST, PUT,
+// PATCH), so it never waits for bytes an HTTP/1 client does not send.
+func (c *conn) priorKnowledge() bool {
+	for {
+		b, _ := c.br.Peek(c.br.Buffered())
+		n := min(len(b), len(http2Preface))
+		if string(b[:n]) != http2Preface[:n] {
+			return false
+		}
+		if n == len(http2Preface) {
+			return true
+		}
+		if _, err := c.br.Peek(len(b) + 1); err != nil {
+			return false
+		}
+	}
+}
+
+// replayConn is a connection handed on by SetPriorKnowledge: the bytes
+// the server had read from it come first.
+type replayConn struct {
+	net.Conn
+	buf []byte
+}
+
+func (c *replayConn) Read(p []byte) (int, error) {
+	if len(c.buf) > 0 {
+		n := copy(p, c.buf)
+		c.buf = c.buf[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // bodyTimeout is the bound on each read of a request body.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
@@ -28,10 +29,16 @@ type Handler struct {
 	name string
 	tbl  atomic.Pointer[Table]
 	log  *slog.Logger
+	// acmeHTTP answers http-01 challenges for the tls.acme listeners
+	// that name this one as their http_listener, or is nil.
+	acmeHTTP atomic.Pointer[acme.HTTPChallenges]
 }
 
 // ServeHTTP routes and forwards one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.acmeHTTP.Load().Serve(w, r) {
+		return
+	}
 	t := h.tbl.Load()
 	t.active.Add(1)
 	defer t.active.Add(-1)
@@ -44,24 +51,39 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.accessLog || t.tracer != nil {
 		w, r = st.observe(t, w, r)
 	}
+	if t.front != nil && h.front(w, r, t, st, start) {
+		return
+	}
 	if !normalizeRequest(r) {
 		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
 		t.noRoute.Count(http.StatusBadRequest)
-		h.observed(t, st, w, r, nil, result{status: http.StatusBadRequest}, start)
+		h.observed(t, st, w, r, nil, nil, result{status: http.StatusBadRequest}, start)
 		return
 	}
 	rt := t.match(r)
 	if rt == nil {
 		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
 		t.noRoute.Count(http.StatusNotFound)
-		h.observed(t, st, w, r, nil, result{status: http.StatusNotFound}, start)
+		h.observed(t, st, w, r, nil, nil, result{status: http.StatusNotFound}, start)
 		return
 	}
-	rm := rt.metrics
+	tg := rt.pick(r)
+	rm := tg.metrics
 	rm.Start()
-	res := h.serve(w, r, t, rt, st, start)
+	var res result
+	if rt.redirect != nil {
+		var done bool
+		if rt.access != nil {
+			res, done = h.checkAccess(w, r, t, rt, start)
+		}
+		if !done {
+			res = h.serveRedirect(w, r, rt)
+		}
+	} else {
+		res = h.serve(w, r, t, rt, tg, st, start)
+	}
 	rm.Done(res.status, time.Since(start).Seconds())
-	h.observed(t, st, w, r, rt, res, start)
+	h.observed(t, st, w, r, rt, tg, res, start)
 	if res.abort {
 		// The response is already under way and cannot be finished: tell
 		// the server to cut the connection so the client sees a truncated
@@ -103,6 +125,8 @@ type reqState struct {
 	// (takeBody); a retry or hedge after it gets one of its own.
 	body      h1.Body
 	bodyTaken atomic.Bool
+	// rewrite is the route's rewrites' state (rewrite.go).
+	rewrite rewriteState
 	// obs is what the access log and tracing see of the request; unused
 	// when both are off.
 	obs observation
@@ -117,8 +141,14 @@ func (st *reqState) takeBody() *h1.Body {
 	return nil
 }
 
-// serve runs r through route rt's pipeline and relays the answer.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, st *reqState, start time.Time) (res result) {
+// serve runs r through route rt's pipeline over target tg and relays the
+// answer.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, tg *target, st *reqState, start time.Time) (res result) {
+	if rt.access != nil {
+		if res, done := h.checkAccess(w, r, t, rt, start); done {
+			return res
+		}
+	}
 	body, held, res, ok := h.requestBody(w, r, t, rt, start)
 	if !ok {
 		return res
@@ -130,6 +160,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 		body = st.obs.countBody(body, held)
 	}
 	prepareHeader(r, &st.vals)
+	if t.front != nil {
+		t.front.clientCert(r)
+	}
+	if rt.rewrite != nil {
+		var ok bool
+		if r, ok = rt.rewrite.request(r, st.vals[2], tg.pipe.Upstream().Name(), &st.rewrite); !ok {
+			WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "the route's rewrite makes the path climb above the root")
+			return result{status: http.StatusBadRequest}
+		}
+	}
 	c := &st.call
 	c.Req, c.Body, c.Front = r, body, st
 	if r.ProtoMajor == 1 {
@@ -146,14 +186,27 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 		res.ep = c.Endpoint()
 		c.Finish(res.status, res.bodyErr)
 	}()
-	resp, err := rt.pipe.Do(c, start)
+	if tg.sticky != nil {
+		c.Prefer = tg.sticky.endpoint(r)
+	}
+	var mc *mirrorCopy
+	if rt.traffic != nil && rt.traffic.mirror != nil {
+		mc = rt.traffic.mirror.begin(r, c)
+	}
+	resp, err := tg.pipe.Do(c, start)
+	if mc != nil {
+		mc.send(err)
+	}
 	if lim, ok := c.RateLimit(); ok {
 		lim.SetHeaders(w.Header())
 	}
 	if err != nil {
-		return h.failed(w, rt, c, err)
+		return h.failed(w, rt, tg, c, err)
 	}
-	return h.respond(w, t, c, resp)
+	if tg.sticky != nil && !c.Degraded() {
+		tg.sticky.set(resp.Header, c.Endpoint(), c.Prefer)
+	}
+	return h.respond(w, t, rt, c, resp, st.vals[2:3:3])
 }
 
 // requestBody returns the body to send upstream (nil for none) and, when
@@ -220,7 +273,7 @@ func bodyError(w http.ResponseWriter, r *http.Request, status int, code, msg str
 }
 
 // failed answers a request the pipeline could not get an answer for.
-func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err error) result {
+func (h *Handler) failed(w http.ResponseWriter, rt *route, tg *target, c *pipeline.Call, err error) result {
 	var pe *pipeline.Error
 	if !errors.As(err, &pe) {
 		pe = &pipeline.Error{Status: http.StatusBadGateway, Code: pipeline.CodeUpstreamError, Msg: err.Error()}
@@ -237,7 +290,7 @@ func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err
 			WriteError(w, pe.Status, pe.Code, pe.Msg)
 		}
 		if pe.Err != nil {
-			h.log.Debug("request failed", "listener", h.name, "route", rt.name, "upstream", rt.pipe.Upstream().Name(), "code", pe.Code, "error", pe.Err)
+			h.log.Debug("request failed", "listener", h.name, "route", rt.name, "upstream", tg.pipe.Upstream().Name(), "code", pe.Code, "error", pe.Err)
 		}
 	}
 	return result{status: pe.Status, err: pe}
@@ -245,7 +298,7 @@ func (h *Handler) failed(w http.ResponseWriter, rt *route, c *pipeline.Call, err
 
 // respond relays a response to the client: the upstream's, or a fallback
 // step's.
-func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, resp *http.Response) result {
+func (h *Handler) respond(w http.ResponseWriter, t *Table, rt *route, c *pipeline.Call, resp *http.Response, reqID []string) result {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		if c.Upgrade == "" {
 			resp.Body.Close()
@@ -254,9 +307,20 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, res
 		}
 		return h.tunnel(w, t, resp, c.Upgrade)
 	}
-	// The upstream's X-Request-Id, if it sent one, replaces the proxy's.
 	dst := w.Header()
 	copyResponseHeader(dst, resp.Header)
+	if t.front != nil {
+		t.front.setHSTS(dst, c.Req)
+	}
+	if rt.access != nil && rt.access.cors != nil {
+		rt.access.cors.decorate(dst, c.Req)
+	}
+	if _, ok := dst["X-Request-Id"]; !ok {
+		dst["X-Request-Id"] = reqID
+	}
+	if st, ok := c.Front.(*reqState); ok {
+		st.rewrite.response(dst, c, reqID[0])
+	}
 	if _, ok := dst["Content-Type"]; !ok {
 		// Do not let the server guess a type the upstream did not send.
 		dst["Content-Type"] = nil
@@ -268,10 +332,27 @@ func (h *Handler) respond(w http.ResponseWriter, t *Table, c *pipeline.Call, res
 		}
 		dst["Trailer"] = []string{strings.Join(names, ", ")}
 	}
+	var cd *coder
+	if rt.compress != nil {
+		var err error
+		if cd, err = rt.compress.start(dst, c.Req, resp); err != nil {
+			resp.Body.Close()
+			for k := range resp.Header {
+				delete(dst, k)
+			}
+			WriteError(w, http.StatusBadGateway, pipeline.CodeUpstreamError, "upstream response body could not be read: "+err.Error())
+			return result{status: http.StatusBadGateway, bodyErr: err}
+		}
+	}
 	w.WriteHeader(resp.StatusCode)
 	// A response of unknown length is a stream (server-sent events, gRPC
 	// over h2c, chunked progress): every piece goes out as it arrives.
-	rerr, werr := copyBody(w, resp.Body, resp.ContentLength < 0)
+	var rerr, werr error
+	if cd != nil {
+		rerr, werr = cd.copy(w, resp.ContentLength < 0)
+	} else {
+		rerr, werr = copyBody(w, resp.Body, resp.ContentLength < 0)
+	}
 	resp.Body.Close()
 	res := result{status: resp.StatusCode}
 	switch {

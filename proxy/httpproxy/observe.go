@@ -97,25 +97,28 @@ func (o *observation) noteOutcome(resp *http.Response, err error) {
 
 // observed ends the observation of a request once it is answered: the
 // access log line and the end of the server span.
-func (h *Handler) observed(t *Table, st *reqState, w http.ResponseWriter, r *http.Request, rt *route, res result, start time.Time) {
+func (h *Handler) observed(t *Table, st *reqState, w http.ResponseWriter, r *http.Request, rt *route, tg *target, res result, start time.Time) {
 	o := &st.obs
 	if !o.on {
 		return
 	}
 	if t.accessLog {
-		h.access(st, w, r, rt, res, start)
+		h.access(st, w, r, rt, tg, res, start)
 	}
 	if o.span != nil {
-		o.tracer.endServer(st, w, r, rt, res)
+		o.tracer.endServer(st, w, r, rt, tg, res)
 	}
 }
 
 // access writes the access log line of a request.
-func (h *Handler) access(st *reqState, w http.ResponseWriter, r *http.Request, rt *route, res result, start time.Time) {
+func (h *Handler) access(st *reqState, w http.ResponseWriter, r *http.Request, rt *route, tg *target, res result, start time.Time) {
 	o := &st.obs
 	routeName, upName, epAddr := "", "", ""
 	if rt != nil {
-		routeName, upName = rt.name, rt.pipe.Upstream().Name()
+		routeName = rt.name
+	}
+	if tg != nil && tg.pipe != nil { // nil: the route redirects
+		upName = tg.pipe.Upstream().Name()
 	}
 	if res.ep != nil {
 		epAddr = res.ep.Address()

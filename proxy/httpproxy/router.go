@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"net/http"
+	"net/netip"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -21,11 +22,15 @@ type Table struct {
 	maxBody   int64
 	idle      time.Duration // bounds an idle protocol-switch tunnel
 	noRoute   *httpmetrics.Route
-	tracer    *Tracer // nil: tracing off (Change.Trace)
+	front     *frontPolicy // HSTS, client certificate header, redirect_https; nil: none
+	tracer    *Tracer      // nil: tracing off (Change.Trace)
 	// active counts requests being served on this table, so that the
 	// series its requests count on outlive a reload while they run. A
 	// pointer: the record of a replaced table keeps it, not the table.
 	active *atomic.Int64
+
+	// trusted are the listener's trusted_proxies.
+	trusted []netip.Prefix
 }
 
 // route is one entry of a table: a matcher and the pipeline it feeds.
@@ -35,11 +40,19 @@ type route struct {
 	wildcard bool   // host was "*.example.com": host holds ".example.com"
 	prefix   string
 	methods  []string
-	headers  [][2]string // canonical name, exact value
-	pipe     *pipeline.Route
-	metrics  *httpmetrics.Route
+	headers  [][2]string   // canonical name, exact value
 	buffer   *bufferPolicy // nil: bodies are streamed
 	timeout  time.Duration // the route's, which buffering counts against
+
+	compress *compressPolicy // nil: responses go as they come
+	// target is the route's own upstream (its split's first member): its
+	// pipeline, series and sticky cookie.
+	target
+	traffic *traffic // split, canary, mirror; nil: none
+	// access is the route's access control; nil: none.
+	access   *accessControl
+	rewrite  *rewriter // nil: none (rewrite.go)
+	redirect *redirect // non-nil: the route redirects; pipe is nil
 }
 
 // NewTable builds the routing table of listener lc; pipes gives each
@@ -52,14 +65,22 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		idle:      lc.Timeouts.Idle.Std(),
 		noRoute:   m.Route(lc.Name, "", ""),
 		active:    new(atomic.Int64),
+		front:     frontPolicyOf(lc),
+		trusted:   trustedProxies(lc.TrustedProxies),
 	}
 	for _, rc := range lc.Routes {
-		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix, pipe: pipes(rc.Name)}
+		rt := &route{name: rc.Name, prefix: rc.Match.PathPrefix}
+		rt.pipe = pipes(rc.Name)
 		if rc.Timeout != nil {
 			rt.timeout = rc.Timeout.Std()
 		}
 		if b := rc.BufferRequests; b != nil {
 			rt.buffer = &bufferPolicy{memory: int64(b.Memory), max: int64(b.Max), dir: b.Dir}
+		}
+		if rc.Compress != nil || rc.Decompress {
+			rt.compress = newCompressPolicy(&rc, func(algorithm, mode string) *httpmetrics.Coding {
+				return m.Coding(lc.Name, rc.Name, rc.Upstream, algorithm, mode)
+			})
 		}
 		if h := strings.ToLower(rc.Match.Host); strings.HasPrefix(h, "*.") {
 			rt.host, rt.wildcard = h[1:], true
@@ -77,7 +98,13 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		for _, k := range names {
 			rt.headers = append(rt.headers, [2]string{http.CanonicalHeaderKey(k), rc.Match.Headers[k]})
 		}
-		rt.metrics = m.Route(lc.Name, rc.Name, rc.Upstream)
+		rt.rewrite, rt.redirect = newRewriter(&rc), newRedirect(rc.Redirect)
+		upName := "" // a redirect's
+		if ups := rc.Upstreams(); len(ups) > 0 {
+			upName = ups[0]
+		}
+		rt.metrics = m.Route(lc.Name, rc.Name, upName)
+		rt.access = newAccessControl(&rc)
 		t.routes = append(t.routes, rt)
 	}
 	return t
@@ -90,6 +117,9 @@ func (t *Table) Series(fn func(listener, route, upstream string)) {
 	fn(t.noRoute.Labels())
 	for _, rt := range t.routes {
 		fn(rt.metrics.Labels())
+		if rt.traffic != nil {
+			rt.traffic.series(rt, fn)
+		}
 	}
 }
 
@@ -111,7 +141,7 @@ func (t *Table) match(r *http.Request) *route {
 		if !strings.HasPrefix(r.URL.Path, rt.prefix) {
 			continue
 		}
-		if rt.methods != nil && !contains(rt.methods, r.Method) {
+		if rt.methods != nil && !contains(rt.methods, r.Method) && !rt.preflightMatches(r) {
 			continue
 		}
 		ok := true

@@ -2,7 +2,6 @@ package httpproxy
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
@@ -26,6 +26,8 @@ import (
 type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
+	certs   *CertMetrics
+	sources func(lc *config.Listener) ([]CertSource, error)
 
 	mu        sync.Mutex // serialises changes and Shutdown
 	listeners map[string]*listener
@@ -34,6 +36,10 @@ type Server struct {
 	retired   []retiredTable // tables replaced while serving, or recently
 	since     time.Time      // of the last Tables: older idle tables are dropped
 	closed    bool
+
+	acme        map[string]*acmeEntry // the listeners' ACME managers, by name
+	acmeMetrics *acme.Metrics
+	traffic     *trafficState // splits' metrics, mirror copies in flight
 }
 
 // retiredTable is what the sweep still needs of a table a change
@@ -48,7 +54,7 @@ type retiredTable struct {
 
 // NewServer returns a server with no listeners.
 func NewServer(log *slog.Logger, m *Metrics) *Server {
-	return &Server{log: log, metrics: m, listeners: map[string]*listener{}}
+	return &Server{log: log, metrics: m, listeners: map[string]*listener{}, traffic: newTrafficState()}
 }
 
 // Addr returns the bound address of the named listener ("" if none), which
@@ -116,8 +122,28 @@ type plan struct {
 	lc    *config.Listener
 	l     *listener // existing listener kept, or nil
 	loop  *acceptLoop
-	cert  *tls.Certificate
+	tls   *listenerTLS // nil on a cleartext listener
+	acme  *acmeEntry   // tls.acme's manager, or nil
 	table *Table
+}
+
+// SetCertMetrics gives the server the metrics its listeners' certificate
+// files count their reloads in. Call it before the first Prepare.
+func (s *Server) SetCertMetrics(m *CertMetrics) {
+	s.mu.Lock()
+	s.certs = m
+	s.mu.Unlock()
+}
+
+// SetCertSources gives TLS listeners certificate sources beside their
+// files (ACME): Prepare calls fn for every TLS listener of a
+// configuration, and the sources it returns are asked, in order, before
+// the listener's files; the files' first certificate remains the
+// fallback. An error fails the Prepare. Call it before the first Prepare.
+func (s *Server) SetCertSources(fn func(lc *config.Listener) ([]CertSource, error)) {
+	s.mu.Lock()
+	s.sources = fn
+	s.mu.Unlock()
 }
 
 // Prepare builds the routing tables of cfg's http listeners (pipes gives
@@ -137,20 +163,37 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 			continue // other protocols are served elsewhere
 		}
 		p := plan{lc: lc, table: NewTable(lc, pipes, s.metrics)}
-		if lc.TLS != nil {
-			cert, err := tls.LoadX509KeyPair(lc.TLS.CertFile, lc.TLS.KeyFile)
+		p.table.addTraffic(cfg, lc, pipes, s.metrics, s.traffic)
+		if lc.TLS != nil && lc.TLS.ACME != nil {
+			e, err := s.prepareACME(lc)
 			if err != nil {
 				c.Discard()
-				return nil, fmt.Errorf("listener %q: load TLS certificate: %w", lc.Name, err)
+				return nil, err
 			}
-			p.cert = &cert
+			p.acme = e
+		}
+		// failed drops what this listener's plan made so far, with the
+		// change: a new ACME manager is not in c.plans yet.
+		failed := func() {
+			discardACME([]plan{p})
+			c.Discard()
 		}
 		if old := s.listeners[lc.Name]; old != nil && old.addr == lc.Listen {
 			p.l = old
-		} else {
+		}
+		if lc.TLS != nil {
+			lt, err := s.prepareTLS(lc, p.l, p.acme)
+			if err != nil {
+				failed()
+				return nil, err
+			}
+			p.tls = lt
+		}
+		if p.l == nil {
 			ln, err := net.Listen("tcp", lc.Listen)
 			if err != nil {
-				c.Discard()
+				p.tls.discard()
+				failed()
 				return nil, fmt.Errorf("listener %q: %w", lc.Name, err)
 			}
 			p.loop = newAcceptLoop(ln, s.log)
@@ -170,7 +213,38 @@ func (c *Change) Discard() {
 		if p.loop != nil {
 			p.loop.stop()
 		}
+		p.tls.discard()
 	}
+	discardACME(c.plans)
+}
+
+// prepareTLS builds the TLS settings of listener lc, which replaces old
+// (nil: a new listener). The running listener's certificate files are kept, and read again, when lc names
+// the same ones: their watch goes on.
+func (s *Server) prepareTLS(lc *config.Listener, old *listener, a *acmeEntry) (*listenerTLS, error) {
+	var sources []CertSource
+	if s.sources != nil {
+		var err error
+		if sources, err = s.sources(lc); err != nil {
+			return nil, fmt.Errorf("listener %q: %w", lc.Name, err)
+		}
+	}
+	if a != nil {
+		// tls.acme is the listener's only certificate source (the
+		// configuration refuses files beside it).
+		sources = append(sources, a.m)
+	}
+	var files *CertFiles
+	if old != nil {
+		if lt := old.tls.Load(); lt != nil && lt.files != nil && lt.files.sameFiles(lc.TLS.Certs()) {
+			files = lt.files
+			files.Reload()
+		}
+	}
+	if files == nil && len(lc.TLS.Certs()) == 0 && len(sources) == 0 {
+		return nil, fmt.Errorf("listener %q: %w", lc.Name, errNoCertSource)
+	}
+	return newListenerTLS(lc, files, sources, s.log, s.certs)
 }
 
 // Commit starts the new listeners, swaps the tables of the kept ones and
@@ -198,7 +272,7 @@ func (c *Change) Commit() {
 			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: &Handler{name: p.lc.Name, log: s.log}}
 			go p.loop.run()
 		}
-		l.cert.Store(p.cert)
+		l.tls.Swap(p.tls).replaced(p.tls)
 		if old := l.handler.tbl.Swap(p.table); old != nil {
 			s.retire(old)
 		}
@@ -222,6 +296,7 @@ func (c *Change) Commit() {
 			}()
 		}
 	}
+	s.commitACME(c.plans, next)
 	s.listeners = next
 }
 
@@ -234,8 +309,17 @@ func (s *Server) Shutdown() {
 	ls := s.listeners
 	s.listeners = map[string]*listener{}
 	timeout := s.drain
+	managers := s.acme
+	s.acme = nil
 	s.mu.Unlock()
 	var wg sync.WaitGroup
+	for _, e := range managers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.m.Close()
+		}()
+	}
 	for _, l := range ls {
 		wg.Add(1)
 		go func() {
@@ -245,15 +329,17 @@ func (s *Server) Shutdown() {
 	}
 	wg.Wait()
 	s.draining.Wait()
+	s.traffic.stop(timeout)
 }
 
 // serverSettings are the listener settings its server holds. Routes and
 // certificates change without touching the server; the others change in
 // place on the HTTP/1 engine (cleartext and TLS alike), give a TLS
-// listener's HTTP/2 a new net/http server (tlsServer.setSettings), and
+// listener's HTTP/2 a new net/http server (connServer.setSettings), and
 // turning TLS on or off needs a new server.
 type serverSettings struct {
 	tls            bool
+	h2c            bool // cleartext HTTP/2 with prior knowledge
 	readHeader     time.Duration
 	idle           time.Duration
 	readBody       time.Duration
@@ -263,6 +349,7 @@ type serverSettings struct {
 func serverSettingsOf(lc *config.Listener) serverSettings {
 	return serverSettings{
 		tls:            lc.TLS != nil,
+		h2c:            lc.TLS == nil && (lc.H2C == nil || *lc.H2C),
 		readHeader:     lc.Timeouts.ReadHeader.Std(),
 		idle:           lc.Timeouts.Idle.Std(),
 		readBody:       lc.Timeouts.ReadBody.Std(),
@@ -277,7 +364,7 @@ type listener struct {
 	name, addr string
 	loop       *acceptLoop
 	handler    *Handler
-	cert       atomic.Pointer[tls.Certificate]
+	tls        atomic.Pointer[listenerTLS] // nil on a cleartext listener
 
 	srv      server
 	hand     *handoff
@@ -285,8 +372,7 @@ type listener struct {
 	serving  sync.WaitGroup
 }
 
-// server is what a listener needs of an HTTP server: h1.Server
-// (cleartext) or tlsServer.
+// server is what a listener needs of an HTTP server: connServer.
 type server interface {
 	Serve(net.Listener) error
 	Shutdown(context.Context) error
@@ -315,12 +401,9 @@ func (l *listener) startServer(st serverSettings, log *slog.Logger, drain time.D
 // applySettings moves the listener to new settings without closing a
 // connection. The HTTP/1 engine takes them in place: every connection
 // reads them before its next request. On a TLS listener, HTTP/2 moves to a
-// new net/http server (tlsServer.setSettings).
+// new net/http server (connServer.setSettings).
 func (l *listener) applySettings(st serverSettings) {
-	switch srv := l.srv.(type) {
-	case *h1.Server:
-		srv.SetSettings(h1Settings(st))
-	case *tlsServer:
+	if srv, ok := l.srv.(*connServer); ok {
 		srv.setSettings(st)
 	}
 	l.settings = st
@@ -329,16 +412,8 @@ func (l *listener) applySettings(st serverSettings) {
 // serve starts a server with settings st on a new handoff of the socket
 // and makes it the listener's.
 func (l *listener) serve(st serverSettings, log *slog.Logger) {
-	var srv server
-	var serve func(net.Listener) error
-	if !st.tls {
-		hs := &h1.Server{Handler: l.handler, Log: log}
-		hs.SetSettings(h1Settings(st))
-		srv, serve = hs, hs.Serve
-	} else {
-		ts := newTLSServer(l, st, log)
-		srv, serve = ts, ts.Serve
-	}
+	ts := newConnServer(l, st, log)
+	srv, serve := server(ts), ts.Serve
 	h := l.loop.handoff()
 	l.srv, l.hand, l.settings = srv, h, st
 	l.serving.Add(1)
@@ -356,6 +431,7 @@ func (l *listener) serve(st serverSettings, log *slog.Logger) {
 // server.
 func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
 	l.loop.stop()
+	l.tls.Load().replaced(nil) // stop watching its certificate files
 	if l.srv != nil && !shutdownServer(l.srv, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining connections", "listener", l.name, "timeout", timeout)
 	}

@@ -17,18 +17,23 @@ import (
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
-// tlsServer serves a TLS listener. It completes each handshake itself, on
-// the connection's own goroutine (a slow handshake holds up no other
-// connection), bounded by the listener's read_header timeout, and then
-// hands the *tls.Conn on: to net/http's server when ALPN chose h2, and to
-// the HTTP/1 engine otherwise, so that HTTP/1.x is read by the same strict
-// engine over TLS as in cleartext. The engine takes new settings in place;
-// net/http's server cannot, so a settings change gives new HTTP/2
-// connections a new one and the old one retires (h2Server).
-type tlsServer struct {
+// connServer serves a listener's connections. On a TLS listener it
+// completes each handshake itself, on the connection's own goroutine (a
+// slow handshake holds up no other connection), bounded by the listener's
+// read_header timeout, with the listener's current TLS settings (a reload
+// reaches the next handshake), and then hands the *tls.Conn on: to
+// net/http's server when ALPN chose h2, and to the HTTP/1 engine
+// otherwise, so that HTTP/1.x is read by the same strict engine over TLS
+// as in cleartext. On a cleartext listener every connection goes to the
+// HTTP/1 engine, which hands those that open with HTTP/2's preface (h2c
+// with prior knowledge, when the listener's h2c is on) to net/http's
+// server. The engine takes new settings in place; net/http's server
+// cannot, so a settings change gives new HTTP/2 connections a new one and
+// the old one retires (h2Server).
+type connServer struct {
 	name string
 	log  *slog.Logger
-	cfg  *tls.Config
+	cfg  *tls.Config // nil on a cleartext listener
 	h    http.Handler
 	addr net.Addr
 	h1   *h1.Server
@@ -39,8 +44,9 @@ type tlsServer struct {
 	// a finished one is handed to no one.
 	ctx  context.Context
 	stop context.CancelFunc
-	// h2conns takes handshaken HTTP/2 connections to the h2Server that
-	// accepts them: the current one.
+	// h2conns takes handshaken HTTP/2 connections (and cleartext ones
+	// with prior knowledge) to the h2Server that accepts them: the
+	// current one.
 	h2conns    chan net.Conn
 	handshakes sync.WaitGroup
 	serving    sync.WaitGroup // the h2Servers' Serve
@@ -52,32 +58,52 @@ type tlsServer struct {
 	closed  bool
 }
 
-func newTLSServer(l *listener, st serverSettings, log *slog.Logger) *tlsServer {
-	ts := &tlsServer{
+func newConnServer(l *listener, st serverSettings, log *slog.Logger) *connServer {
+	ts := &connServer{
 		name:    l.name,
 		log:     log,
 		h:       l.handler,
 		addr:    l.loop.ln.Addr(),
 		h1:      &h1.Server{Handler: l.handler, Log: log},
 		h2conns: make(chan net.Conn),
-		cfg: &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			NextProtos: []string{"h2", "http/1.1"},
-			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-				return l.cert.Load(), nil
+	}
+	if st.tls {
+		// Each handshake runs on the listener's current settings.
+		ts.cfg = &tls.Config{
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				if lt := l.tls.Load(); lt != nil {
+					return lt.conf, nil
+				}
+				return nil, errNoCertSource
 			},
-		},
+		}
 	}
 	ts.ctx, ts.stop = context.WithCancel(context.Background())
 	ts.handshakeTimeout.Store(int64(st.readHeader))
 	ts.h1.SetSettings(h1Settings(st))
+	ts.setPriorKnowledge(st)
 	ts.h2 = ts.startH2(st)
 	return ts
 }
 
+// setPriorKnowledge turns h2c on or off on a cleartext listener.
+func (ts *connServer) setPriorKnowledge(st serverSettings) {
+	if ts.cfg != nil || !st.h2c {
+		ts.h1.SetPriorKnowledge(nil)
+		return
+	}
+	ts.h1.SetPriorKnowledge(func(c net.Conn) {
+		select {
+		case ts.h2conns <- c:
+		case <-ts.ctx.Done():
+			c.Close()
+		}
+	})
+}
+
 // Serve accepts connections on l and hands each, after its handshake, to
 // the server of its protocol, until Shutdown or Close.
-func (ts *tlsServer) Serve(l net.Listener) error {
+func (ts *connServer) Serve(l net.Listener) error {
 	ts.mu.Lock()
 	if ts.closed {
 		ts.mu.Unlock()
@@ -103,7 +129,10 @@ func (ts *tlsServer) Serve(l net.Listener) error {
 		ts.handshakes.Add(1)
 		ts.mu.Unlock()
 		go func() {
-			if tc := ts.handshake(nc); tc != nil {
+			if ts.cfg == nil {
+				ts.handshakes.Done()
+				ts.h1.ServeConn(nc)
+			} else if tc := ts.handshake(nc); tc != nil {
 				ts.h1.ServeConn(tc)
 			}
 		}()
@@ -113,7 +142,7 @@ func (ts *tlsServer) Serve(l net.Listener) error {
 // handshake completes nc's TLS handshake and hands an HTTP/2 connection
 // to net/http's server. It returns the connection when it is the HTTP/1
 // engine's (ALPN chose http/1.1, or nothing), else nil.
-func (ts *tlsServer) handshake(nc net.Conn) *tls.Conn {
+func (ts *connServer) handshake(nc net.Conn) *tls.Conn {
 	defer ts.handshakes.Done()
 	ctx := ts.ctx
 	if d := time.Duration(ts.handshakeTimeout.Load()); d > 0 {
@@ -135,8 +164,15 @@ func (ts *tlsServer) handshake(nc net.Conn) *tls.Conn {
 		ts.log.Debug("TLS handshake failed", "listener", ts.name, "remote", nc.RemoteAddr().String(), "error", err)
 		return nil
 	}
-	if tc.ConnectionState().NegotiatedProtocol != "h2" {
+	switch tc.ConnectionState().NegotiatedProtocol {
+	case "h2":
+	case "", "http/1.1":
 		return tc
+	default:
+		// A protocol of a certificate source's own (ACME's acme-tls/1),
+		// whose handshake was the whole exchange.
+		tc.Close()
+		return nil
 	}
 	select {
 	case ts.h2conns <- tc:
@@ -161,9 +197,10 @@ func looksLikeHTTP(hdr [5]byte) bool {
 // its read_header. HTTP/2 connections are net/http's, whose settings do
 // not change while it serves: new ones go to a new net/http server, and
 // the old one retires.
-func (ts *tlsServer) setSettings(st serverSettings) {
+func (ts *connServer) setSettings(st serverSettings) {
 	ts.handshakeTimeout.Store(int64(st.readHeader))
 	ts.h1.SetSettings(h1Settings(st))
+	ts.setPriorKnowledge(st)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.closed {
@@ -178,7 +215,7 @@ func (ts *tlsServer) setSettings(st serverSettings) {
 
 // startH2 starts a net/http server for HTTP/2 connections with settings
 // st.
-func (ts *tlsServer) startH2(st serverSettings) *h2Server {
+func (ts *connServer) startH2(st serverSettings) *h2Server {
 	hs := &h2Server{h: ts.h, readBody: st.readBody, served: make(chan struct{}),
 		lis: newHandoff(ts.h2conns, ts.ctx.Done(), ts.addr)}
 	hs.Server = &http.Server{
@@ -199,6 +236,13 @@ func (ts *tlsServer) startH2(st serverSettings) *h2Server {
 		// No TLSConfig: Serve then sets up HTTP/2 for the *tls.Conn
 		// values it is handed, whose handshake chose h2.
 	}
+	if ts.cfg == nil {
+		// Cleartext: only connections that open with the preface come
+		// here (h1.Server.SetPriorKnowledge).
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		hs.Protocols = &p
+	}
 	ts.serving.Add(1)
 	go func() {
 		defer ts.serving.Done()
@@ -212,7 +256,7 @@ func (ts *tlsServer) startH2(st serverSettings) *h2Server {
 
 // close stops taking connections and cuts the handshakes under way. It
 // returns the HTTP/2 servers that may still have connections.
-func (ts *tlsServer) close() []*h2Server {
+func (ts *connServer) close() []*h2Server {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	ts.closed = true
@@ -226,7 +270,7 @@ func (ts *tlsServer) close() []*h2Server {
 // Shutdown stops taking connections, then lets the HTTP/1 engine and the
 // HTTP/2 servers drain (idle connections closed, HTTP/2 told by GOAWAY),
 // until ctx ends.
-func (ts *tlsServer) Shutdown(ctx context.Context) error {
+func (ts *connServer) Shutdown(ctx context.Context) error {
 	h2s := ts.close()
 	ts.handshakes.Wait()
 	errs := make(chan error, 1+len(h2s))
@@ -245,7 +289,7 @@ func (ts *tlsServer) Shutdown(ctx context.Context) error {
 }
 
 // Close closes every connection at once.
-func (ts *tlsServer) Close() error {
+func (ts *connServer) Close() error {
 	h2s := ts.close()
 	ts.h1.Close()
 	for _, hs := range h2s {

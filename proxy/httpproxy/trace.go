@@ -92,7 +92,7 @@ func (tr *Tracer) startServer(st *reqState, r *http.Request, listener string) *h
 }
 
 // endServer ends the server span of a request.
-func (tr *Tracer) endServer(st *reqState, w http.ResponseWriter, r *http.Request, rt *route, res result) {
+func (tr *Tracer) endServer(st *reqState, w http.ResponseWriter, r *http.Request, rt *route, tg *target, res result) {
 	span := st.obs.span
 	if !span.IsRecording() {
 		span.End()
@@ -104,8 +104,10 @@ func (tr *Tracer) endServer(st *reqState, w http.ResponseWriter, r *http.Request
 		span.SetName(r.Method + " " + rt.name)
 		attrs = append(attrs,
 			attribute.String("switchboard.route", rt.name),
-			attribute.String("switchboard.upstream", rt.pipe.Upstream().Name()),
 			attribute.Int("switchboard.attempts", int(st.obs.attempts.Load())))
+	}
+	if tg != nil && tg.pipe != nil { // nil: the route redirects
+		attrs = append(attrs, attribute.String("switchboard.upstream", tg.pipe.Upstream().Name()))
 	}
 	if res.ep != nil {
 		attrs = append(attrs, attribute.String("switchboard.endpoint", res.ep.Address()))

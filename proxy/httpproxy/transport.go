@@ -2,6 +2,7 @@ package httpproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -25,8 +26,14 @@ const (
 
 // TransportConfig is how the proxy talks to one upstream's endpoints.
 type TransportConfig struct {
-	// Protocol is ProtocolHTTP1 (default) or ProtocolH2C.
+	// Protocol is ProtocolHTTP1 (default), ProtocolH2C or ProtocolHTTPS.
 	Protocol string
+	// TLS, when set, speaks TLS to the endpoints (with ProtocolHTTP1:
+	// HTTP/1.1 only; ProtocolHTTPS needs it). Its ServerName, when empty,
+	// is each endpoint's host. The transport adds a session cache and the
+	// ALPN protocols to a copy. Settings whose TLS is the same pointer
+	// are the same (plane keeps it across a reload that changes nothing).
+	TLS *tls.Config
 	// ConnectTimeout bounds dialing an endpoint.
 	ConnectTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for the response header after
@@ -47,12 +54,16 @@ type TransportConfig struct {
 
 // Transport sends the proxy's requests to the endpoints of one upstream:
 // over the HTTP/1 engine's keep-alive client, or over net/http's
-// cleartext HTTP/2 (h2c) transport. It implements pipeline.Transport, and
-// closes the idle connections of endpoints that leave the upstream's pool.
+// cleartext HTTP/2 (h2c) transport; with TLS, over the HTTP/1 engine or,
+// for endpoints that choose h2 by ALPN, net/http's HTTP/2. It implements
+// pipeline.Transport, and closes the idle connections of endpoints that
+// leave the upstream's pool.
 type Transport struct {
 	name  string // the upstream's, for spans
 	cfg   TransportConfig
 	h1    *h1.Client
+	h1up  *h1.Client // https: protocol switches (no h2), ALPN http/1.1 only
+	tls   *tlsDialer // nil: cleartext
 	h2    *http.Transport
 	h2rt  pipeline.HTTPTransport // over h2
 	unsub func()
@@ -66,8 +77,10 @@ func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
 	if maxHead <= 0 {
 		maxHead = h1.DefaultMaxResponseHeaderBytes
 	}
-	switch cfg.Protocol {
-	case ProtocolH2C:
+	switch {
+	case cfg.TLS != nil:
+		t.newTLS(maxHead)
+	case cfg.Protocol == ProtocolH2C:
 		var p http.Protocols
 		p.SetUnencryptedHTTP2(true)
 		d := &net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}
@@ -83,14 +96,23 @@ func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
 		}
 		t.h2rt = pipeline.HTTPTransport{RoundTripper: t.h2}
 	default:
-		t.h1 = h1.NewClient(h1.ClientConfig{
-			ConnectTimeout: cfg.ConnectTimeout, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
-			IdleTimeout: cfg.IdleTimeout, MaxIdlePerEndpoint: cfg.MaxIdlePerEndpoint,
-			MaxResponseHeaderBytes: maxHead,
-		})
+		t.h1 = h1.NewClient(t.h1Config(maxHead, nil))
+	}
+	if t.h1 != nil {
 		t.unsub = pool.Subscribe(t.follow)
 	}
 	return t
+}
+
+// h1Config is the HTTP/1 engine's configuration, dialing with dial (nil:
+// TCP).
+func (t *Transport) h1Config(maxHead int64, dial func(context.Context, string) (net.Conn, error)) h1.ClientConfig {
+	cfg := t.cfg
+	return h1.ClientConfig{
+		ConnectTimeout: cfg.ConnectTimeout, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		IdleTimeout: cfg.IdleTimeout, MaxIdlePerEndpoint: cfg.MaxIdlePerEndpoint,
+		MaxResponseHeaderBytes: maxHead, Dial: dial,
+	}
 }
 
 // Config returns the settings t was built with.
@@ -114,6 +136,12 @@ func (t *Transport) follow(s *endpoint.Set) {
 	t.last = s.All
 	if len(gone) > 0 {
 		t.h1.Forget(gone)
+		if t.h1up != nil {
+			t.h1up.Forget(gone)
+		}
+		if t.tls != nil {
+			t.tls.forget(gone)
+		}
 	}
 }
 
@@ -126,13 +154,20 @@ func (t *Transport) Close() {
 	if t.h1 != nil {
 		t.h1.Close()
 	}
+	if t.h1up != nil {
+		t.h1up.Close()
+	}
+	if t.tls != nil {
+		t.tls.close()
+	}
 	if t.h2 != nil {
 		t.h2.CloseIdleConnections()
 	}
 }
 
 // ConnStats returns the open and idle connections per endpoint address
-// (HTTP/1.1 only; nil for h2c).
+// (HTTP/1.1 only; nil for h2c, and without the HTTP/2 connections of a
+// TLS upstream).
 func (t *Transport) ConnStats() map[string][2]int64 {
 	if t.h1 == nil {
 		return nil
@@ -151,45 +186,46 @@ func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpo
 	if st != nil && st.obs.on {
 		return t.observedTrip(ctx, deadline, ep, c, body, st)
 	}
-	return t.send(ctx, deadline, ep, c, body, nil)
+	return t.send(ctx, deadline, ep, c, body)
 }
 
-// send sends one attempt with header hdr: a copy of c.Req.Header with the
-// attempt's traceparent, or nil for c.Req.Header itself.
-func (t *Transport) send(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader, hdr http.Header) (*http.Response, error) {
+// send sends one attempt of c to ep.
+func (t *Transport) send(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
+	if t.h2 != nil && t.tls != nil {
+		return t.roundTripTLS(ctx, deadline, ep, c, body)
+	}
+	if t.h1 != nil {
+		return t.roundTripH1(ctx, deadline, t.h1, ep, c, body)
+	}
+	return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
+}
+
+// roundTripH1 sends over the HTTP/1 engine's client hc.
+func (t *Transport) roundTripH1(ctx context.Context, deadline time.Time, hc *h1.Client, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
 	r := c.Req
 	length := r.ContentLength
 	if body == nil {
 		length = 0
 	}
-	if t.h1 != nil {
-		if hdr == nil {
-			hdr = r.Header
-		}
-		var store *h1.Body
-		if st, ok := c.Front.(*reqState); ok {
-			store = st.takeBody()
-		}
-		resp, err := t.h1.Do(ctx, deadline, ep.Address(), h1.Request{
-			Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: hdr, Body: body, Length: length, Upgrade: c.Upgrade,
-			BodyStore: store,
-		})
-		if err != nil {
-			err = markBodyError(err)
-		}
-		return resp, err
+	var store *h1.Body
+	if st, ok := c.Front.(*reqState); ok {
+		store = st.takeBody()
 	}
-	if hdr == nil {
-		return t.h2rt.RoundTrip(ctx, deadline, ep, c, body)
+	resp, err := hc.Do(ctx, deadline, ep.Address(), h1.Request{
+		Req: r, URI: h1.RequestURI(r), Host: r.Host, Header: r.Header, Body: body, Length: length, Upgrade: c.Upgrade,
+		BodyStore: store,
+	})
+	if err != nil {
+		err = markBodyError(err)
 	}
-	r2 := *r
-	r2.Header = hdr
-	return t.h2rt.RoundTrip(ctx, deadline, ep, &pipeline.Call{Req: &r2, Upgrade: c.Upgrade}, body)
+	return resp, err
 }
 
 // observedTrip sends one attempt and records it for the access log
 // (attempts, time to the response head) and, with tracing on, in a client
-// span whose context goes upstream as traceparent.
+// span whose context goes upstream as traceparent: the attempt is sent as
+// a call of its own over a copy of the request whose header carries it
+// (hedged attempts run at once and must not share one header).
 func (t *Transport) observedTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader, st *reqState) (*http.Response, error) {
 	o := &st.obs
 	backup := c.Front == nil
@@ -199,13 +235,16 @@ func (t *Transport) observedTrip(ctx context.Context, deadline time.Time, ep *en
 	}
 	hedge := o.inflight.Add(1) > 1 && !backup
 	defer o.inflight.Add(-1)
-	var hdr http.Header
 	var span trace.Span
 	if o.tracer != nil {
+		var hdr http.Header
 		hdr, span = o.tracer.startAttempt(o, c.Req, t.name, ep, n, hedge, backup)
+		r := *c.Req
+		r.Header = hdr
+		c = &pipeline.Call{Req: &r, Upgrade: c.Upgrade, Front: c.Front}
 	}
 	t0 := time.Now()
-	resp, err := t.send(ctx, deadline, ep, c, body, hdr)
+	resp, err := t.send(ctx, deadline, ep, c, body)
 	if !backup {
 		if err == nil {
 			o.ttfb.Store(int64(time.Since(t0)))

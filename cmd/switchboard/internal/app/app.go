@@ -49,11 +49,11 @@ type App struct {
 	adminLn  net.Listener
 	adminHS  *http.Server
 
-	reloadMu       sync.Mutex
-	cfg            *config.Config
-	fileSum        [sha256.Size]byte // of the file last read, applied or not; under reloadMu
-	reloads        *prometheus.CounterVec
-	reloadOK       prometheus.Gauge
+	reloadMu sync.Mutex
+	cfg      *config.Config
+	fileSum  [sha256.Size]byte // of the file last read, applied or not; under reloadMu
+	reloads  *prometheus.CounterVec
+	reloadOK prometheus.Gauge
 	// history is the last reload attempts, for the admin API.
 	history reloadHistory
 

@@ -62,14 +62,27 @@ type autoRoute struct {
 	service string
 	host    string // "" for any
 	prefix  string
+	strip   string // fabio's strip= option: removed from the path before forwarding
 }
 
-// parseAutoRoute reads a urlprefix- tag; ok is false for other tags and for
-// tags this version does not understand (fabio's options after a space).
+// parseAutoRoute reads a urlprefix- tag: urlprefix-[host]/path, then
+// options after spaces, of which this version knows fabio's strip=/path.
+// ok is false for other tags and for tags with an option it does not
+// understand (the route would not do what the tag asks).
 func parseAutoRoute(service, tag string) (autoRoute, bool) {
 	rest, ok := strings.CutPrefix(tag, AutoRoutePrefix)
-	if !ok || rest == "" || strings.ContainsAny(rest, " \t") {
+	if !ok || rest == "" || rest[0] == ' ' || rest[0] == '\t' {
 		return autoRoute{}, false
+	}
+	fields := strings.Fields(rest)
+	rest = fields[0]
+	var strip string
+	for _, opt := range fields[1:] {
+		v, ok := strings.CutPrefix(opt, "strip=")
+		if !ok || strip != "" || config.CheckStripPrefix(v) != nil {
+			return autoRoute{}, false
+		}
+		strip = v
 	}
 	i := strings.IndexByte(rest, '/')
 	if i < 0 {
@@ -79,7 +92,7 @@ func parseAutoRoute(service, tag string) (autoRoute, bool) {
 	if host != "" && (strings.Contains(host, ":") || strings.Contains(strings.TrimPrefix(host, "*."), "*")) {
 		return autoRoute{}, false
 	}
-	return autoRoute{service: service, host: host, prefix: rest[i:]}, true
+	return autoRoute{service: service, host: host, prefix: rest[i:], strip: strip}, true
 }
 
 // routesOf turns the registry's services into routes: host-specific
@@ -147,12 +160,16 @@ func withAutoRoutes(cfg *config.Config, services map[string][]string) *config.Co
 		l.Routes = slices.Clip(l.Routes)
 		for _, r := range routes {
 			timeout := config.DefaultRouteTimeout
-			l.Routes = append(l.Routes, config.Route{
+			rc := config.Route{
 				Name:     l.Name + "/auto/" + r.host + r.prefix,
 				Match:    config.Match{Host: r.host, PathPrefix: r.prefix},
 				Upstream: AutoUpstreamName(r.service),
 				Timeout:  &timeout,
-			})
+			}
+			if r.strip != "" {
+				rc.Rewrite = &config.Rewrite{StripPrefix: r.strip}
+			}
+			l.Routes = append(l.Routes, rc)
 			used[r.service] = true
 		}
 	}
@@ -246,7 +263,7 @@ func (p *Plane) logAutoRoutes(services map[string][]string) {
 			}
 			r, ok := parseAutoRoute(svc, tag)
 			if !ok {
-				p.log.Warn("auto routes: ignoring a urlprefix- tag this version does not understand (want urlprefix-[host]/path, no options)", "service", svc, "tag", tag)
+				p.log.Warn("auto routes: ignoring a urlprefix- tag this version does not understand (want urlprefix-[host]/path, with no option but strip=/path)", "service", svc, "tag", tag)
 				continue
 			}
 			k := [2]string{r.host, r.prefix}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/acme"
 	"github.com/switchboard-dev/switchboard/proxy/httpproxy"
 	"github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 	"github.com/switchboard-dev/switchboard/registry"
@@ -64,6 +65,7 @@ type applied struct {
 // metrics are every part's metrics, registered once.
 type metrics struct {
 	http *httpproxy.Metrics
+	traf *httpproxy.TrafficMetrics
 	pipe *pipeline.Metrics
 	ups  *upstream.Metrics
 	tcp  *tcpproxy.Metrics
@@ -73,11 +75,17 @@ type metrics struct {
 func New(log *slog.Logger, reg prometheus.Registerer) *Plane {
 	p := &Plane{log: log, ups: map[string]*Upstream{}, routes: map[string]*pipeline.Route{}}
 	p.m = metrics{http: httpproxy.NewMetrics(reg), pipe: pipeline.NewMetrics(reg), ups: upstream.NewMetrics(reg), tcp: tcpproxy.NewMetrics(reg)}
+	p.m.traf = httpproxy.NewTrafficMetrics(reg)
 	p.http = httpproxy.NewServer(log, p.m.http)
+	p.http.UseACMEMetrics(acme.NewMetrics(reg))
+	p.http.SetTrafficMetrics(p.m.traf)
 	p.tcp = tcpproxy.NewServer(p.tcpUpstream, p.m.tcp, log)
 	p.byName.Store(&map[string]*Upstream{})
 	p.list.Store(&[]*Upstream{})
-	p.sweeping.vecs = append(append(p.m.http.Vecs(), p.m.pipe.Vecs()...), p.m.ups.Vecs()...)
+	p.sweeping.vecs = append(append(append(p.m.http.Vecs(), p.m.pipe.Vecs()...), p.m.ups.Vecs()...), p.m.traf.Vecs()...)
+	certs := httpproxy.NewCertMetrics(reg)
+	p.http.SetCertMetrics(certs)
+	p.sweeping.vecs = append(p.sweeping.vecs, certs.Vecs()...)
 	return p
 }
 
@@ -190,20 +198,54 @@ func (p *Plane) buildRoutes(cfg *config.Config, ups *upstreamChanges) (map[strin
 		}
 		for i := range lc.Routes {
 			rc := &lc.Routes[i]
-			u := ups.next[rc.Upstream]
-			r, err := pipeline.New(rc.Name, pipelineConfig(rc), u.up, u.t,
-				pipeline.WithMetrics(p.m.pipe), pipeline.WithLogger(p.log), pipeline.WithBackups(p.backup),
-				pipeline.Replacing(p.routes[rc.Name]))
-			if err != nil {
+			if rc.Redirect != nil {
+				continue // answered by the front end: no pipeline
+			}
+			if err := p.buildRoute(rc, ups, routes); err != nil {
 				for _, r := range routes {
 					r.Close()
 				}
 				return nil, fmt.Errorf("route %q: %w", rc.Name, err)
 			}
-			routes[rc.Name] = r
 		}
 	}
 	return routes, nil
+}
+
+// buildRoute builds the pipelines of route rc into routes: one over each
+// upstream it sends to, under the keys httpproxy.Prepare looks them up
+// by. The first (its upstream, or its split's first member) takes over
+// the running route's state; the others share its protections. A mirror
+// gets a pipeline of its own, with none of them: a copy is not limited,
+// broken or retried on the route's account.
+func (p *Plane) buildRoute(rc *config.Route, ups *upstreamChanges, routes map[string]*pipeline.Route) error {
+	opts := []pipeline.Option{pipeline.WithMetrics(p.m.pipe), pipeline.WithLogger(p.log), pipeline.WithBackups(p.backup)}
+	cfg := pipelineConfig(rc)
+	var primary *pipeline.Route
+	for i, name := range rc.Upstreams() {
+		u := ups.next[name]
+		key, share := rc.Name, pipeline.Replacing(p.routes[rc.Name])
+		if i > 0 {
+			key, share = httpproxy.TargetKey(rc.Name, name), pipeline.Sharing(primary)
+		}
+		r, err := pipeline.New(rc.Name, cfg, u.up, u.t, append(opts, share)...)
+		if err != nil {
+			return err
+		}
+		routes[key] = r
+		if i == 0 {
+			primary = r
+		}
+	}
+	if m := rc.Mirror; m != nil {
+		u := ups.next[m.Upstream]
+		r, err := pipeline.New(rc.Name, pipeline.Config{Timeout: cfg.Timeout}, u.up, u.t, opts...)
+		if err != nil {
+			return err
+		}
+		routes[httpproxy.MirrorKey(rc.Name)] = r
+	}
+	return nil
 }
 
 // backup finds a backup fallback step's upstream among the running ones.

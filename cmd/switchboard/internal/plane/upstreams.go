@@ -1,6 +1,7 @@
 package plane
 
 import (
+	"crypto/tls"
 	"fmt"
 
 	"github.com/switchboard-dev/switchboard/config"
@@ -19,7 +20,9 @@ type Upstream struct {
 	up       *upstream.Upstream
 	t        *httpproxy.Transport
 	protocol string
-	viewKey  string // the discovery settings its view follows; "" for targets
+	viewKey  string      // the discovery settings its view follows; "" for targets
+	tls      *tls.Config // nil: cleartext
+	tlsSum   config.TLSSum
 }
 
 // Name is the upstream's configured name.
@@ -80,10 +83,14 @@ func (p *Plane) prepareUpstreams(cfg *config.Config) (*upstreamChanges, error) {
 func (p *Plane) prepareUpstream(c *upstreamChanges, name string, uc *config.Upstream) (*Upstream, error) {
 	prev := p.ups[name]
 	next := &Upstream{name: name, protocol: uc.Protocol, viewKey: viewKey(uc.Discovery)}
+	if err := p.loadUpstreamTLS(name, uc, prev, next); err != nil {
+		return nil, err
+	}
 	lc, err := p.upstreamConfig(uc, prev, next.viewKey)
 	if err != nil {
 		return nil, err
 	}
+	lc.Health = config.HealthOverTLS(lc.Health, next.tls)
 	var ch *upstream.Change
 	if prev != nil {
 		ch, err = prev.up.Prepare(lc)
@@ -99,6 +106,7 @@ func (p *Plane) prepareUpstream(c *upstreamChanges, name string, uc *config.Upst
 	c.changes = append(c.changes, ch)
 	next.up = ch.Upstream()
 	tc := transportConfig(uc)
+	tc.TLS = next.tls
 	if prev != nil && prev.t.Config() == tc {
 		next.t = prev.t
 	} else {

@@ -1,0 +1,270 @@
+//go:build linux
+
+package evloop
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
+)
+
+// Events is a set of readiness events of a file descriptor.
+type Events uint32
+
+// The events a handler asks for (Add, Modify) and is told of.
+const (
+	Readable Events = unix.EPOLLIN | unix.EPOLLRDHUP
+	Writable Events = unix.EPOLLOUT
+	// Hangup: the peer closed or the connection failed (never asked for:
+	// always told).
+	Hangup Events = unix.EPOLLHUP | unix.EPOLLERR
+)
+
+// Handler is what a loop calls when a registered descriptor is ready. It
+// runs on the loop and must not block: it reads and writes until EAGAIN
+// and returns.
+type Handler interface {
+	OnEvent(fd int, ev Events)
+}
+
+// Loop is one event loop. Its methods other than Post, Close and Done must
+// be called on the loop itself (from a Handler, a Timer's Fire or a posted
+// task), or before Run.
+type Loop struct {
+	epfd   int
+	wakefd int // an eventfd: Post and Close write it to end a blocking wait
+	events []unix.EpollEvent
+	// handlers is indexed by descriptor: descriptors are small and dense,
+	// so a slice beats a map on the path every event takes.
+	handlers []Handler
+	timers   timers
+	now      time.Time // the loop's clock, read once per iteration
+
+	mu       sync.Mutex
+	tasks    []func() // posted, not yet run
+	running  []func() // the batch being run (swapped with tasks)
+	sleeping atomic.Bool
+	closed   atomic.Bool
+	done     chan struct{} // closed when Run has returned
+	started  atomic.Bool
+}
+
+// New makes a loop; Run runs it.
+func New() (*Loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("evloop: epoll_create1: %w", err)
+	}
+	wakefd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, fmt.Errorf("evloop: eventfd: %w", err)
+	}
+	l := &Loop{epfd: epfd, wakefd: wakefd, events: make([]unix.EpollEvent, 256), done: make(chan struct{}), now: time.Now()}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
+		l.release()
+		return nil, fmt.Errorf("evloop: watching the eventfd: %w", err)
+	}
+	return l, nil
+}
+
+// Add registers fd, which must be non-blocking, for the events ev (level
+// triggered: a handler that stops before EAGAIN is called again).
+func (l *Loop) Add(fd int, ev Events, h Handler) error {
+	e := unix.EpollEvent{Events: uint32(ev), Fd: int32(fd)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &e); err != nil {
+		return fmt.Errorf("evloop: watching fd %d: %w", fd, err)
+	}
+	for fd >= len(l.handlers) {
+		l.handlers = append(l.handlers, nil)
+	}
+	l.handlers[fd] = h
+	return nil
+}
+
+// Modify changes the events fd is watched for: a connection whose client
+// reads slowly stops reading its upstream (drops Readable there) and
+// watches for Writable on the client instead.
+func (l *Loop) Modify(fd int, ev Events) error {
+	e := unix.EpollEvent{Events: uint32(ev), Fd: int32(fd)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, fd, &e); err != nil {
+		return fmt.Errorf("evloop: changing the events of fd %d: %w", fd, err)
+	}
+	return nil
+}
+
+// Remove stops watching fd. Call it before closing fd: the descriptor's
+// number may be reused at once by the next accept or dial.
+func (l *Loop) Remove(fd int) error {
+	if fd < len(l.handlers) {
+		l.handlers[fd] = nil
+	}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil); err != nil {
+		return fmt.Errorf("evloop: forgetting fd %d: %w", fd, err)
+	}
+	return nil
+}
+
+// Now is the loop's clock: read once per iteration, before the
+// iteration's events, so that every timeout armed in one iteration counts
+// from the same instant and reading the clock costs nothing per request.
+func (l *Loop) Now() time.Time { return l.now }
+
+// Arm (re)schedules t to fire at at.
+func (l *Loop) Arm(t *Timer, at time.Time) { l.timers.arm(t, clock.Nanos(at)) }
+
+// Disarm stops t; a disarmed t is left alone.
+func (l *Loop) Disarm(t *Timer) { l.timers.disarm(t) }
+
+// Post has fn run on the loop, after the events of the current iteration.
+// It may be called from any goroutine; it wakes the loop if it is blocked.
+// Tasks posted after Close never run.
+func (l *Loop) Post(fn func()) {
+	l.mu.Lock()
+	l.tasks = append(l.tasks, fn)
+	l.mu.Unlock()
+	// The loop sets sleeping before its last look at tasks (runTasks
+	// under mu): either it sees fn there or we see it sleeping.
+	if l.sleeping.Load() {
+		l.wake()
+	}
+}
+
+// wake ends a blocking wait of the loop. Under mu, so that it never
+// writes to the eventfd's number after release closed it (it may belong to
+// another file by then).
+func (l *Loop) wake() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.wakefd >= 0 {
+		one := [8]byte{1}            // an addition to the eventfd's counter: any non-zero one wakes the loop
+		unix.Write(l.wakefd, one[:]) // EAGAIN: the counter is full, a wake-up is pending anyway
+	}
+}
+
+// Run runs the loop on the calling goroutine, locked to its thread, until
+// Close. It returns nil after Close, or the error that stopped it.
+func (l *Loop) Run() error {
+	if !l.started.CompareAndSwap(false, true) {
+		return errors.New("evloop: Run called twice")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(l.done)
+	defer l.release()
+	for !l.closed.Load() {
+		n, err := l.poll()
+		if err != nil {
+			return err
+		}
+		l.now = time.Now()
+		for _, e := range l.events[:n] {
+			fd := int(e.Fd)
+			if fd == l.wakefd {
+				var buf [8]byte
+				unix.Read(l.wakefd, buf[:])
+				continue
+			}
+			if fd < len(l.handlers) && l.handlers[fd] != nil {
+				l.handlers[fd].OnEvent(fd, Events(e.Events))
+			}
+		}
+		l.runTasks()
+		l.timers.fire(clock.Nanos(l.now))
+	}
+	return nil
+}
+
+// poll waits for events: without blocking, then again after yielding the
+// processor, and only then blocking until the next timer (see the package
+// doc for why).
+func (l *Loop) poll() (int, error) {
+	if n, err := l.wait(0); n != 0 || err != nil {
+		return n, err
+	}
+	runtime.Gosched()
+	if n, err := l.wait(0); n != 0 || err != nil {
+		return n, err
+	}
+	timeout := -1
+	if when, ok := l.timers.next(); ok {
+		d := time.Duration(when - clock.Nanos(time.Now()))
+		timeout = int((d + time.Millisecond - 1) / time.Millisecond) // rounded up: never wake early and spin
+		if timeout < 0 {
+			timeout = 0
+		}
+	}
+	l.sleeping.Store(true)
+	l.mu.Lock()
+	pending := len(l.tasks) > 0
+	l.mu.Unlock()
+	if pending || l.closed.Load() {
+		timeout = 0
+	}
+	n, err := l.wait(timeout)
+	l.sleeping.Store(false)
+	return n, err
+}
+
+func (l *Loop) wait(msec int) (int, error) {
+	for {
+		n, err := unix.EpollWait(l.epfd, l.events, msec)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("evloop: epoll_wait: %w", err)
+		}
+		return n, nil
+	}
+}
+
+// runTasks runs the tasks posted so far; those they post run next time.
+func (l *Loop) runTasks() {
+	l.mu.Lock()
+	l.tasks, l.running = l.running[:0], l.tasks
+	l.mu.Unlock()
+	for i, fn := range l.running {
+		fn()
+		l.running[i] = nil
+	}
+}
+
+// Close stops the loop: Run returns once its current iteration is over,
+// and closes the loop's epoll and eventfd descriptors (not those of the
+// connections registered with it, which are their owners'). It may be
+// called from any goroutine, more than once, and does not wait: Done is
+// closed once the loop has stopped.
+func (l *Loop) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	if !l.started.CompareAndSwap(false, true) {
+		// Run is running: wake it and, from outside, wait for it.
+		l.wake()
+		return nil
+	}
+	// Run never ran and now never will.
+	close(l.done)
+	l.release()
+	return nil
+}
+
+// Done is closed once the loop has stopped.
+func (l *Loop) Done() <-chan struct{} { return l.done }
+
+func (l *Loop) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	unix.Close(l.wakefd)
+	unix.Close(l.epfd)
+	l.wakefd, l.epfd = -1, -1
+}

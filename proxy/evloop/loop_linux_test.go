@@ -1,0 +1,284 @@
+//go:build linux
+
+package evloop
+
+import (
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/switchboard-dev/switchboard/internal/testutil"
+)
+
+// start runs a new loop until the test ends.
+func start(t *testing.T) *Loop {
+	t.Helper()
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	go func() { errs <- l.Run() }()
+	t.Cleanup(func() {
+		l.Close()
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return after Close")
+		}
+	})
+	return l
+}
+
+// onLoop runs fn on l and waits for it.
+func onLoop(t *testing.T, l *Loop, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	l.Post(func() { fn(); close(done) })
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a posted task did not run")
+	}
+}
+
+func TestPostWakesABlockedLoop(t *testing.T) {
+	l := start(t)
+	// With no timer armed the loop ends up blocked in epoll_wait(-1):
+	// only the eventfd can end that.
+	testutil.WaitFor(t, 10*time.Second, "the loop to block", l.sleeping.Load)
+	onLoop(t, l, func() {})
+}
+
+type handlerFunc func(fd int, ev Events)
+
+func (f handlerFunc) OnEvent(fd int, ev Events) { f(fd, ev) }
+
+func TestAReadableDescriptorCallsItsHandlerOnTheLoop(t *testing.T) {
+	l := start(t)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	got := make(chan string, 1)
+	onLoop(t, l, func() {
+		err = l.Add(fds[0], Readable, handlerFunc(func(fd int, ev Events) {
+			var buf [16]byte
+			n, _ := unix.Read(fd, buf[:])
+			if ev&Readable != 0 && n > 0 {
+				got <- string(buf[:n])
+			}
+		}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the loop to block", l.sleeping.Load)
+	if _, err := unix.Write(fds[1], []byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "ping" {
+			t.Fatalf("the handler read %q, want ping", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was not called for a readable descriptor")
+	}
+	onLoop(t, l, func() { err = l.Remove(fds[0]) })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTimersFireOnTheLoopNotBeforeTheirTime(t *testing.T) {
+	l := start(t)
+	type firing struct {
+		name   string
+		at, on time.Time
+	}
+	fired := make(chan firing, 3)
+	var early, late, stopped Timer
+	var at [2]time.Time
+	early.Fire = func() { fired <- firing{"early", at[0], time.Now()} }
+	late.Fire = func() { fired <- firing{"late", at[1], time.Now()} }
+	stopped.Fire = func() { fired <- firing{name: "stopped"} }
+	onLoop(t, l, func() {
+		now := time.Now()
+		at = [2]time.Time{now.Add(20 * time.Millisecond), now.Add(40 * time.Millisecond)}
+		l.Arm(&late, at[1])
+		l.Arm(&early, at[0])
+		l.Arm(&stopped, now.Add(10*time.Millisecond))
+		l.Disarm(&stopped)
+	})
+	for _, want := range []string{"early", "late"} {
+		select {
+		case f := <-fired:
+			if f.name != want || f.on.Before(f.at) {
+				t.Fatalf("%s fired at %v (due %v); want %s next, not before its time", f.name, f.on, f.at, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not fire", want)
+		}
+	}
+	// A task runs after every timer due before it: the stopped one had
+	// been due long before this.
+	onLoop(t, l, func() {})
+	select {
+	case f := <-fired:
+		t.Fatalf("%s fired after being disarmed", f.name)
+	default:
+	}
+}
+
+func TestListenersShareAPortWithReusePort(t *testing.T) {
+	first, err := ListenReusePort("127.0.0.1:0", 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(first)
+	addr, err := LocalAddr(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := ListenReusePort(addr.String(), 128)
+	if err != nil {
+		t.Fatalf("a second listener on %s: %v", addr, err)
+	}
+	defer unix.Close(second)
+	if ln, err := net.Listen("tcp", addr.String()); err == nil {
+		ln.Close()
+		t.Fatalf("a listener without SO_REUSEPORT bound %s too: the port is not reserved for the loops", addr)
+	}
+
+	// Each listener on a loop of its own; every connection is accepted
+	// by one of them.
+	var accepted atomic.Int32
+	for _, fd := range []int{first, second} {
+		l := start(t)
+		onLoop(t, l, func() {
+			err = l.Add(fd, Readable, handlerFunc(func(fd int, _ Events) {
+				for {
+					nfd, _, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+					if err != nil {
+						return // EAGAIN: all taken
+					}
+					unix.Close(nfd)
+					accepted.Add(1)
+				}
+			}))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 20
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	testutil.WaitFor(t, 10*time.Second, "every connection to be accepted", func() bool { return accepted.Load() == n })
+}
+
+func TestCloseBeforeRunReleasesTheLoop(t *testing.T) {
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done is open after Close of a loop that never ran")
+	}
+	if err := l.Run(); err == nil {
+		t.Fatal("Run after Close returned nil, want an error")
+	}
+}
+
+func TestHandoffMovesAConnectionToTheGoroutineEngineWithItsReadBytes(t *testing.T) {
+	lfd, err := ListenReusePort("127.0.0.1:0", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lfd)
+	addr, _ := LocalAddr(lfd)
+	l := start(t)
+	handed := make(chan net.Conn, 1)
+	failed := make(chan error, 1)
+	// The loop accepts, reads what has come ("hello ") and hands the
+	// connection off with it.
+	conn := handlerFunc(func(fd int, _ Events) {
+		var buf [64]byte
+		n, err := unix.Read(fd, buf[:])
+		if err != nil || n == 0 {
+			return
+		}
+		c, err := l.Handoff(fd, buf[:n])
+		if err != nil {
+			failed <- err
+			return
+		}
+		handed <- c
+	})
+	onLoop(t, l, func() {
+		err = l.Add(lfd, Readable, handlerFunc(func(fd int, _ Events) {
+			nfd, _, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err == nil {
+				l.Add(nfd, Readable, conn)
+			}
+		}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	client.Write([]byte("hello "))
+	var c net.Conn
+	select {
+	case c = <-handed:
+	case err := <-failed:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection was not handed off")
+	}
+	defer c.Close()
+	client.Write([]byte("world"))
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 0, 16)
+	for len(got) < len("hello world") {
+		var buf [16]byte
+		n, err := c.Read(buf[:])
+		if err != nil {
+			t.Fatalf("reading the handed-off connection after %q: %v", got, err)
+		}
+		got = append(got, buf[:n]...)
+	}
+	if string(got) != "hello world" {
+		t.Fatalf("the handed-off connection read %q, want the loop's bytes then the socket's: %q", got, "hello world")
+	}
+	if _, err := c.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var buf [2]byte
+	if _, err := io.ReadFull(client, buf[:]); err != nil || string(buf[:]) != "ok" {
+		t.Fatalf("the client read %q, %v; want ok", buf, err)
+	}
+}
