@@ -224,7 +224,7 @@ func TestAccessLogNamesTheDegradedStep(t *testing.T) {
 // X-Request-Id — the client's when it sent a valid one, a made one
 // otherwise — and the access log line has the same id: 404 no_route,
 // 429 from a rate limit, 503 no_healthy_endpoint, 502 connect failure, and
-// a relayed answer.
+// 403 from an access list, a redirect, and a relayed answer.
 func TestRequestIDOnEveryAnswer(t *testing.T) {
 	ok := newBackend(t, "ok", nil)
 	down := newBackend(t, "down", nil)
@@ -237,6 +237,8 @@ listeners:
       - {name: limited, match: {path_prefix: /limited}, upstream: ok, rate_limit: [{rate: 1/m, burst: 1}]}
       - {name: down, match: {path_prefix: /down}, upstream: down}
       - {name: dead, match: {path_prefix: /dead}, upstream: dead}
+      - {name: denied, match: {path_prefix: /denied}, upstream: ok, access: {allow: [192.0.2.0/24]}}
+      - {name: moved, match: {path_prefix: /moved}, redirect: {to: "https://example.com{path}"}}
       - {name: ok, match: {path_prefix: /ok}, upstream: ok}
 upstreams:
   ok:
@@ -264,12 +266,14 @@ upstreams:
 		{"rate limited", "/limited", 429, "rate_limited"},
 		{"no endpoint", "/down", 503, "no_healthy_endpoint"},
 		{"connect failure", "/dead", 502, "upstream_connect_failed"},
+		{"forbidden", "/denied", 403, "forbidden"},
+		{"redirect", "/moved", 302, ""},
 		{"relayed", "/ok", 200, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			// The client's own id is kept.
-			resp, _ := doGet(t, p.url("web")+tc.path, map[string]string{"X-Request-Id": "mine-" + tc.code})
+			resp := getNoFollow(t, p.url("web")+tc.path, "mine-"+tc.code)
 			if resp.StatusCode != tc.status || resp.Header.Get("X-Switchboard-Error") != tc.code {
 				t.Fatalf("%s: %d %q, want %d %q", tc.path, resp.StatusCode, resp.Header.Get("X-Switchboard-Error"), tc.status, tc.code)
 			}
@@ -280,7 +284,7 @@ upstreams:
 				t.Fatalf("access log request_id %v status %v, want mine-%s %d", m["request_id"], m["status"], tc.code, tc.status)
 			}
 			// Without one (or with an invalid one) the proxy makes one.
-			resp, _ = doGet(t, p.url("web")+tc.path, map[string]string{"X-Request-Id": "has a space"})
+			resp = getNoFollow(t, p.url("web")+tc.path, "has a space")
 			id := resp.Header.Get("X-Request-Id")
 			if len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
 				t.Fatalf("made X-Request-Id %q, want 32 hex digits", id)
@@ -290,4 +294,19 @@ upstreams:
 			}
 		})
 	}
+}
+
+// getNoFollow GETs url with X-Request-Id id, not following a redirect.
+func getNoFollow(t *testing.T, url, id string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-Request-Id", id)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }
