@@ -44,7 +44,7 @@ func New(cfg *config.Tracing, log *slog.Logger) (*Provider, error) {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	attrs := []attribute.KeyValue{attribute.String("service.name", cfg.ServiceName)}
-	for _, k := range sortedKeys(cfg.ResourceAttributes) {
+	for _, k := range slices.Sorted(maps.Keys(cfg.ResourceAttributes)) {
 		if k != "service.name" {
 			attrs = append(attrs, attribute.String(k, cfg.ResourceAttributes[k]))
 		}
@@ -104,7 +104,9 @@ func exporter(cfg *config.Tracing) (sdktrace.SpanExporter, error) {
 func (p *Provider) Tracer() trace.Tracer { return p.tp.Tracer(InstrumentationName) }
 
 // Same reports whether p runs exactly the settings of cfg, so that a
-// reload that leaves them alone keeps p (and its batch of spans).
+// reload that leaves them alone keeps p (and its batch of spans). Every
+// key of config.Tracing is compared (TestSameComparesEverySetting counts
+// them).
 func (p *Provider) Same(cfg *config.Tracing) bool {
 	if p == nil || cfg == nil {
 		return p == nil && cfg == nil
@@ -143,13 +145,4 @@ func setErrorLog(log *slog.Logger) {
 			l.Warn("tracing: export failed", "error", err)
 		}))
 	})
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
 
 	"github.com/switchboard-dev/switchboard/config"
@@ -35,6 +36,9 @@ func TestSameComparesEverySetting(t *testing.T) {
 		"timeout":             func(c *config.Tracing) { c.Timeout = 2e9 },
 		"headers":             func(c *config.Tracing) { c.Headers = map[string]string{"a": "2"} },
 		"resource_attributes": func(c *config.Tracing) { c.ResourceAttributes = nil },
+	}
+	if n := reflect.TypeFor[config.Tracing]().NumField(); n != len(changes) {
+		t.Fatalf("config.Tracing has %d fields and the test changes %d: compare the new one in Same and change it here", n, len(changes))
 	}
 	for key, change := range changes {
 		c := base
