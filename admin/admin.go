@@ -53,6 +53,10 @@ type Source struct {
 	Registry func() any
 	// Reloads lists the last reload attempts; nil serves an empty list.
 	Reloads func() any
+	// Explain explains how the named listener ("" for the first http one)
+	// would handle r (GET /api/v1/explain); an error is the caller's
+	// mistake, such as an unknown listener (400). nil: 501.
+	Explain func(listener string, r *http.Request) (any, error)
 }
 
 // Server is the admin HTTP server.
@@ -86,6 +90,7 @@ func New(src Source, reg *prometheus.Registry, log *slog.Logger) *Server {
 	s.mux.HandleFunc("GET /api/v1/reloads", s.list("reloads", func() func() any { return s.src.Reloads }))
 	s.mux.HandleFunc("GET /api/v1/registry", s.registry)
 	s.mux.HandleFunc("GET /api/v1/dashboard", s.dashboard)
+	s.mux.HandleFunc("GET /api/v1/explain", s.explain)
 	s.mux.Handle("GET /ui/", uiHandler())
 	s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
 	s.mux.HandleFunc("POST /api/v1/reload", s.write(s.reload))

@@ -10,6 +10,8 @@
 #   SWITCHBOARD_BIN=/path/to/switchboard bench/run-http.sh  # skip the build
 #   TARGETS="nginx haproxy direct" bench/run-http.sh        # subset
 #   PROFILE=1 bench/run-http.sh                             # + CPU profile
+#   ROUTE=toolbox bench/run-http.sh                         # rewrites + 95/5 split
+#   TARGETS="switchboard switchboard-dash nginx" bench/run-http.sh  # dashboard open
 #
 # Environment (all optional):
 #   ROUNDS=3          measurement rounds; each round measures every target
@@ -18,7 +20,19 @@
 #   CONNS=64          wrk -c
 #   THREADS=2         wrk -t
 #   WARMUP=2s         wrk -d of the one warm-up run per target
-#   TARGETS="switchboard nginx haproxy direct"   what to measure
+#   TARGETS="switchboard nginx haproxy direct"   what to measure; also
+#                     switchboard-dash: switchboard while a dashboard polls
+#                     /api/v1/dashboard once a second, as an open /ui/ does;
+#                     with ROUTE=toolbox, switchboard-plain and nginx-plain:
+#                     the same servers' plain route, for the ratio
+#   ROUTE=plain       plain: one route to both backends. toolbox: the route
+#                     measured is /api/ with strip_prefix, request headers
+#                     set (one from {client_ip}) and removed, a response
+#                     header set from {endpoint}, and a 95/5 split between
+#                     two upstreams; nginx does the same (rewrite ... break,
+#                     proxy_set_header, add_header, split_clients); the
+#                     plain route stays at /plain (default TARGETS then:
+#                     "switchboard switchboard-plain nginx nginx-plain")
 #   NGINX_WORKERS=1   worker_processes of nginx-as-proxy (1 measured fastest
 #                     on 2 cores; see bench/README.md)
 #   HAPROXY_THREADS=2 nbthread of HAProxy
@@ -60,7 +74,12 @@ DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 WARMUP=${WARMUP:-2s}
-TARGETS=${TARGETS:-switchboard nginx haproxy direct}
+ROUTE=${ROUTE:-plain}
+case $ROUTE in
+plain) TARGETS=${TARGETS:-switchboard nginx haproxy direct} ;;
+toolbox) TARGETS=${TARGETS:-switchboard switchboard-plain nginx nginx-plain} ;;
+*) echo "ROUTE must be plain or toolbox, got '$ROUTE'" >&2; exit 1 ;;
+esac
 NGINX_WORKERS=${NGINX_WORKERS:-1}
 HAPROXY_THREADS=${HAPROXY_THREADS:-2}
 PROFILE=${PROFILE:-0}
@@ -93,8 +112,9 @@ for v in DURATION WARMUP; do
 	[[ ${!v} =~ ^[1-9][0-9]*[smh]?$ ]] || die "$v must look like 10s, 2m or 10, got '${!v}'"
 done
 for t in $TARGETS; do
-	case $t in switchboard | nginx | haproxy | direct) ;;
-	*) die "unknown target '$t' in TARGETS (known: switchboard nginx haproxy direct)" ;;
+	case $t in switchboard | switchboard-dash | nginx | haproxy | direct) ;;
+	switchboard-plain | nginx-plain) [[ $ROUTE == toolbox ]] || die "target $t needs ROUTE=toolbox" ;;
+	*) die "unknown target '$t' in TARGETS (known: switchboard switchboard-dash switchboard-plain nginx nginx-plain haproxy direct)" ;;
 	esac
 done
 
@@ -212,10 +232,15 @@ parse_wrk() {
 	echo "$rps $(to_ms "$p50") $(to_ms "$p99") ${non2xx:-0} ${sockerr:-0}"
 }
 
+# measured_path: the path of the route measured (ROUTE).
+measured_path() { if [[ $ROUTE == toolbox ]]; then echo /api/bench; else echo /; fi; }
+
 target_url() {
 	case $1 in
-	switchboard) echo "http://127.0.0.1:$SB_PORT/" ;;
-	nginx) echo "http://127.0.0.1:$NGINX_PORT/" ;;
+	switchboard | switchboard-dash) echo "http://127.0.0.1:$SB_PORT$(measured_path)" ;;
+	switchboard-plain) echo "http://127.0.0.1:$SB_PORT/plain" ;;
+	nginx) echo "http://127.0.0.1:$NGINX_PORT$(measured_path)" ;;
+	nginx-plain) echo "http://127.0.0.1:$NGINX_PORT/plain" ;;
 	haproxy) echo "http://127.0.0.1:$HAPROXY_PORT/" ;;
 	direct) echo "http://127.0.0.1:$BACKEND1_PORT/" ;;
 	esac
@@ -229,8 +254,20 @@ run_wrk() {
 		echo "# target=$target url=$(target_url "$target") $(date -Is)"
 		echo "# wrk -t$THREADS -c$CONNS -d$dur --latency $(target_url "$target")"
 	} >"$outfile"
+	local poller=""
+	if [[ $target == switchboard-dash ]]; then
+		# One open dashboard: a poll of its one endpoint every second.
+		(while :; do
+			curl -s --max-time 2 -o /dev/null "http://127.0.0.1:$SB_ADMIN_PORT/api/v1/dashboard" || true
+			sleep 1
+		done) &
+		poller=$!
+	fi
+	local rc=0
 	timeout --kill-after=5 "$limit" \
-		wrk "-t$THREADS" "-c$CONNS" "-d$dur" --latency "$(target_url "$target")" >>"$outfile" 2>&1
+		wrk "-t$THREADS" "-c$CONNS" "-d$dur" --latency "$(target_url "$target")" >>"$outfile" 2>&1 || rc=$?
+	if [[ -n $poller ]]; then kill "$poller" 2>/dev/null || true; wait "$poller" 2>/dev/null || true; fi
+	return $rc
 }
 
 declare -A NOT_MEASURED=()   # target -> reason
@@ -254,7 +291,7 @@ check_ports_free "$BACKEND1_PORT" "$BACKEND2_PORT"
 
 # --- switchboard binary (build failures are reported, not fatal)
 SB_BIN=""
-if want switchboard; then
+if want switchboard || want switchboard-dash || want switchboard-plain; then
 	if [[ -n $SWITCHBOARD_BIN ]]; then
 		if [[ -x $SWITCHBOARD_BIN ]]; then
 			SB_BIN=$SWITCHBOARD_BIN
@@ -314,7 +351,7 @@ BACKEND_PID=$START_PID
 smoke backend-b2 "http://127.0.0.1:$BACKEND2_PORT/" || die "backend 2 does not answer"
 
 # --- nginx as reverse proxy
-if want nginx; then
+if want nginx || want nginx-plain; then
 	check_ports_free "$NGINX_PORT"
 	mkdir -p "$WORK/nginx/logs"
 	cat >"$WORK/nginx/nginx.conf" <<EOF
@@ -333,6 +370,17 @@ http {
         keepalive_requests 1000000;
         keepalive_timeout 120s;
     }
+$(if [[ $ROUTE == toolbox ]]; then cat <<EOT
+    upstream canary {
+        server 127.0.0.1:$BACKEND2_PORT;
+        keepalive 64;
+        keepalive_requests 1000000;
+        keepalive_timeout 120s;
+    }
+    # 95/5 per request (request_id is random), as switchboard's weighted split.
+    split_clients "\${request_id}" \$pool { 95% backends; * canary; }
+EOT
+fi)
     server {
         listen 127.0.0.1:$NGINX_PORT reuseport backlog=4096;
         location / {
@@ -340,6 +388,18 @@ http {
             proxy_http_version 1.1;
             proxy_set_header Connection "";
         }
+$(if [[ $ROUTE == toolbox ]]; then cat <<EOT
+        location /api/ {
+            rewrite ^/api(/.*)\$ \$1 break;
+            proxy_set_header X-Client \$remote_addr;
+            proxy_set_header X-Debug "";
+            add_header X-Served-By \$upstream_addr;
+            proxy_pass http://\$pool;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+EOT
+fi)
     }
 }
 EOF
@@ -350,7 +410,8 @@ EOF
 	else
 		start nginx "$RUN_DIR/nginx.log" \
 			nginx -p "$WORK/nginx" -e "$RUN_DIR/nginx-error.log" -c "$WORK/nginx/nginx.conf" -g 'daemon off;'
-		{ wait_port nginx "$START_PID" "$NGINX_PORT" 10 && smoke nginx "$(target_url nginx)"; } ||
+		{ wait_port nginx "$START_PID" "$NGINX_PORT" 10 && smoke nginx "$(target_url nginx)" &&
+			{ [[ $ROUTE != toolbox ]] || smoke nginx-plain "$(target_url nginx-plain)"; }; } ||
 			NOT_MEASURED[nginx]="did not start or answer: $(tail -n2 "$RUN_DIR/nginx-error.log" 2>/dev/null | tr '\n' ' ')(logs: $RUN_DIR/nginx.log, nginx-error.log)"
 	fi
 fi
@@ -396,7 +457,7 @@ fi
 
 # --- switchboard
 SB_PID=""
-if want switchboard && [[ -n $SB_BIN ]]; then
+if { want switchboard || want switchboard-dash || want switchboard-plain; } && [[ -n $SB_BIN ]]; then
 	check_ports_free "$SB_PORT" "$SB_ADMIN_PORT"
 	mkdir -p "$WORK/switchboard"
 	cat >"$WORK/switchboard/switchboard.yaml" <<EOF
@@ -406,6 +467,17 @@ listeners:
   - name: bench
     listen: 127.0.0.1:$SB_PORT
     routes:
+$(if [[ $ROUTE == toolbox ]]; then cat <<EOT
+      - name: toolbox
+        match: {path_prefix: /api/}
+        split:
+          - {upstream: backends, weight: 95}
+          - {upstream: canary, weight: 5}
+        rewrite: {strip_prefix: /api}
+        request_headers: {set: {X-Client: "{client_ip}"}, remove: [X-Debug]}
+        response_headers: {set: {X-Served-By: "{endpoint}"}}
+EOT
+fi)
       - match: {path_prefix: /}
         upstream: backends
 upstreams:
@@ -413,6 +485,9 @@ upstreams:
     balance: {policy: round_robin}
     targets:
       - {address: 127.0.0.1:$BACKEND1_PORT}
+      - {address: 127.0.0.1:$BACKEND2_PORT}
+  canary:
+    targets:
       - {address: 127.0.0.1:$BACKEND2_PORT}
 EOF
 	cp "$WORK/switchboard/switchboard.yaml" "$RUN_DIR/switchboard.yaml"
@@ -435,7 +510,8 @@ EOF
 			wait "$SB_PID" || sb_rc=$?
 			NOT_MEASURED[switchboard]="exited with status $sb_rc during startup; last log lines: $(tail -n3 "$RUN_DIR/switchboard.log" | tr '\n' ' ')(log: $RUN_DIR/switchboard.log)"
 		fi
-	elif ! { wait_port switchboard "$SB_PID" "$SB_PORT" 10 && smoke switchboard "$(target_url switchboard)"; }; then
+	elif ! { wait_port switchboard "$SB_PID" "$SB_PORT" 10 && smoke switchboard "$(target_url switchboard)" &&
+		{ [[ $ROUTE != toolbox ]] || smoke switchboard-plain "$(target_url switchboard-plain)"; }; }; then
 		NOT_MEASURED[switchboard]="ready, but 127.0.0.1:$SB_PORT does not answer 200 ok; see $RUN_DIR/switchboard.log"
 	fi
 	if [[ -n ${NOT_MEASURED[switchboard]:-} ]]; then
@@ -451,7 +527,7 @@ fi
 # Final list of targets to measure, in the order given.
 ACTIVE=()
 for t in $TARGETS; do
-	if [[ -z ${NOT_MEASURED[$t]:-} ]]; then ACTIVE+=("$t"); fi
+	if [[ -z ${NOT_MEASURED[$t]:-} && -z ${NOT_MEASURED[${t%%-*}]:-} ]]; then ACTIVE+=("$t"); fi
 done
 ((${#ACTIVE[@]} > 0)) || die "nothing to measure: $(for t in "${!NOT_MEASURED[@]}"; do printf '%s: %s; ' "$t" "${NOT_MEASURED[$t]}"; done)"
 
@@ -569,7 +645,7 @@ status=0
 	echo "| target | req/s (median) | p50 ms | p99 ms | errors | vs nginx | req/s per round |"
 	echo "|---|---:|---:|---:|---:|---:|---|"
 	for t in $TARGETS; do
-		if [[ -n ${NOT_MEASURED[$t]:-} ]]; then
+		if [[ -n ${NOT_MEASURED[$t]:-} || -n ${NOT_MEASURED[${t%%-*}]:-} ]]; then
 			echo "| $t | — | — | — | — | — | not measured (see below) |"
 			continue
 		fi

@@ -193,6 +193,9 @@ type limiter interface {
 	// one at now (and at any later time), so that dropping it and
 	// creating a new one later changes no decision.
 	idle(now time.Time) bool
+	// PeekN reports what ReserveN(now, n) would return, counting nothing
+	// (peek.go).
+	PeekN(now time.Time, n int) Result
 }
 
 func checkN(n int) {

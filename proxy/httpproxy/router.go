@@ -126,36 +126,53 @@ func (t *Table) Series(fn func(listener, route, upstream string)) {
 func (t *Table) match(r *http.Request) *route {
 	var host string
 	for _, rt := range t.routes {
-		if rt.host != "" {
-			if host == "" {
-				host = requestHost(r)
-			}
-			if rt.wildcard {
-				if !strings.HasSuffix(host, rt.host) || len(host) == len(rt.host) {
-					continue
-				}
-			} else if host != rt.host {
-				continue
-			}
-		}
-		if !strings.HasPrefix(r.URL.Path, rt.prefix) {
-			continue
-		}
-		if rt.methods != nil && !contains(rt.methods, r.Method) && !rt.preflightMatches(r) {
-			continue
-		}
-		ok := true
-		for _, h := range rt.headers {
-			if v := r.Header[h[0]]; len(v) == 0 || v[0] != h[1] {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if m, _ := rt.test(r, &host); m == matched {
 			return rt
 		}
 	}
 	return nil
+}
+
+// miss is the first condition of a route that a request fails.
+type miss uint8
+
+const (
+	matched miss = iota
+	missHost
+	missPath
+	missMethod
+	missHeader
+)
+
+// test reports whether r matches rt, or the first condition it fails
+// (and for missHeader the index of the header in rt.headers). host is the
+// request's host (requestHost), found on first need and kept for the next
+// route. match routes with it; explain tells the reasons from it.
+func (rt *route) test(r *http.Request, host *string) (miss, int) {
+	if rt.host != "" {
+		if *host == "" {
+			*host = requestHost(r)
+		}
+		if rt.wildcard {
+			if !strings.HasSuffix(*host, rt.host) || len(*host) == len(rt.host) {
+				return missHost, 0
+			}
+		} else if *host != rt.host {
+			return missHost, 0
+		}
+	}
+	if !strings.HasPrefix(r.URL.Path, rt.prefix) {
+		return missPath, 0
+	}
+	if rt.methods != nil && !contains(rt.methods, r.Method) && !rt.preflightMatches(r) {
+		return missMethod, 0
+	}
+	for i, h := range rt.headers {
+		if v := r.Header[h[0]]; len(v) == 0 || v[0] != h[1] {
+			return missHeader, i
+		}
+	}
+	return matched, 0
 }
 
 // requestHost is the request's host without port, lower-cased.

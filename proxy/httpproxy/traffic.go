@@ -42,11 +42,13 @@ type target struct {
 	picked [3]prometheus.Counter
 }
 
-// The ways a split decision is made, indexes of target.picked.
+// The ways a split decision is made, indexes of target.picked; byNone:
+// no split decision (a route without one).
 const (
 	byWeight = iota
 	byKey
 	byCanary
+	byNone = -1
 )
 
 var pickedBy = [3]string{"weight", "key", "canary"}
@@ -94,16 +96,25 @@ func (c *canary) match(r *http.Request) bool {
 // hash of r's key when the split is sticky and r has one, or at random by
 // weight. It allocates nothing (a cookie or header key is read in place).
 func (rt *route) pick(r *http.Request) *target {
+	tg, by := rt.choose(r)
+	if by != byNone {
+		tg.count(by)
+	}
+	return tg
+}
+
+// choose is pick without counting the decision (explain uses it): the
+// target and how it was chosen, byNone for a route without a split.
+func (rt *route) choose(r *http.Request) (*target, int) {
 	tr := rt.traffic
 	if tr == nil {
-		return &rt.target
+		return &rt.target, byNone
 	}
 	if c := tr.canary; c != nil && c.match(r) {
-		c.target.count(byCanary)
-		return c.target
+		return c.target, byCanary
 	}
 	if len(tr.members) < 2 {
-		return &rt.target
+		return &rt.target, byNone
 	}
 	var x uint64
 	by := byWeight
@@ -120,9 +131,7 @@ func (rt *route) pick(r *http.Request) *target {
 	for x >= tr.cum[i] {
 		i++
 	}
-	tg := tr.members[i]
-	tg.count(by)
-	return tg
+	return tr.members[i], by
 }
 
 // splitKey is r's key for a sticky split; a cookie is read without

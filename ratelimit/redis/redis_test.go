@@ -157,9 +157,11 @@ func TestScriptCacheFlushFallsBackToEval(t *testing.T) {
 // SIGSTOP (it hangs: every call must give up at the timeout) and then by
 // SIGKILL (connections are refused). fail_open decides locally at its
 // share of the burst; fail_closed rejects; no call waits longer than the
-// timeout plus a small margin.
+// timeout plus a margin. The margin is for a loaded 2-core -race run (a
+// call took 82ms once next to other packages' tests); a call that waited
+// for a TCP timeout or for Redis to come back would take seconds.
 func TestRedisDownFailOpenAndFailClosed(t *testing.T) {
-	const timeout, margin = 50 * time.Millisecond, 30 * time.Millisecond
+	const timeout, margin = 50 * time.Millisecond, 200 * time.Millisecond
 	s := startRedis(t)
 	var openErrs, closedErrs atomic.Int64
 	open := newLimiter(t, s, ratelimit.Config{Rate: "1000/s", Burst: 100}, Config{LocalShare: 0.34, Recheck: 20 * time.Millisecond},

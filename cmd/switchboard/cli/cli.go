@@ -1,5 +1,5 @@
 // Package cli is the switchboard command: the whole CLI (serve, validate,
-// status, demo, completion, version, help) behind one function, so that a program of one's
+// status, demo, explain, completion, version, help) behind one function, so that a program of one's
 // own can add to switchboard before running it. cmd/switchboard's main is
 // just os.Exit(cli.Main(os.Args[1:])).
 //
@@ -76,6 +76,7 @@ func init() {
 				"registry's urlprefix- tags. Everything stops on Ctrl-C. --port-offset N moves every\n" +
 				"default port by N, for a machine where they are taken.",
 			flags: demoFlags, run: runDemo},
+		explainCommand,
 		{name: "completion", args: "bash|zsh|fish", summary: "print a shell completion script",
 			about: "Prints the completion script of a shell. For example:\n" +
 				"  bash: source <(switchboard completion bash)   (or save it in /etc/bash_completion.d/switchboard)\n" +
@@ -96,7 +97,7 @@ func init() {
 
 // takesArgs lists the commands with positional arguments; the others
 // refuse any.
-var takesArgs = map[string]bool{"completion": true, "help": true}
+var takesArgs = map[string]bool{"completion": true, "help": true, "explain": true}
 
 func lookup(name string) *command {
 	for _, c := range commands {
@@ -303,15 +304,26 @@ func statusFlags(fs *flag.FlagSet) {
 	fs.Bool("json", false, "print the admin API's JSON as it is")
 }
 
-func status(_ context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) int {
-	addr := flagString(fs, "admin")
+// adminAddr is the admin API's address that command cmd was given:
+// --admin, or admin.listen of --config's file. ok is false when that file
+// could not be loaded (its problems are printed).
+func adminAddr(fs *flag.FlagSet, cmd string, stderr io.Writer) (addr string, ok bool) {
+	addr = flagString(fs, "admin")
 	if path := flagString(fs, "config"); path != "" {
 		cfg, err := config.Load(path)
 		if err != nil {
-			printErr(stderr, "status", err)
-			return 1
+			printErr(stderr, cmd, err)
+			return "", false
 		}
 		addr = cfg.Admin.Listen
+	}
+	return addr, true
+}
+
+func status(_ context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) int {
+	addr, ok := adminAddr(fs, "status", stderr)
+	if !ok {
+		return 1
 	}
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + addr + "/api/v1/upstreams")

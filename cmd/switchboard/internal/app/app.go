@@ -132,7 +132,10 @@ func New(path string, opt Options) (*App, error) {
 	}
 	src := admin.Source{Upstreams: ups, Reload: a.Reload, Discovery: status, TCPListeners: a.tcpStats,
 		Listeners: func() any { return a.plane.Listeners() },
-		Reloads:   func() any { return a.Reloads() }}
+		Reloads:   func() any { return a.Reloads() },
+		Explain: func(listener string, r *http.Request) (any, error) {
+			return a.plane.Explain(listener, r, time.Now())
+		}}
 	if a.embedded != nil {
 		src.Registry = func() any { return a.embedded.Catalog() }
 	}

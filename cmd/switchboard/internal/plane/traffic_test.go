@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
 	"github.com/switchboard-dev/switchboard/config"
 )
 
@@ -430,5 +431,57 @@ func TestMirrorCopiesABufferedBody(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the shadow received no copy")
+	}
+}
+
+// Explain on a split route names the split and the member this request
+// was given, and counts no split decision; on a redirect route it says
+// the proxy answers the redirect itself.
+func TestExplainOfASplitAndOfARedirect(t *testing.T) {
+	v1, v2 := rawBackend(t), rawBackend(t)
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - name: old
+        match: {path_prefix: /old}
+        redirect: {to: "/new", status: 301}
+      - name: r
+        match: {path_prefix: /}
+        split:
+          - {upstream: v1, weight: 95}
+          - {upstream: v2, weight: 5}
+upstreams:
+  v1: {targets: [{address: `+v1+`}]}
+  v2: {targets: [{address: `+v2+`}]}
+`)
+	explain := func(path string) *plane.Explanation {
+		r, _ := http.NewRequest("GET", "http://shop.example.com"+path, nil)
+		r.RequestURI = path
+		e, err := p.srv.Explain("web", r, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	e := explain("/x")
+	if e.Routing.Route != "r" || !strings.Contains(e.Decision, "split: v1 95, v2 5; this request: v") {
+		t.Fatalf("split route: route %q, decision %q", e.Routing.Route, e.Decision)
+	}
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "switchboard_split_decisions_total" && m.GetCounter().GetValue() != 0 {
+				t.Fatalf("explaining counted a split decision: %v", m)
+			}
+		}
+	}
+	e = explain("/old/page")
+	if e.Routing.Route != "old" || e.Routing.Status != 301 || e.Upstream != nil || !strings.Contains(e.Decision, "would be answered 301") {
+		t.Fatalf("redirect route: route %q, status %d, decision %q", e.Routing.Route, e.Routing.Status, e.Decision)
 	}
 }
