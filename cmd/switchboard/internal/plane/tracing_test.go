@@ -507,3 +507,38 @@ func TestTracingOverAnH2CUpstream(t *testing.T) {
 		t.Fatalf("the h2c endpoint got %q, want HTTP/2.0 with the attempt span's traceparent", parents)
 	}
 }
+
+// TestTracingRecordsTheProxysOwnErrors: a 502 the proxy answers after a
+// failed connect has its error recorded on the server span (status Error
+// with the error code, an exception event) and on the attempt's; a 404
+// no_route has a server span named by the method alone, with its status
+// and no error.
+func TestTracingRecordsTheProxysOwnErrors(t *testing.T) {
+	recv := startOTLPHTTP(t)
+	p, _, stop := startStoppableProxy(t, tracingYAML("", deadAddr(t), "  endpoint: "+recv.addr+"\n  insecure: true\n"))
+	if resp, _ := doGet(t, p.url("web")+"/", nil); resp.StatusCode != 502 {
+		t.Fatalf("answer %d, want 502", resp.StatusCode)
+	}
+	p2, _, stop2 := startStoppableProxy(t, strings.Replace(tracingYAML("", deadAddr(t), "  endpoint: "+recv.addr+"\n  insecure: true\n"),
+		"match: {path_prefix: /}", "match: {path_prefix: /only}", 1))
+	if resp, _ := doGet(t, p2.url("web")+"/elsewhere", nil); resp.StatusCode != 404 {
+		t.Fatalf("answer %d, want 404", resp.StatusCode)
+	}
+	stop()
+	stop2()
+	spans, _ := recv.received()
+	failed := spanNamed(t, spans, tracepb.Span_SPAN_KIND_SERVER, func(s gotSpan) bool { return s.Name == "GET api" })
+	if failed.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || failed.Status.GetMessage() != "upstream_connect_failed" ||
+		len(failed.Events) != 1 || failed.Events[0].Name != "exception" || attr(failed.Attributes, "http.response.status_code") != int64(502) {
+		t.Fatalf("server span of the 502: status %v events %v attributes %v; want Error upstream_connect_failed with its exception", failed.Status, failed.Events, failed.Attributes)
+	}
+	att := spanNamed(t, spans, tracepb.Span_SPAN_KIND_CLIENT, func(gotSpan) bool { return true })
+	if att.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || len(att.Events) == 0 {
+		t.Fatalf("attempt span of the failed connect: status %v events %v, want the error", att.Status, att.Events)
+	}
+	noRoute := spanNamed(t, spans, tracepb.Span_SPAN_KIND_SERVER, func(s gotSpan) bool { return s.Name == "GET" })
+	if noRoute.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR || attr(noRoute.Attributes, "http.response.status_code") != int64(404) ||
+		attr(noRoute.Attributes, "switchboard.route") != nil {
+		t.Fatalf("server span of the 404: status %v attributes %v; want 404, no route, no error", noRoute.Status, noRoute.Attributes)
+	}
+}
