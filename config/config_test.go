@@ -106,7 +106,7 @@ func TestBadFilesReportExactProblems(t *testing.T) {
 			`13:9: unknown key "wieght" in target (known: address, id, weight, zone)`,
 		}},
 		{"empty.yaml", []string{`1:1: empty configuration`}},
-		{"not_mapping.yaml", []string{`1:1: the top level must be a mapping (keys: admin, log, shutdown_timeout, listeners, upstreams, registry, registries, discovery), got a list`}},
+		{"not_mapping.yaml", []string{`1:1: the top level must be a mapping (keys: admin, log, shutdown_timeout, listeners, upstreams, registry, registries, discovery, tracing), got a list`}},
 	}
 	covered := map[string]bool{}
 	for _, tt := range tests {
@@ -335,7 +335,7 @@ func TestInlineProblems(t *testing.T) {
 		{"negative size", "listeners:\n  - {name: web, listen: ':80', max_body_bytes: -1, routes: [{upstream: u}]}" + upstreams,
 			[]string{`2:48: size must not be negative, got "-1"`}},
 		{"unknown top-level key", "registri: {}\n",
-			[]string{`1:1: unknown key "registri" at the top level (known: admin, log, shutdown_timeout, listeners, upstreams, registry, registries, discovery)`}},
+			[]string{`1:1: unknown key "registri" at the top level (known: admin, log, shutdown_timeout, listeners, upstreams, registry, registries, discovery, tracing)`}},
 		// Registries and discovery (issues 7 and 8).
 		{"unknown registry kind", "registries:\n  r1: {kind: zookeeper}\n",
 			[]string{`2:14: unknown registry kind "zookeeper" (known: consul, etcd, dns, static)`}},

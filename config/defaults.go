@@ -71,6 +71,7 @@ func applyDefaults(cfg *Config) {
 	setDefault(&cfg.Log.Level, DefaultLogLevel)
 	setDefault(&cfg.Log.Format, DefaultLogFormat)
 	setDefault(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	applyTracingDefaults(cfg.Tracing)
 
 	for i := range cfg.Listeners {
 		l := &cfg.Listeners[i]

@@ -30,6 +30,9 @@ type Config struct {
 	Registries map[string]*RegistryBackend `yaml:"registries"`
 	// Discovery tunes the cached view every discovery goes through.
 	Discovery Discovery `yaml:"discovery"`
+	// Tracing, when present, exports OpenTelemetry traces over OTLP.
+	// Keys: docs/tracing.md.
+	Tracing *Tracing `yaml:"tracing"`
 
 	// File is the path the configuration was loaded from, or the name
 	// given to Parse ("" if none). Not a YAML key.

@@ -54,6 +54,7 @@ var checks = []func(*validator){
 	(*validator).checkRegistry,
 	(*validator).checkRegistries,
 	(*validator).checkDiscovery,
+	(*validator).checkTracing,
 }
 
 // errorf reports a problem at the value at points to.

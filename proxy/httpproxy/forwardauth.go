@@ -81,11 +81,6 @@ func (h *Handler) checkForwardAuth(w http.ResponseWriter, r *http.Request, t *Ta
 		WriteError(w, http.StatusServiceUnavailable, CodeAuthUnavailable, "auth service: "+err.Error())
 		return http.StatusServiceUnavailable
 	}
-	if id := r.Header["X-Request-Id"]; len(id) != 1 || !validRequestID(id[0]) {
-		// Made now, so that the auth service and the upstream see the
-		// same id (prepareHeader keeps it).
-		r.Header["X-Request-Id"] = []string{newRequestID(new([32]byte))}
-	}
 	f.header(req.Header, r, t)
 	resp, err := f.client.Do(req)
 	if err != nil {

@@ -43,20 +43,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t.active.Add(1)
 	defer t.active.Add(-1)
 	start := time.Now()
-	if t.front != nil && h.front(w, r, t, start) {
+	// The request's state, its id (on the response from here on, so that
+	// every answer carries it) and, when the access log or tracing is on,
+	// what they observe (observe.go).
+	st := new(reqState)
+	st.requestID(r.Header, w.Header())
+	if t.accessLog || t.tracer != nil {
+		w, r = st.observe(t, w, r)
+	}
+	if t.front != nil && h.front(w, r, t, st, start) {
 		return
 	}
 	if !normalizeRequest(r) {
 		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
 		t.noRoute.Count(http.StatusBadRequest)
-		h.access(t, r, nil, nil, nil, http.StatusBadRequest, start)
+		h.observed(t, st, w, r, nil, nil, result{status: http.StatusBadRequest}, start)
 		return
 	}
 	rt := t.match(r)
 	if rt == nil {
 		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
 		t.noRoute.Count(http.StatusNotFound)
-		h.access(t, r, nil, nil, nil, http.StatusNotFound, start)
+		h.observed(t, st, w, r, nil, nil, result{status: http.StatusNotFound}, start)
 		return
 	}
 	tg := rt.pick(r)
@@ -72,11 +80,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			res = h.serveRedirect(w, r, rt)
 		}
 	} else {
-		res = h.serve(w, r, t, rt, tg, start)
+		res = h.serve(w, r, t, rt, tg, st, start)
 	}
 	rm.Done(res.status, time.Since(start).Seconds())
 	rm.Bytes(res.in, res.out)
-	h.access(t, r, rt, tg, res.ep, res.status, start)
+	h.observed(t, st, w, r, rt, tg, res, start)
 	if res.abort {
 		// The response is already under way and cannot be finished: tell
 		// the server to cut the connection so the client sees a truncated
@@ -95,6 +103,8 @@ type result struct {
 	// in and out count the body bytes read from the client and written
 	// to it (a relayed body's; not those of an answer the proxy makes).
 	in, out int64
+	// err is why the pipeline gave no answer (a *pipeline.Error), if so.
+	err error
 }
 
 var (
@@ -104,9 +114,10 @@ var (
 
 // reqState is the per-request state that must live on the heap, in one
 // allocation: the pipeline's call, the backing array of the header values
-// the proxy adds, the bytes of a request id it makes, and the first
-// HTTP/1 exchange's response body. It is the call's Front, and is never
-// reused: whatever points into it keeps it alive.
+// the proxy adds, the bytes of a request id it makes, the first HTTP/1
+// exchange's response body, and what the access log and tracing observe.
+// It is the call's Front, and is never reused: whatever points into it
+// keeps it alive.
 type reqState struct {
 	call pipeline.Call
 	// vals backs the values of X-Forwarded-For, X-Forwarded-Host and
@@ -120,21 +131,12 @@ type reqState struct {
 	bodyTaken atomic.Bool
 	// rewrite is the route's rewrites' state (rewrite.go).
 	rewrite rewriteState
-	// in counts the streamed request body as it is read.
+	// obs is what the access log and tracing see of the request; unused
+	// when both are off.
+	obs observation
+	// in counts the streamed request body as it is read (bytes metrics
+	// and the access log's bytes_in).
 	in countingReader
-}
-
-// countingReader counts the bytes read through it. The count is atomic:
-// the transport may still be reading when the handler looks.
-type countingReader struct {
-	r io.Reader
-	n atomic.Int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
 }
 
 // takeBody hands the first exchange of the call the body kept in its
@@ -148,7 +150,7 @@ func (st *reqState) takeBody() *h1.Body {
 
 // serve runs r through route rt's pipeline over target tg and relays the
 // answer.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, tg *target, start time.Time) (res result) {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *route, tg *target, st *reqState, start time.Time) (res result) {
 	if rt.access != nil {
 		if res, done := h.checkAccess(w, r, t, rt, start); done {
 			return res
@@ -161,12 +163,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 	if held != nil {
 		defer held.Close() // after Finish, deferred below
 	}
-	st := new(reqState)
 	if held == nil && body != nil {
 		st.in.r = body
 		body = &st.in
 	}
-	prepareHeader(r, &st.vals, &st.id)
+	prepareHeader(r, &st.vals)
 	if t.front != nil {
 		t.front.clientCert(r)
 	}
@@ -305,7 +306,7 @@ func (h *Handler) failed(w http.ResponseWriter, rt *route, tg *target, c *pipeli
 			h.log.Debug("request failed", "listener", h.name, "route", rt.name, "upstream", tg.pipe.Upstream().Name(), "code", pe.Code, "error", pe.Err)
 		}
 	}
-	return result{status: pe.Status}
+	return result{status: pe.Status, err: pe}
 }
 
 // respond relays a response to the client: the upstream's, or a fallback
@@ -443,7 +444,8 @@ func (h *Handler) tunnel(w http.ResponseWriter, t *Table, resp *http.Response, u
 	if up := resp.Header["Upgrade"]; len(up) > 0 {
 		upgrade = strings.Join(up, ", ")
 	}
-	hdr := make(http.Header, len(resp.Header))
+	hdr := make(http.Header, len(resp.Header)+1)
+	hdr["X-Request-Id"] = w.Header()["X-Request-Id"]
 	copyResponseHeader(hdr, resp.Header)
 	cbuf.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
 	hdr.Write(cbuf)
@@ -500,44 +502,14 @@ func pump(dst, src net.Conn, br *bufio.Reader, idle time.Duration) {
 	}
 }
 
-func (h *Handler) access(t *Table, r *http.Request, rt *route, tg *target, ep *endpoint.Endpoint, status int, start time.Time) {
-	if !t.accessLog {
-		return
-	}
-	routeName, upName, epAddr := "", "", ""
-	if rt != nil {
-		routeName = rt.name
-		if tg != nil && tg.pipe != nil { // nil: the route redirects
-			upName = tg.pipe.Upstream().Name()
-		}
-	}
-	if ep != nil {
-		epAddr = ep.Address()
-	}
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access",
-		slog.String("listener", h.name),
-		slog.String("remote", r.RemoteAddr),
-		slog.String("method", r.Method),
-		slog.String("host", r.Host),
-		slog.String("path", r.URL.Path),
-		slog.String("proto", r.Proto),
-		slog.Int("status", status),
-		slog.String("route", routeName),
-		slog.String("upstream", upName),
-		slog.String("endpoint", epAddr),
-		slog.Duration("duration", time.Since(start)),
-		slog.String("request_id", r.Header.Get("X-Request-Id")),
-	)
-}
-
 // prepareHeader turns the client's request header into the upstream's, in
 // place: it removes hop-by-hop fields (RFC 9110 7.6.1), also those the
 // client names in Connection, appends the client to X-Forwarded-For, sets
-// X-Forwarded-Proto and -Host for this hop, and keeps or makes X-Request-Id.
-// Connection and Upgrade are left for the caller (it needs them to see a
-// protocol switch). The values it sets are backed by vals, and a request
-// id it makes by id.
-func prepareHeader(r *http.Request, vals *[3]string, idBuf *[32]byte) {
+// X-Forwarded-Proto and -Host for this hop. (X-Request-Id was set when the
+// request came in: reqState.requestID.) Connection and Upgrade are left
+// for the caller (it needs them to see a protocol switch). The values it
+// sets are backed by vals[0:2].
+func prepareHeader(r *http.Request, vals *[3]string) {
 	h := r.Header
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
@@ -580,12 +552,21 @@ func prepareHeader(r *http.Request, vals *[3]string, idBuf *[32]byte) {
 	}
 	vals[1] = r.Host
 	h["X-Forwarded-Host"] = vals[1:2:2]
-	if id := h["X-Request-Id"]; len(id) == 1 && validRequestID(id[0]) {
-		vals[2] = id[0]
+}
+
+// requestID keeps the client's X-Request-Id when it is valid (one value,
+// 1-128 visible ASCII characters) or makes one, and sets it on both the
+// request (for the upstream) and the response (resp): every answer,
+// the proxy's own errors included, carries it. It is backed by
+// st.vals[2], and a made one by st.id.
+func (st *reqState) requestID(req, resp http.Header) {
+	if id := req["X-Request-Id"]; len(id) == 1 && validRequestID(id[0]) {
+		st.vals[2] = id[0]
 	} else {
-		vals[2] = newRequestID(idBuf)
+		st.vals[2] = newRequestID(&st.id)
 	}
-	h["X-Request-Id"] = vals[2:3:3]
+	req["X-Request-Id"] = st.vals[2:3:3]
+	resp["X-Request-Id"] = st.vals[2:3:3]
 }
 
 // upgradeOf returns the protocol an HTTP/1.1 request asks to switch to, or

@@ -107,8 +107,8 @@ func TestMadeRequestIDIsBackedByTheRequestsState(t *testing.T) {
 	var a, b reqState
 	r1 := httptest.NewRequest(http.MethodGet, "http://a/", nil)
 	r2 := httptest.NewRequest(http.MethodGet, "http://a/", nil)
-	prepareHeader(r1, &a.vals, &a.id)
-	prepareHeader(r2, &b.vals, &b.id)
+	a.requestID(r1.Header, http.Header{})
+	b.requestID(r2.Header, http.Header{})
 	id1, id2 := r1.Header.Get("X-Request-Id"), r2.Header.Get("X-Request-Id")
 	if len(id1) != 32 || strings.Trim(id1, "0123456789abcdef") != "" {
 		t.Fatalf("made request id %q, want 32 hex digits", id1)

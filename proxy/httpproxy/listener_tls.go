@@ -155,7 +155,7 @@ func frontPolicyOf(lc *config.Listener) *frontPolicy {
 // front applies the table's front policy to a request: HSTS on its
 // response, and redirect_https, which answers it. It reports whether the
 // request was answered.
-func (h *Handler) front(w http.ResponseWriter, r *http.Request, t *Table, start time.Time) bool {
+func (h *Handler) front(w http.ResponseWriter, r *http.Request, t *Table, st *reqState, start time.Time) bool {
 	p := t.front
 	p.setHSTS(w.Header(), r)
 	if !p.redirect {
@@ -176,7 +176,7 @@ func (h *Handler) front(w http.ResponseWriter, r *http.Request, t *Table, start 
 		WriteError(w, status, pipeline.CodeBadRequest, "redirect_https: the request has no host name to redirect to")
 	}
 	t.noRoute.Count(status)
-	h.access(t, r, nil, nil, nil, status, start)
+	h.observed(t, st, w, r, nil, nil, result{status: status}, start)
 	return true
 }
 

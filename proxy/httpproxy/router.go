@@ -23,6 +23,7 @@ type Table struct {
 	idle      time.Duration // bounds an idle protocol-switch tunnel
 	noRoute   *httpmetrics.Route
 	front     *frontPolicy // HSTS, client certificate header, redirect_https; nil: none
+	tracer    *Tracer      // nil: tracing off (Change.Trace)
 	// active counts requests being served on this table, so that the
 	// series its requests count on outlive a reload while they run. A
 	// pointer: the record of a replaced table keeps it, not the table.

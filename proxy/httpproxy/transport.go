@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/pipeline"
@@ -59,6 +60,7 @@ type TransportConfig struct {
 // pipeline.Transport, and closes the idle connections of endpoints that
 // leave the upstream's pool.
 type Transport struct {
+	name  string // the upstream's, for spans
 	cfg   TransportConfig
 	h1    *h1.Client
 	h1up  *h1.Client // https: protocol switches (no h2), ALPN http/1.1 only
@@ -81,7 +83,7 @@ func (t *Transport) ObserveResponseHeader(o prometheus.Observer) { t.header = o 
 
 // NewTransport returns a transport for the endpoints of pool.
 func NewTransport(cfg TransportConfig, pool *endpoint.Pool) *Transport {
-	t := &Transport{cfg: cfg}
+	t := &Transport{name: pool.Name(), cfg: cfg}
 	maxHead := cfg.MaxResponseHeaderBytes
 	if maxHead <= 0 {
 		maxHead = h1.DefaultMaxResponseHeaderBytes
@@ -184,8 +186,23 @@ func (t *Transport) ConnStats() map[string][2]int64 {
 	return t.h1.Stats()
 }
 
-// RoundTrip implements pipeline.Transport.
+// RoundTrip implements pipeline.Transport. With the access log or
+// tracing on, each attempt is observed (observedTrip).
 func (t *Transport) RoundTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
+	st, _ := c.Front.(*reqState)
+	if c.Front == nil {
+		// A backup fallback step's exchange: traced when its request is.
+		st = tracedState(ctx)
+	}
+	if st != nil && st.obs.on {
+		return t.observedTrip(ctx, deadline, ep, c, body, st)
+	}
+	return t.send(ctx, deadline, ep, c, body)
+}
+
+// send sends one attempt of c to ep, timing it to its response head for
+// the upstream's time-to-first-byte series.
+func (t *Transport) send(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader) (*http.Response, error) {
 	var t0 time.Time
 	if t.header != nil {
 		t0 = time.Now()
@@ -223,6 +240,42 @@ func (t *Transport) roundTripH1(ctx context.Context, deadline time.Time, hc *h1.
 	})
 	if err != nil {
 		err = markBodyError(err)
+	}
+	return resp, err
+}
+
+// observedTrip sends one attempt and records it for the access log
+// (attempts, time to the response head) and, with tracing on, in a client
+// span whose context goes upstream as traceparent: the attempt is sent as
+// a call of its own over a copy of the request whose header carries it
+// (hedged attempts run at once and must not share one header).
+func (t *Transport) observedTrip(ctx context.Context, deadline time.Time, ep *endpoint.Endpoint, c *pipeline.Call, body io.Reader, st *reqState) (*http.Response, error) {
+	o := &st.obs
+	backup := c.Front == nil
+	var n int32
+	if !backup {
+		n = o.attempts.Add(1)
+	}
+	hedge := o.inflight.Add(1) > 1 && !backup
+	defer o.inflight.Add(-1)
+	var span trace.Span
+	if o.tracer != nil {
+		var hdr http.Header
+		hdr, span = o.tracer.startAttempt(o, c.Req, t.name, ep, n, hedge, backup)
+		r := *c.Req
+		r.Header = hdr
+		c = &pipeline.Call{Req: &r, Upgrade: c.Upgrade, Front: c.Front}
+	}
+	t0 := time.Now()
+	resp, err := t.send(ctx, deadline, ep, c, body)
+	if !backup {
+		if err == nil {
+			o.ttfb.Store(int64(time.Since(t0)))
+		}
+		o.noteOutcome(resp, err)
+	}
+	if span != nil {
+		endAttempt(span, resp, err)
 	}
 	return resp, err
 }

@@ -50,6 +50,7 @@ type Plane struct {
 	tcp      *tcpproxy.Server
 	auto     autoRoutes
 	sweeping sweeping
+	tracing  tracingState
 	// applied is the configuration running now (auto routes included)
 	// and its route pipelines, for Listeners.
 	applied atomic.Pointer[applied]
@@ -145,17 +146,27 @@ func (p *Plane) applyLocked(cfg *config.Config) error {
 		ups.discard()
 		return err
 	}
+	tr, err := p.prepareTracing(cfg)
+	if err != nil {
+		for _, r := range routes {
+			r.Close()
+		}
+		ups.discard()
+		return err
+	}
 	discard := func() {
 		for _, r := range routes {
 			r.Close()
 		}
 		ups.discard()
+		tr.discard()
 	}
 	hc, err := p.http.Prepare(cfg, func(name string) *pipeline.Route { return routes[name] })
 	if err != nil {
 		discard()
 		return err
 	}
+	hc.Trace(tr.tracer)
 	tc, err := p.tcp.Prepare(tcpSpecs(cfg), cfg.ShutdownTimeout.Std())
 	if err != nil {
 		hc.Discard()
@@ -166,6 +177,7 @@ func (p *Plane) applyLocked(cfg *config.Config) error {
 	// Commit: nothing below can fail.
 	p.commitUpstreams(ups)
 	hc.Commit()
+	tr.commit()
 	tc.Commit()
 	for _, r := range p.routes {
 		r.Close()
@@ -269,6 +281,7 @@ func (p *Plane) Shutdown() {
 	wg.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.tracing.shutdown()
 	for _, u := range p.ups {
 		u.close()
 	}

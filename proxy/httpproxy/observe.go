@@ -1,0 +1,182 @@
+package httpproxy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/switchboard-dev/switchboard/fallback"
+	"github.com/switchboard-dev/switchboard/retry"
+)
+
+// observation is what the access log and tracing see of one request,
+// kept in its reqState so that observing costs no allocation of its own.
+// The Transport fills in the attempts; hedged attempts run concurrently,
+// hence the atomics. With the access log and tracing both off, on is
+// false and nothing here is touched.
+type observation struct {
+	on bool
+	// attempts counts the exchanges sent to the route's upstream
+	// (retries and hedges included, backup fallback steps not).
+	attempts atomic.Int32
+	inflight atomic.Int32 // attempts running now: one that starts beside another is a hedge
+	// outcome is how the latest finished attempt ended (outcome*), for
+	// the retry reason of the next.
+	outcome atomic.Uint32
+	// ttfb is, in nanoseconds, how long the latest attempt that got a
+	// response waited for its head after it was sent.
+	ttfb atomic.Int64
+	// out counts the response body bytes written, the proxy's own
+	// answers included (bytes_in is the result's: reqState.in).
+	out countingWriter
+
+	// Tracing (nil tracer: off).
+	tracer *Tracer
+	span   trace.Span      // the request's server span
+	ctx    context.Context // carries span
+}
+
+// How an attempt ended, for the next attempt's retry reason: one of
+// these, or outcomeStatus plus the response's status code.
+const (
+	outcomeNone = iota
+	outcomeConnect
+	outcomeTimeout
+	outcomeReset
+	outcomeStatus = 1000
+)
+
+// observe starts observing the request: w counts the bytes of the
+// response body, and with tracing on, r carries the server span. The
+// caller continues with the returned w and r.
+func (st *reqState) observe(t *Table, w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *http.Request) {
+	o := &st.obs
+	o.on = true
+	o.out.ResponseWriter = w
+	if t.tracer != nil {
+		r = t.tracer.startServer(st, r, t.listener)
+	}
+	return &o.out, r
+}
+
+// noteOutcome records how an attempt ended.
+func (o *observation) noteOutcome(resp *http.Response, err error) {
+	if err == nil {
+		o.outcome.Store(outcomeStatus + uint32(resp.StatusCode))
+		return
+	}
+	switch c := retry.Classify(err); {
+	case c == retry.ConnectFailure:
+		o.outcome.Store(outcomeConnect)
+	case c == retry.Timeout:
+		o.outcome.Store(outcomeTimeout)
+	default:
+		o.outcome.Store(outcomeReset)
+	}
+}
+
+// observed ends the observation of a request once it is answered: the
+// access log line and the end of the server span.
+func (h *Handler) observed(t *Table, st *reqState, w http.ResponseWriter, r *http.Request, rt *route, tg *target, res result, start time.Time) {
+	o := &st.obs
+	if !o.on {
+		return
+	}
+	if t.accessLog {
+		h.access(st, w, r, rt, tg, res, start)
+	}
+	if o.span != nil {
+		o.tracer.endServer(st, w, r, rt, tg, res)
+	}
+}
+
+// access writes the access log line of a request.
+func (h *Handler) access(st *reqState, w http.ResponseWriter, r *http.Request, rt *route, tg *target, res result, start time.Time) {
+	o := &st.obs
+	routeName, upName, epAddr := "", "", ""
+	if rt != nil {
+		routeName = rt.name
+	}
+	if tg != nil && tg.pipe != nil { // nil: the route redirects
+		upName = tg.pipe.Upstream().Name()
+	}
+	if res.ep != nil {
+		epAddr = res.ep.Address()
+	}
+	var ua, degraded string
+	if v := r.Header["User-Agent"]; len(v) > 0 {
+		ua = v[0]
+	}
+	if v := w.Header()[fallback.HeaderDegraded]; len(v) > 0 {
+		degraded = v[0]
+	}
+	attrs := [...]slog.Attr{
+		slog.String("listener", h.name),
+		slog.String("remote", r.RemoteAddr),
+		slog.String("method", r.Method),
+		slog.String("host", r.Host),
+		slog.String("path", r.URL.Path),
+		slog.String("query", r.URL.RawQuery),
+		slog.String("proto", r.Proto),
+		slog.String("user_agent", ua),
+		slog.Int("status", res.status),
+		slog.String("route", routeName),
+		slog.String("upstream", upName),
+		slog.String("endpoint", epAddr),
+		slog.Int("attempts", int(o.attempts.Load())),
+		slog.Float64("duration_seconds", time.Since(start).Seconds()),
+		slog.Float64("upstream_ttfb_seconds", time.Duration(o.ttfb.Load()).Seconds()),
+		slog.Int64("bytes_in", res.in),
+		slog.Int64("bytes_out", o.out.n),
+		slog.String("request_id", st.vals[2]),
+		slog.String("degraded", degraded),
+		{}, // trace_id, with tracing on
+	}
+	n := len(attrs) - 1
+	if o.span != nil {
+		attrs[n] = slog.String("trace_id", o.span.SpanContext().TraceID().String())
+		n++
+	}
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs[:n]...)
+}
+
+// countingReader counts the bytes read through it: the request body as
+// it goes upstream. Atomic: the upstream client may still be sending it
+// when the access log reads the count.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// countingWriter counts the response body bytes written through it. It
+// passes Flush on and unwraps for http.ResponseController (Hijack, for a
+// protocol switch).
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
