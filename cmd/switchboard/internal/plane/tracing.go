@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
-	"github.com/switchboard-dev/switchboard/internal/tracing"
+	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/tracing"
 	"github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
