@@ -104,6 +104,7 @@ switchboard demo is running.
 
   proxy      http://%[1]s/        (auto route from the registry, round robin over %[3]d backends)
   registry   http://%[6]s/v1/health/service/demo?passing   (Consul's HTTP API)
+  dashboard  http://%[2]s/ui/
   admin      http://%[2]s/api/v1/upstreams
   metrics    http://%[2]s/metrics
   config     %[4]s   (edit it: switchboard reloads on save)
@@ -117,6 +118,7 @@ Try:
   curl -s -X POST http://%[5]s/_demo/slow?delay=500ms
   curl -s 'http://%[6]s/v1/health/service/demo?passing' | head -c 300; echo
   %[7]s status --admin %[2]s
+  %[7]s explain --admin %[2]s http://%[1]s/hello   # which route and endpoints, and why
 
 Ctrl-C stops everything.
 `, a.Plane().Addr("demo"), a.AdminAddr(), len(addrs), path, addrs[0], regAddr, opt.Command)

@@ -127,7 +127,7 @@ func TestDemoRoutesFromTheRegistryAndFailsOver(t *testing.T) {
 	}
 	// The hint repeats the command the user ran, not a binary they may
 	// not have.
-	if want := "go run ./cmd/switchboard status --admin " + a.AdminAddr(); !strings.Contains(out.String(), want) {
+	if want := "go run ./cmd/switchboard status --admin " + a.AdminAddr(); !strings.Contains(out.String(), want) || !strings.Contains(out.String(), "http://"+a.AdminAddr()+"/ui/") {
 		t.Fatalf("the demo's hints do not say %q:\n%s", want, out.String())
 	}
 }
