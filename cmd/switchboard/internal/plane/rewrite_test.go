@@ -428,3 +428,35 @@ func TestUpstreamPlaceholderNamesTheSplitMemberChosen(t *testing.T) {
 		t.Fatalf("40 requests of a 1:1 split all went to %v", got)
 	}
 }
+
+// A relative redirect target built from the client's path or headers
+// must keep the browser on this host: a Location of "//evil.example" or
+// "/\evil.example" (browsers read a backslash as a slash, and drop tabs)
+// is another host's address. The proxy escapes what would make it one.
+func TestRelativeRedirectsCannotLeaveTheHost(t *testing.T) {
+	be := newEcho(t, "a", 0, nil)
+	p := startProxy(t, rewriteYAML(`
+      - match: {path_prefix: /next}
+        redirect: {to: "/{header.X-Next}"}
+      - match: {path_prefix: /}
+        redirect: {to: "{path}/"}`, be.addr()))
+	for _, c := range []struct {
+		target, header, location string
+	}{
+		{`/\evil.example`, "", `/%5Cevil.example/`},
+		{"/next", "X-Next: /evil.example", "/%2Fevil.example"},
+		{"/next", `X-Next: \evil.example`, "/%5Cevil.example"},
+		{"/next", "X-Next: a\tb", "/a%09b"},
+		{"/next", "X-Next: a b", "/a%20b"},
+		{"/dir", "", "/dir/"},
+	} {
+		var hdr []string
+		if c.header != "" {
+			hdr = append(hdr, c.header)
+		}
+		resp, _ := rawGet(t, p.srv.Addr("web"), c.target, hdr...)
+		if resp.StatusCode != 302 || resp.Header.Get("Location") != c.location {
+			t.Errorf("GET %s with %q: %d Location %q, want 302 %q", c.target, c.header, resp.StatusCode, resp.Header.Get("Location"), c.location)
+		}
+	}
+}
