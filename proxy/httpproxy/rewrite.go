@@ -480,7 +480,7 @@ func (h *Handler) serveRedirect(w http.ResponseWriter, r *http.Request, rt *rout
 
 // safeLocation returns a rendered redirect target as a Location that
 // cannot name a host its template did not: the client's path and headers
-// fill placeholders, and browsers read "//host", "/\\host" (a backslash
+// fill placeholders, and browsers read "//host", "/\host" (a backslash
 // is a slash to them) and "/<tab>/host" (they drop tabs and newlines, and
 // trim spaces) as another host's address. Spaces and control characters
 // are percent-encoded wherever they are, and a relative target's second
