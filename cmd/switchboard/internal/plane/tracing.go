@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/tracing"
+	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
