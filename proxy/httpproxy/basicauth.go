@@ -34,7 +34,9 @@ type basicAuth struct {
 	challenge  []string // WWW-Authenticate
 	keep       bool
 	userHeader string
-	cache      credCache
+	// userHeaders is userHeader alone, for dropVouched.
+	userHeaders []string
+	cache       credCache
 }
 
 const (
@@ -58,6 +60,9 @@ func newBasicAuth(c *config.BasicAuth) *basicAuth {
 		challenge:  list1(`Basic realm="` + c.Realm + `", charset="UTF-8"`),
 		keep:       c.KeepAuthorization,
 		userHeader: c.UserHeader,
+	}
+	if b.userHeader != "" {
+		b.userHeaders = []string{b.userHeader}
 	}
 	cost := 0
 	for name, hash := range c.AllUsers() {
@@ -130,6 +135,7 @@ func (h *Handler) checkBasicAuth(w http.ResponseWriter, r *http.Request, rt *rou
 		b.cache.add(key, now)
 	}
 	if b.userHeader != "" {
+		dropVouched(r.Header, b.userHeaders)
 		r.Header[b.userHeader] = []string{string(user)}
 	}
 	return 0

@@ -222,6 +222,7 @@ upstreams:
 	before := checks()
 	alice := basic("alice", "alice-pw")
 	alice["X-Auth-User"] = "root" // a client cannot name itself
+	alice["X_Auth_User"] = "root" // nor under a CGI-style alias (HTTP_X_AUTH_USER)
 	for i := 0; i < 3; i++ {
 		if resp, body := do(t, c, "GET", url, alice); resp.StatusCode != 200 || body != "app" {
 			t.Fatalf("alice, request %d: %d %s", i, resp.StatusCode, body)
@@ -231,6 +232,9 @@ upstreams:
 		t.Errorf("three requests with the same good credentials ran bcrypt %v times, want 1 (the rest from the cache)", got)
 	}
 	h := s.header()
+	if v, ok := h["X_auth_user"]; ok {
+		t.Errorf("upstream saw the client's X_Auth_User %q", v)
+	}
 	if h.Get("Authorization") != "" || h.Get("X-Auth-User") != "alice" {
 		t.Errorf("upstream saw Authorization %q, X-Auth-User %q; want none and alice", h.Get("Authorization"), h.Get("X-Auth-User"))
 	}
@@ -346,6 +350,24 @@ upstreams:
 		t.Errorf("request id: upstream %q, auth service %q; want the same", id, auth.header().Get("X-Request-Id"))
 	}
 
+	// Nor can a client pass them under a name with underscores, which
+	// CGI-style upstreams (PHP, WSGI, Rack) read as the same header
+	// (HTTP_X_USER).
+	raw := rawExchange(t, strings.TrimPrefix(base, "http://"), "GET /orders HTTP/1.1\r\nHost: shop\r\nCookie: session=good"+
+		"\r\nX_User: root\r\nx_groups: root\r\nX-user_: keep\r\nConnection: close\r\n\r\n")
+	if !strings.HasPrefix(raw, "HTTP/1.1 200 ") {
+		t.Fatalf("passed with underscore headers: %q", raw)
+	}
+	h = s.header()
+	for k, v := range h {
+		if n := strings.ToLower(strings.ReplaceAll(k, "_", "-")); (n == "x-user" || n == "x-groups") && k != "X-User" && k != "X-Groups" {
+			t.Errorf("upstream saw the client's %s: %q", k, v)
+		}
+	}
+	if h.Get("X-User") != "alice" || h.Get("X-User_") != "keep" {
+		t.Errorf("upstream saw X-User %q, X-User_ %q; want alice, and the other header kept", h.Get("X-User"), h.Get("X-User_"))
+	}
+
 	// Failures of the auth service fail closed, with stable codes.
 	for _, tc := range []struct {
 		path, code string
@@ -360,8 +382,8 @@ upstreams:
 			t.Errorf("%s: %d %s, want %d %s", tc.path, resp.StatusCode, body, tc.status, tc.code)
 		}
 	}
-	if s.n.Load() != 1 {
-		t.Errorf("backend saw %d requests, want only the one that passed", s.n.Load())
+	if s.n.Load() != 2 {
+		t.Errorf("backend saw %d requests, want only the two that passed", s.n.Load())
 	}
 	for route, want := range map[string]float64{"app": 3, "down": 1} {
 		if got := p.metric("switchboard_http_access_denied_total", map[string]string{"route": route, "reason": "forward_auth"}); got != want {
