@@ -204,13 +204,16 @@ type credCache struct {
 	m    map[[32]byte]int64
 }
 
-// key is the salted SHA-256 of user and pass.
+// key is the salted SHA-256 of user and pass, the user's length first:
+// a separator alone would let user "a\x00b" with password "c" pass as
+// user "a" with password "b\x00c" (a name or password may hold any
+// byte but the colon).
 func (c *credCache) key(user, pass []byte) [32]byte {
-	var buf [len(c.salt) + maxCredentials + 1]byte
+	var buf [len(c.salt) + 2 + maxCredentials]byte
 	n := copy(buf[:], c.salt[:])
+	buf[n], buf[n+1] = byte(len(user)>>8), byte(len(user))
+	n += 2
 	n += copy(buf[n:], user)
-	buf[n] = 0
-	n++
 	n += copy(buf[n:], pass)
 	return sha256.Sum256(buf[:n])
 }

@@ -615,3 +615,32 @@ upstreams:
 		t.Errorf("backend saw %d requests, Authorization %q; want 1 without it", s.n.Load(), s.header().Get("Authorization"))
 	}
 }
+
+// The cache of matched credentials must tell user "alice" with password
+// "pre\x00rest" from user "alice\x00pre" with password "rest": the second
+// is no user at all.
+func TestBasicAuthCacheKeepsUserAndPasswordApart(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - upstream: app
+        basic_auth: {users: {alice: "`+hashOf(t, "pre\x00rest")+`"}, user_header: X-Auth-User}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`)
+	c := &http.Client{}
+	if resp, body := do(t, c, "GET", p.url("web")+"/", basic("alice", "pre\x00rest")); resp.StatusCode != 200 || s.header().Get("X-Auth-User") != "alice" {
+		t.Fatalf("alice: %d %s, X-Auth-User %q", resp.StatusCode, body, s.header().Get("X-Auth-User"))
+	}
+	if resp, body := do(t, c, "GET", p.url("web")+"/", basic("alice\x00pre", "rest")); resp.StatusCode != 401 {
+		t.Errorf("user %q with the rest of alice's password: %d %s, want 401", "alice\x00pre", resp.StatusCode, body)
+	}
+	if s.n.Load() != 1 {
+		t.Errorf("backend saw %d requests, want 1", s.n.Load())
+	}
+}
