@@ -51,8 +51,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.accessLog || t.tracer != nil {
 		w, r = st.observe(t, w, r)
 	}
-	if t.front != nil && h.front(w, r, t, st, start) {
-		return
+	if t.front != nil {
+		if h.front(w, r, t, st, start) {
+			return
+		}
+		// Before anything reads the header: routes match on it, and
+		// forward auth sends it to its service.
+		t.front.clientCert(r)
 	}
 	if !normalizeRequest(r) {
 		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
@@ -168,9 +173,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 		body = &st.in
 	}
 	prepareHeader(r, &st.vals)
-	if t.front != nil {
-		t.front.clientCert(r)
-	}
 	if rt.rewrite != nil {
 		var ok bool
 		if r, ok = rt.rewrite.request(r, st.vals[2], tg.pipe.Upstream().Name(), &st.rewrite); !ok {
