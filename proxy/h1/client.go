@@ -654,7 +654,7 @@ func (o *Request) write(bw *bufio.Writer) error {
 		for _, v := range vv {
 			bw.WriteString(k)
 			bw.WriteString(": ")
-			bw.WriteString(v)
+			writeHeaderValue(bw, v)
 			bw.WriteString("\r\n")
 		}
 	}
