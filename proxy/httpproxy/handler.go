@@ -46,6 +46,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The request's state, its id (on the response from here on, so that
 	// every answer carries it) and, when the access log or tracing is on,
 	// what they observe (observe.go).
+	dropConnectionNamed(r.Header)
 	st := new(reqState)
 	st.requestID(r.Header, w.Header())
 	if t.accessLog || t.tracer != nil {
@@ -504,15 +505,13 @@ func pump(dst, src net.Conn, br *bufio.Reader, idle time.Duration) {
 	}
 }
 
-// prepareHeader turns the client's request header into the upstream's, in
-// place: it removes hop-by-hop fields (RFC 9110 7.6.1), also those the
-// client names in Connection, appends the client to X-Forwarded-For, sets
-// X-Forwarded-Proto and -Host for this hop. (X-Request-Id was set when the
-// request came in: reqState.requestID.) Connection and Upgrade are left
-// for the caller (it needs them to see a protocol switch). The values it
-// sets are backed by vals[0:2].
-func prepareHeader(r *http.Request, vals *[3]string) {
-	h := r.Header
+// dropConnectionNamed removes the fields the client names in Connection
+// (hop-by-hop, RFC 9110 7.6.1), but Upgrade. It runs when the request
+// comes in, before anything adds a field: a client must not be able to
+// name one the proxy sets after its checks (forward auth's
+// copy_response_headers, basic auth's user_header, the client
+// certificate's header, X-Request-Id) and have it taken away.
+func dropConnectionNamed(h http.Header) {
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
 			name = strings.TrimSpace(name)
@@ -522,6 +521,17 @@ func prepareHeader(r *http.Request, vals *[3]string) {
 			delete(h, http.CanonicalHeaderKey(name))
 		}
 	}
+}
+
+// prepareHeader turns the client's request header into the upstream's, in
+// place: it removes hop-by-hop fields (RFC 9110 7.6.1; those the client
+// names in Connection are gone already, dropConnectionNamed), appends the client to X-Forwarded-For, sets
+// X-Forwarded-Proto and -Host for this hop. (X-Request-Id was set when the
+// request came in: reqState.requestID.) Connection and Upgrade are left
+// for the caller (it needs them to see a protocol switch). The values it
+// sets are backed by vals[0:2].
+func prepareHeader(r *http.Request, vals *[3]string) {
+	h := r.Header
 	for k, vv := range h {
 		switch k {
 		case "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",

@@ -644,3 +644,50 @@ upstreams:
 		t.Errorf("backend saw %d requests, want 1", s.n.Load())
 	}
 }
+
+// A client names hop-by-hop headers in Connection, and the proxy drops
+// them; that must be the client's own headers only, never those the proxy
+// vouches for after its checks: "Connection: X-User" would take the
+// forward auth service's X-User (or basic auth's user_header) off the
+// request the upstream gets, as if no one had logged in.
+func TestConnectionCannotRemoveTheHeadersTheProxyVouchesFor(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	auth := &authService{}
+	as := newBackend(t, "auth", auth.ServeHTTP)
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - match: {path_prefix: /basic}
+        upstream: app
+        basic_auth: {users: {alice: "`+hashOf(t, "pw")+`"}, user_header: X-Auth-User}
+      - match: {path_prefix: /}
+        upstream: app
+        forward_auth: {url: "http://`+as.addr()+`/check", copy_response_headers: [X-User, X-Groups]}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`)
+	addr := strings.TrimPrefix(p.url("web"), "http://")
+	auth64 := strings.TrimPrefix(basic("alice", "pw")["Authorization"], "Basic ")
+	for _, c := range []struct {
+		req  string
+		want map[string]string
+	}{
+		{"GET /orders HTTP/1.1\r\nHost: shop\r\nCookie: session=good\r\nConnection: close, X-User, X-Groups, X-Secret\r\nX-Secret: s\r\n\r\n",
+			map[string]string{"X-User": "alice", "X-Groups": "admin", "X-Secret": ""}},
+		{"GET /basic HTTP/1.1\r\nHost: shop\r\nAuthorization: Basic " + auth64 + "\r\nConnection: close, X-Auth-User\r\n\r\n",
+			map[string]string{"X-Auth-User": "alice"}},
+	} {
+		if raw := rawExchange(t, addr, c.req); !strings.HasPrefix(raw, "HTTP/1.1 200 ") {
+			t.Fatalf("%q: %q", c.req, raw)
+		}
+		for k, want := range c.want {
+			if got := s.header().Get(k); got != want {
+				t.Errorf("%q: upstream saw %s %q, want %q", c.req, k, got, want)
+			}
+		}
+	}
+}
