@@ -52,6 +52,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.accessLog || t.tracer != nil {
 		w, r = st.observe(t, w, r)
 	}
+	if r.ProtoMajor == 2 && !httpguts.ValidHostHeader(r.Host) {
+		// net/http checks an HTTP/1 Host so, not HTTP/2's :authority; it
+		// goes upstream as the Host line, and into {host}.
+		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "malformed :authority")
+		t.noRoute.Count(http.StatusBadRequest)
+		h.observed(t, st, w, r, nil, nil, result{status: http.StatusBadRequest}, start)
+		return
+	}
 	if t.front != nil {
 		if h.front(w, r, t, st, start) {
 			return
