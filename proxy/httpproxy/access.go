@@ -152,6 +152,13 @@ func dropVouched(h http.Header, names []string) {
 	for _, k := range names {
 		delete(h, k)
 	}
+	dropAliases(h, names)
+}
+
+// dropAliases removes from h the fields whose names are those of names,
+// canonical and with dashes, written with underscores (X_User for
+// X-User); the fields of names themselves stay.
+func dropAliases(h http.Header, names []string) {
 	for k := range h {
 		if strings.IndexByte(k, '_') < 0 {
 			continue

@@ -47,6 +47,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// every answer carries it) and, when the access log or tracing is on,
 	// what they observe (observe.go).
 	dropConnectionNamed(r.Header)
+	dropAliases(r.Header, proxySetHeaders)
 	st := new(reqState)
 	st.requestID(r.Header, w.Header())
 	if t.accessLog || t.tracer != nil {
@@ -530,6 +531,12 @@ func dropConnectionNamed(h http.Header) {
 		}
 	}
 }
+
+// proxySetHeaders are the fields the proxy sets on every request to an
+// upstream or to a forward auth service, whose underscore aliases a client
+// may not send (dropAliases).
+var proxySetHeaders = []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host",
+	"X-Forwarded-Method", "X-Forwarded-Uri", "X-Request-Id"}
 
 // prepareHeader turns the client's request header into the upstream's, in
 // place: it removes hop-by-hop fields (RFC 9110 7.6.1; those the client

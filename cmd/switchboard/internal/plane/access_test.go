@@ -691,3 +691,43 @@ upstreams:
 		}
 	}
 }
+
+// The X-Forwarded-* fields (and X-Request-Id) are the proxy's to set, on
+// the request to the upstream and on the one to a forward auth service; a
+// client's fields that read the same with underscores for dashes
+// (X_Forwarded_Uri) must not go along beside them: a CGI-style service
+// (PHP, WSGI, Rack) sees both as HTTP_X_FORWARDED_URI and may take the
+// client's, deciding on a path the client chose.
+func TestForwardedHeaderAliasesReachNeitherTheAuthServiceNorTheUpstream(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	auth := &authService{}
+	as := newBackend(t, "auth", auth.ServeHTTP)
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - upstream: app
+        forward_auth: {url: "http://`+as.addr()+`/check"}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`)
+	raw := rawExchange(t, strings.TrimPrefix(p.url("web"), "http://"), "GET /admin HTTP/1.1\r\nHost: shop\r\nCookie: session=good\r\n"+
+		"X_Forwarded_Uri: /public\r\nX_Forwarded_Method: GET\r\nX_Forwarded_For: 10.0.0.1\r\nX_forwarded_proto: https\r\n"+
+		"X_Forwarded_Host: bank\r\nX_Request_Id: mine\r\nX_Other: kept\r\nConnection: close\r\n\r\n")
+	if !strings.HasPrefix(raw, "HTTP/1.1 200 ") {
+		t.Fatalf("answer: %q", raw)
+	}
+	for who, h := range map[string]http.Header{"auth service": auth.header(), "upstream": s.header()} {
+		for k, v := range h {
+			if strings.Contains(k, "_") && k != "X_other" {
+				t.Errorf("the %s saw the client's %s: %q", who, k, v)
+			}
+		}
+		if h.Get("X_Other") != "kept" {
+			t.Errorf("the %s did not get X_Other, which is no alias", who)
+		}
+	}
+}
