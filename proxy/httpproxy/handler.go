@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -515,11 +516,14 @@ func pump(dst, src net.Conn, br *bufio.Reader, idle time.Duration) {
 }
 
 // dropConnectionNamed removes the fields the client names in Connection
-// (hop-by-hop, RFC 9110 7.6.1), but Upgrade. It runs when the request
-// comes in, before anything adds a field: a client must not be able to
-// name one the proxy sets after its checks (forward auth's
+// (hop-by-hop, RFC 9110 7.6.1), but Upgrade and proxySetHeaders. It runs
+// when the request comes in, before anything adds a field: a client must
+// not be able to name one the proxy sets after its checks (forward auth's
 // copy_response_headers, basic auth's user_header, the client
-// certificate's header, X-Request-Id) and have it taken away.
+// certificate's header) and have it taken away. The X-Forwarded-* fields
+// stay too: from a trusted proxy they name the client, and without them
+// the client would pass as that proxy (Apache's CVE-2022-31813); the
+// proxy sets them for the next hop anyway.
 func dropConnectionNamed(h http.Header) {
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
@@ -527,7 +531,10 @@ func dropConnectionNamed(h http.Header) {
 			if name == "" || strings.EqualFold(name, "upgrade") {
 				continue
 			}
-			delete(h, http.CanonicalHeaderKey(name))
+			name = http.CanonicalHeaderKey(name)
+			if !slices.Contains(proxySetHeaders, name) {
+				delete(h, name)
+			}
 		}
 	}
 }

@@ -731,3 +731,37 @@ upstreams:
 		}
 	}
 }
+
+// X-Forwarded-For from a trusted proxy names the client; a client that
+// lists it in Connection must not have it dropped and so pass as the
+// trusted proxy itself (Apache's CVE-2022-31813). The X-Forwarded-*
+// fields stay, for the access lists and for the upstream.
+func TestConnectionCannotDropXForwardedFor(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    trusted_proxies: [127.0.0.0/8]
+    routes:
+      - upstream: app
+        access: {deny: [203.0.113.7]}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`)
+	addr := strings.TrimPrefix(p.url("web"), "http://")
+	req := func(xff string) string {
+		return "GET / HTTP/1.1\r\nHost: shop\r\nX-Forwarded-For: " + xff + "\r\nConnection: close, X-Forwarded-For\r\n\r\n"
+	}
+	if raw := rawExchange(t, addr, req("203.0.113.7")); !strings.HasPrefix(raw, "HTTP/1.1 403 ") {
+		t.Errorf("a denied client naming X-Forwarded-For in Connection: %q, want 403", raw)
+	}
+	if raw := rawExchange(t, addr, req("203.0.113.5")); !strings.HasPrefix(raw, "HTTP/1.1 200 ") {
+		t.Fatalf("an allowed client: %q", raw)
+	}
+	if got := s.header().Get("X-Forwarded-For"); got != "203.0.113.5, 127.0.0.1" {
+		t.Errorf("upstream saw X-Forwarded-For %q, want the client's chain with the peer appended", got)
+	}
+}
