@@ -654,7 +654,7 @@ func (o *Request) write(bw *bufio.Writer) error {
 		for _, v := range vv {
 			bw.WriteString(k)
 			bw.WriteString(": ")
-			bw.WriteString(v)
+			writeHeaderValue(bw, v)
 			bw.WriteString("\r\n")
 		}
 	}
@@ -812,12 +812,26 @@ func isTimeout(err error) bool {
 // RequestURI is the request target to send upstream for r. The client's
 // own target goes as it came unless it holds a byte that could end the
 // request line early (HTTP/2's :path may carry spaces): then the parsed
-// URL's escaped form goes instead.
+// URL's escaped form goes instead, with any such byte of its query (which
+// the URL keeps as it came) percent-encoded.
 func RequestURI(r *http.Request) string {
 	if u := r.RequestURI; u != "" && (u[0] == '/' || u == "*") && safeTarget(u) {
 		return u
 	}
-	return r.URL.RequestURI()
+	u := r.URL.RequestURI()
+	if safeTarget(u) {
+		return u
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(u)+8)
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; c <= ' ' || c == 0x7f {
+			b = append(b, '%', hex[c>>4], hex[c&0xf])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
 }
 
 func safeTarget(u string) bool {

@@ -192,3 +192,43 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// TestClientNeverLetsAHeaderValueEndItsLine: a CR or LF in a header value
+// (whatever put it there) goes upstream as a space, as the server side
+// writes them, so that it cannot start a header line of its own or end
+// the head.
+func TestClientNeverLetsAHeaderValueEndItsLine(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	seen := make(chan http.Header, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		req, err := http.ReadRequest(bufio.NewReader(c))
+		if err != nil {
+			seen <- http.Header{"Error": {err.Error()}}
+			return
+		}
+		seen <- req.Header
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	}()
+	c := NewClient(ClientConfig{})
+	defer c.Close()
+	req, _ := http.NewRequest("GET", "http://a/", nil)
+	h := http.Header{"X-Subject": {"CN=bob\r\nX-Injected: 1"}, "X-Other": {"a\nb"}}
+	resp, err := c.Do(context.Background(), time.Now().Add(5*time.Second), l.Addr().String(), Request{Req: req, URI: "/", Host: "a", Header: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got := <-seen
+	if got.Get("X-Subject") != "CN=bob  X-Injected: 1" || got.Get("X-Other") != "a b" || got.Get("X-Injected") != "" {
+		t.Fatalf("the endpoint saw %v; want the values on their own lines, CR and LF as spaces", got)
+	}
+}

@@ -248,6 +248,11 @@ func TestRequestURIEscapesWhatCouldEndTheRequestLine(t *testing.T) {
 	if got := RequestURI(r); got != "/public%20HTTP/1.0%20/admin" {
 		t.Fatalf("requestURI = %q", got)
 	}
+	r.RequestURI = "/ok?q=a HTTP/1.0 /admin"
+	r.URL.Path, r.URL.RawQuery = "/ok", "q=a HTTP/1.0 /admin"
+	if got := RequestURI(r); got != "/ok?q=a%20HTTP/1.0%20/admin" {
+		t.Fatalf("requestURI with spaces in the query = %q", got)
+	}
 	r.RequestURI = "/ok?q=1"
 	if got := RequestURI(r); got != "/ok?q=1" {
 		t.Fatalf("a clean target must go as it came: %q", got)

@@ -3,6 +3,7 @@ package httpproxy
 import (
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
@@ -136,6 +137,67 @@ func (h *Handler) checkAccess(w http.ResponseWriter, r *http.Request, t *Table, 
 		delete(r.Header, "Authorization")
 	}
 	return result{}, false
+}
+
+// dropVouched removes from h the client's own values of names, the
+// canonical names of headers the proxy vouches for (forward auth's
+// copy_response_headers, basic auth's user_header), and of every header
+// whose name reads as one of them with underscores for dashes: CGI-style
+// upstreams (PHP, WSGI, Rack) see X_User and X-User both as HTTP_X_USER,
+// and would take the client's value for the one the proxy set.
+func dropVouched(h http.Header, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	for _, k := range names {
+		delete(h, k)
+	}
+	dropAliases(h, names)
+}
+
+// dropAliases removes from h the fields whose names are those of names,
+// canonical and with dashes, written with underscores (X_User for
+// X-User); the fields of names themselves stay.
+func dropAliases(h http.Header, names []string) {
+	for k := range h {
+		if strings.IndexByte(k, '_') < 0 {
+			continue
+		}
+		for _, name := range names {
+			if sameDashed(k, name) {
+				delete(h, k)
+				break
+			}
+		}
+	}
+}
+
+// sameDashed reports whether header names a and b are equal ignoring
+// case, with '_' and '-' taken as the same.
+func sameDashed(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if x == '_' {
+			x = '-'
+		}
+		if y == '_' {
+			y = '-'
+		}
+		if x != y && lower(x) != lower(y) {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // peerTrusted reports whether r's peer is one of the listener's trusted

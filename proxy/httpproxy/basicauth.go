@@ -34,7 +34,9 @@ type basicAuth struct {
 	challenge  []string // WWW-Authenticate
 	keep       bool
 	userHeader string
-	cache      credCache
+	// userHeaders is userHeader alone, for dropVouched.
+	userHeaders []string
+	cache       credCache
 }
 
 const (
@@ -58,6 +60,9 @@ func newBasicAuth(c *config.BasicAuth) *basicAuth {
 		challenge:  list1(`Basic realm="` + c.Realm + `", charset="UTF-8"`),
 		keep:       c.KeepAuthorization,
 		userHeader: c.UserHeader,
+	}
+	if b.userHeader != "" {
+		b.userHeaders = []string{b.userHeader}
 	}
 	cost := 0
 	for name, hash := range c.AllUsers() {
@@ -130,6 +135,7 @@ func (h *Handler) checkBasicAuth(w http.ResponseWriter, r *http.Request, rt *rou
 		b.cache.add(key, now)
 	}
 	if b.userHeader != "" {
+		dropVouched(r.Header, b.userHeaders)
 		r.Header[b.userHeader] = []string{string(user)}
 	}
 	return 0
@@ -198,13 +204,16 @@ type credCache struct {
 	m    map[[32]byte]int64
 }
 
-// key is the salted SHA-256 of user and pass.
+// key is the salted SHA-256 of user and pass, the user's length first:
+// a separator alone would let user "a\x00b" with password "c" pass as
+// user "a" with password "b\x00c" (a name or password may hold any
+// byte but the colon).
 func (c *credCache) key(user, pass []byte) [32]byte {
-	var buf [len(c.salt) + maxCredentials + 1]byte
+	var buf [len(c.salt) + 2 + maxCredentials]byte
 	n := copy(buf[:], c.salt[:])
+	buf[n], buf[n+1] = byte(len(user)>>8), byte(len(user))
+	n += 2
 	n += copy(buf[n:], user)
-	buf[n] = 0
-	n++
 	n += copy(buf[n:], pass)
 	return sha256.Sum256(buf[:n])
 }

@@ -71,9 +71,7 @@ var forwardAuthSkip = map[string]bool{
 func (h *Handler) checkForwardAuth(w http.ResponseWriter, r *http.Request, t *Table, rt *route, f *forwardAuth) int {
 	// A client's own values of the headers the service vouches for never
 	// reach the upstream.
-	for _, k := range f.respHeaders {
-		delete(r.Header, k)
-	}
+	dropVouched(r.Header, f.respHeaders)
 	ctx, cancel := context.WithTimeout(r.Context(), f.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.url, nil)

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -46,13 +47,28 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The request's state, its id (on the response from here on, so that
 	// every answer carries it) and, when the access log or tracing is on,
 	// what they observe (observe.go).
+	dropConnectionNamed(r.Header)
+	dropAliases(r.Header, proxySetHeaders)
 	st := new(reqState)
 	st.requestID(r.Header, w.Header())
 	if t.accessLog || t.tracer != nil {
 		w, r = st.observe(t, w, r)
 	}
-	if t.front != nil && h.front(w, r, t, st, start) {
+	if r.ProtoMajor == 2 && !httpguts.ValidHostHeader(r.Host) {
+		// net/http checks an HTTP/1 Host so, not HTTP/2's :authority; it
+		// goes upstream as the Host line, and into {host}.
+		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "malformed :authority")
+		t.noRoute.Count(http.StatusBadRequest)
+		h.observed(t, st, w, r, nil, nil, result{status: http.StatusBadRequest}, start)
 		return
+	}
+	if t.front != nil {
+		if h.front(w, r, t, st, start) {
+			return
+		}
+		// Before anything reads the header: routes match on it, and
+		// forward auth sends it to its service.
+		t.front.clientCert(r)
 	}
 	if !normalizeRequest(r) {
 		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
@@ -168,9 +184,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, t *Table, rt *ro
 		body = &st.in
 	}
 	prepareHeader(r, &st.vals)
-	if t.front != nil {
-		t.front.clientCert(r)
-	}
 	if rt.rewrite != nil {
 		var ok bool
 		if r, ok = rt.rewrite.request(r, st.vals[2], tg.pipe.Upstream().Name(), &st.rewrite); !ok {
@@ -502,24 +515,45 @@ func pump(dst, src net.Conn, br *bufio.Reader, idle time.Duration) {
 	}
 }
 
-// prepareHeader turns the client's request header into the upstream's, in
-// place: it removes hop-by-hop fields (RFC 9110 7.6.1), also those the
-// client names in Connection, appends the client to X-Forwarded-For, sets
-// X-Forwarded-Proto and -Host for this hop. (X-Request-Id was set when the
-// request came in: reqState.requestID.) Connection and Upgrade are left
-// for the caller (it needs them to see a protocol switch). The values it
-// sets are backed by vals[0:2].
-func prepareHeader(r *http.Request, vals *[3]string) {
-	h := r.Header
+// dropConnectionNamed removes the fields the client names in Connection
+// (hop-by-hop, RFC 9110 7.6.1), but Upgrade and proxySetHeaders. It runs
+// when the request comes in, before anything adds a field: a client must
+// not be able to name one the proxy sets after its checks (forward auth's
+// copy_response_headers, basic auth's user_header, the client
+// certificate's header) and have it taken away. The X-Forwarded-* fields
+// stay too: from a trusted proxy they name the client, and without them
+// the client would pass as that proxy (Apache's CVE-2022-31813); the
+// proxy sets them for the next hop anyway.
+func dropConnectionNamed(h http.Header) {
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
 			name = strings.TrimSpace(name)
 			if name == "" || strings.EqualFold(name, "upgrade") {
 				continue
 			}
-			delete(h, http.CanonicalHeaderKey(name))
+			name = http.CanonicalHeaderKey(name)
+			if !slices.Contains(proxySetHeaders, name) {
+				delete(h, name)
+			}
 		}
 	}
+}
+
+// proxySetHeaders are the fields the proxy sets on every request to an
+// upstream or to a forward auth service, whose underscore aliases a client
+// may not send (dropAliases).
+var proxySetHeaders = []string{"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host",
+	"X-Forwarded-Method", "X-Forwarded-Uri", "X-Request-Id"}
+
+// prepareHeader turns the client's request header into the upstream's, in
+// place: it removes hop-by-hop fields (RFC 9110 7.6.1; those the client
+// names in Connection are gone already, dropConnectionNamed), appends the client to X-Forwarded-For, sets
+// X-Forwarded-Proto and -Host for this hop. (X-Request-Id was set when the
+// request came in: reqState.requestID.) Connection and Upgrade are left
+// for the caller (it needs them to see a protocol switch). The values it
+// sets are backed by vals[0:2].
+func prepareHeader(r *http.Request, vals *[3]string) {
+	h := r.Header
 	for k, vv := range h {
 		switch k {
 		case "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",

@@ -117,8 +117,10 @@ func (lt *listenerTLS) replaced(next *listenerTLS) {
 type frontPolicy struct {
 	hsts             []string // the Strict-Transport-Security value; nil: none
 	clientCertHeader string   // canonical; "": none
-	redirect         bool
-	redirectPort     string // ":8443", or "" for 443
+	// clientCertHeaders is clientCertHeader alone, for dropVouched.
+	clientCertHeaders []string
+	redirect          bool
+	redirectPort      string // ":8443", or "" for 443
 }
 
 const hstsHeader = "Strict-Transport-Security"
@@ -131,6 +133,9 @@ func frontPolicyOf(lc *config.Listener) *frontPolicy {
 	}
 	if t := lc.TLS; t != nil {
 		p.clientCertHeader = t.ClientCertHeader
+		if p.clientCertHeader != "" {
+			p.clientCertHeaders = []string{p.clientCertHeader}
+		}
 		if h := t.HSTS; h != nil {
 			maxAge := config.DefaultHSTSMaxAge
 			if h.MaxAge != nil {
@@ -214,17 +219,42 @@ func (p *frontPolicy) setHSTS(h http.Header, r *http.Request) {
 	}
 }
 
-// clientCert replaces the client certificate header of a request going
-// upstream: a client's own is removed, and a verified certificate's
-// subject put in its place.
+// clientCert replaces the client certificate header of a request, before
+// it is routed: a client's own is removed (with its aliases, see
+// dropVouched), and a verified certificate's subject put in its place.
 func (p *frontPolicy) clientCert(r *http.Request) {
 	if p.clientCertHeader == "" {
 		return
 	}
-	delete(r.Header, p.clientCertHeader)
+	dropVouched(r.Header, p.clientCertHeaders)
 	if cs := r.TLS; cs != nil && len(cs.VerifiedChains) > 0 && len(cs.PeerCertificates) > 0 {
-		r.Header[p.clientCertHeader] = []string{cs.PeerCertificates[0].Subject.String()}
+		r.Header[p.clientCertHeader] = []string{escapeDNControls(cs.PeerCertificates[0].Subject.String())}
 	}
+}
+
+// escapeDNControls escapes the control characters of a distinguished
+// name as RFC 4514 hex pairs ("\0D"): Name.String leaves them as they
+// are, and a name the CA signed as given could otherwise end the header
+// line and start another.
+func escapeDNControls(dn string) string {
+	i := 0
+	for i < len(dn) && dn[i] >= ' ' && dn[i] != 0x7f {
+		i++
+	}
+	if i == len(dn) {
+		return dn
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(dn)+8)
+	b = append(b, dn[:i]...)
+	for ; i < len(dn); i++ {
+		if c := dn[i]; c < ' ' || c == 0x7f {
+			b = append(b, '\\', hex[c>>4], hex[c&0xf])
+		} else {
+			b = append(b, c)
+		}
+	}
+	return string(b)
 }
 
 // errNoCertSource is returned by Prepare when a TLS listener has neither

@@ -115,7 +115,7 @@ func (m *mirror) begin(r *http.Request, c *pipeline.Call) *mirrorCopy {
 			}
 			mc.body = buf.Bytes()
 		} else {
-			mc.tee = &teeBody{r: c.Body, buf: make([]byte, 0, n), want: n}
+			mc.tee = &teeBody{r: c.Body, want: n}
 			c.Body = mc.tee
 		}
 	}
@@ -210,10 +210,11 @@ func (mc *mirrorCopy) run() bool {
 	return true
 }
 
-// teeBody keeps a copy of the body the primary reads, up to want bytes
-// (buf's capacity: it never grows), and marks complete once all of it was
-// read. buf is not written after that, so a reader that saw complete may
-// read it.
+// teeBody keeps a copy of the body the primary reads, up to want bytes,
+// and marks complete once all of it was read. buf is not written after
+// that, so a reader that saw complete may read it. buf grows as the body
+// comes, not to want at once: a client declaring a Content-Length and
+// then trickling must not hold that much memory per request.
 type teeBody struct {
 	r        io.Reader
 	buf      []byte
@@ -224,8 +225,7 @@ type teeBody struct {
 func (t *teeBody) Read(p []byte) (int, error) {
 	n, err := t.r.Read(p)
 	if n > 0 && !t.complete.Load() {
-		room := cap(t.buf) - len(t.buf)
-		k := min(n, room)
+		k := min(int64(n), t.want-int64(len(t.buf)))
 		t.buf = append(t.buf, p[:k]...)
 		if int64(len(t.buf)) == t.want {
 			t.complete.Store(true)

@@ -467,7 +467,7 @@ func (h *Handler) serveRedirect(w http.ResponseWriter, r *http.Request, rt *rout
 		b = append(append(b, '?'), q...)
 	}
 	hdr := w.Header()
-	hdr["Location"] = []string{string(b)}
+	hdr["Location"] = []string{safeLocation(b)}
 	if rw := rt.rewrite; rw != nil && !rw.resp.empty() {
 		v := vars{client: r, reqID: clientRequestID(r)}
 		rs := &rewriteState{rw: rw, client: r}
@@ -476,6 +476,41 @@ func (h *Handler) serveRedirect(w http.ResponseWriter, r *http.Request, rt *rout
 	hdr["Content-Length"] = []string{"0"}
 	w.WriteHeader(rd.status)
 	return result{status: rd.status}
+}
+
+// safeLocation returns a rendered redirect target as a Location that
+// cannot name a host its template did not: the client's path and headers
+// fill placeholders, and browsers read "//host", "/\host" (a backslash
+// is a slash to them) and "/<tab>/host" (they drop tabs and newlines, and
+// trim spaces) as another host's address. Spaces and control characters
+// are percent-encoded wherever they are, and a relative target's second
+// character is when it is a slash or a backslash.
+func safeLocation(b []byte) string {
+	const hex = "0123456789ABCDEF"
+	n := 0
+	for _, c := range b {
+		if c <= ' ' || c == 0x7f {
+			n++
+		}
+	}
+	var out []byte
+	if n > 0 {
+		out = make([]byte, 0, len(b)+2*n+2)
+		for _, c := range b {
+			if c <= ' ' || c == 0x7f {
+				out = append(out, '%', hex[c>>4], hex[c&0xf])
+			} else {
+				out = append(out, c)
+			}
+		}
+	} else {
+		out = b
+	}
+	if len(out) > 1 && out[0] == '/' && (out[1] == '/' || out[1] == '\\') {
+		c := out[1]
+		out = append([]byte{'/', '%', hex[c>>4], hex[c&0xf]}, out[2:]...)
+	}
+	return string(out)
 }
 
 // clientRequestID is the client's X-Request-Id when it is one the proxy

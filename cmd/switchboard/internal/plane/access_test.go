@@ -222,6 +222,7 @@ upstreams:
 	before := checks()
 	alice := basic("alice", "alice-pw")
 	alice["X-Auth-User"] = "root" // a client cannot name itself
+	alice["X_Auth_User"] = "root" // nor under a CGI-style alias (HTTP_X_AUTH_USER)
 	for i := 0; i < 3; i++ {
 		if resp, body := do(t, c, "GET", url, alice); resp.StatusCode != 200 || body != "app" {
 			t.Fatalf("alice, request %d: %d %s", i, resp.StatusCode, body)
@@ -231,6 +232,9 @@ upstreams:
 		t.Errorf("three requests with the same good credentials ran bcrypt %v times, want 1 (the rest from the cache)", got)
 	}
 	h := s.header()
+	if v, ok := h["X_auth_user"]; ok {
+		t.Errorf("upstream saw the client's X_Auth_User %q", v)
+	}
 	if h.Get("Authorization") != "" || h.Get("X-Auth-User") != "alice" {
 		t.Errorf("upstream saw Authorization %q, X-Auth-User %q; want none and alice", h.Get("Authorization"), h.Get("X-Auth-User"))
 	}
@@ -346,6 +350,24 @@ upstreams:
 		t.Errorf("request id: upstream %q, auth service %q; want the same", id, auth.header().Get("X-Request-Id"))
 	}
 
+	// Nor can a client pass them under a name with underscores, which
+	// CGI-style upstreams (PHP, WSGI, Rack) read as the same header
+	// (HTTP_X_USER).
+	raw := rawExchange(t, strings.TrimPrefix(base, "http://"), "GET /orders HTTP/1.1\r\nHost: shop\r\nCookie: session=good"+
+		"\r\nX_User: root\r\nx_groups: root\r\nX-user_: keep\r\nConnection: close\r\n\r\n")
+	if !strings.HasPrefix(raw, "HTTP/1.1 200 ") {
+		t.Fatalf("passed with underscore headers: %q", raw)
+	}
+	h = s.header()
+	for k, v := range h {
+		if n := strings.ToLower(strings.ReplaceAll(k, "_", "-")); (n == "x-user" || n == "x-groups") && k != "X-User" && k != "X-Groups" {
+			t.Errorf("upstream saw the client's %s: %q", k, v)
+		}
+	}
+	if h.Get("X-User") != "alice" || h.Get("X-User_") != "keep" {
+		t.Errorf("upstream saw X-User %q, X-User_ %q; want alice, and the other header kept", h.Get("X-User"), h.Get("X-User_"))
+	}
+
 	// Failures of the auth service fail closed, with stable codes.
 	for _, tc := range []struct {
 		path, code string
@@ -360,8 +382,8 @@ upstreams:
 			t.Errorf("%s: %d %s, want %d %s", tc.path, resp.StatusCode, body, tc.status, tc.code)
 		}
 	}
-	if s.n.Load() != 1 {
-		t.Errorf("backend saw %d requests, want only the one that passed", s.n.Load())
+	if s.n.Load() != 2 {
+		t.Errorf("backend saw %d requests, want only the two that passed", s.n.Load())
 	}
 	for route, want := range map[string]float64{"app": 3, "down": 1} {
 		if got := p.metric("switchboard_http_access_denied_total", map[string]string{"route": route, "reason": "forward_auth"}); got != want {
@@ -591,5 +613,155 @@ upstreams:
 	}
 	if s.n.Load() != 1 || s.header().Get("Authorization") != "" {
 		t.Errorf("backend saw %d requests, Authorization %q; want 1 without it", s.n.Load(), s.header().Get("Authorization"))
+	}
+}
+
+// The cache of matched credentials must tell user "alice" with password
+// "pre\x00rest" from user "alice\x00pre" with password "rest": the second
+// is no user at all.
+func TestBasicAuthCacheKeepsUserAndPasswordApart(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - upstream: app
+        basic_auth: {users: {alice: "`+hashOf(t, "pre\x00rest")+`"}, user_header: X-Auth-User}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`)
+	c := &http.Client{}
+	if resp, body := do(t, c, "GET", p.url("web")+"/", basic("alice", "pre\x00rest")); resp.StatusCode != 200 || s.header().Get("X-Auth-User") != "alice" {
+		t.Fatalf("alice: %d %s, X-Auth-User %q", resp.StatusCode, body, s.header().Get("X-Auth-User"))
+	}
+	if resp, body := do(t, c, "GET", p.url("web")+"/", basic("alice\x00pre", "rest")); resp.StatusCode != 401 {
+		t.Errorf("user %q with the rest of alice's password: %d %s, want 401", "alice\x00pre", resp.StatusCode, body)
+	}
+	if s.n.Load() != 1 {
+		t.Errorf("backend saw %d requests, want 1", s.n.Load())
+	}
+}
+
+// A client names hop-by-hop headers in Connection, and the proxy drops
+// them; that must be the client's own headers only, never those the proxy
+// vouches for after its checks: "Connection: X-User" would take the
+// forward auth service's X-User (or basic auth's user_header) off the
+// request the upstream gets, as if no one had logged in.
+func TestConnectionCannotRemoveTheHeadersTheProxyVouchesFor(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	auth := &authService{}
+	as := newBackend(t, "auth", auth.ServeHTTP)
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - match: {path_prefix: /basic}
+        upstream: app
+        basic_auth: {users: {alice: "`+hashOf(t, "pw")+`"}, user_header: X-Auth-User}
+      - match: {path_prefix: /}
+        upstream: app
+        forward_auth: {url: "http://`+as.addr()+`/check", copy_response_headers: [X-User, X-Groups]}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`)
+	addr := strings.TrimPrefix(p.url("web"), "http://")
+	auth64 := strings.TrimPrefix(basic("alice", "pw")["Authorization"], "Basic ")
+	for _, c := range []struct {
+		req  string
+		want map[string]string
+	}{
+		{"GET /orders HTTP/1.1\r\nHost: shop\r\nCookie: session=good\r\nConnection: close, X-User, X-Groups, X-Secret\r\nX-Secret: s\r\n\r\n",
+			map[string]string{"X-User": "alice", "X-Groups": "admin", "X-Secret": ""}},
+		{"GET /basic HTTP/1.1\r\nHost: shop\r\nAuthorization: Basic " + auth64 + "\r\nConnection: close, X-Auth-User\r\n\r\n",
+			map[string]string{"X-Auth-User": "alice"}},
+	} {
+		if raw := rawExchange(t, addr, c.req); !strings.HasPrefix(raw, "HTTP/1.1 200 ") {
+			t.Fatalf("%q: %q", c.req, raw)
+		}
+		for k, want := range c.want {
+			if got := s.header().Get(k); got != want {
+				t.Errorf("%q: upstream saw %s %q, want %q", c.req, k, got, want)
+			}
+		}
+	}
+}
+
+// The X-Forwarded-* fields (and X-Request-Id) are the proxy's to set, on
+// the request to the upstream and on the one to a forward auth service; a
+// client's fields that read the same with underscores for dashes
+// (X_Forwarded_Uri) must not go along beside them: a CGI-style service
+// (PHP, WSGI, Rack) sees both as HTTP_X_FORWARDED_URI and may take the
+// client's, deciding on a path the client chose.
+func TestForwardedHeaderAliasesReachNeitherTheAuthServiceNorTheUpstream(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	auth := &authService{}
+	as := newBackend(t, "auth", auth.ServeHTTP)
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    routes:
+      - upstream: app
+        forward_auth: {url: "http://`+as.addr()+`/check"}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`)
+	raw := rawExchange(t, strings.TrimPrefix(p.url("web"), "http://"), "GET /admin HTTP/1.1\r\nHost: shop\r\nCookie: session=good\r\n"+
+		"X_Forwarded_Uri: /public\r\nX_Forwarded_Method: GET\r\nX_Forwarded_For: 10.0.0.1\r\nX_forwarded_proto: https\r\n"+
+		"X_Forwarded_Host: bank\r\nX_Request_Id: mine\r\nX_Other: kept\r\nConnection: close\r\n\r\n")
+	if !strings.HasPrefix(raw, "HTTP/1.1 200 ") {
+		t.Fatalf("answer: %q", raw)
+	}
+	for who, h := range map[string]http.Header{"auth service": auth.header(), "upstream": s.header()} {
+		for k, v := range h {
+			if strings.Contains(k, "_") && k != "X_other" {
+				t.Errorf("the %s saw the client's %s: %q", who, k, v)
+			}
+		}
+		if h.Get("X_Other") != "kept" {
+			t.Errorf("the %s did not get X_Other, which is no alias", who)
+		}
+	}
+}
+
+// X-Forwarded-For from a trusted proxy names the client; a client that
+// lists it in Connection must not have it dropped and so pass as the
+// trusted proxy itself (Apache's CVE-2022-31813). The X-Forwarded-*
+// fields stay, for the access lists and for the upstream.
+func TestConnectionCannotDropXForwardedFor(t *testing.T) {
+	var s seen
+	b := newBackend(t, "app", s.handler("app"))
+	p := startProxy(t, `admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    trusted_proxies: [127.0.0.0/8]
+    routes:
+      - upstream: app
+        access: {deny: [203.0.113.7]}
+upstreams:
+  app:
+    targets: [{address: `+b.addr()+`}]
+`)
+	addr := strings.TrimPrefix(p.url("web"), "http://")
+	req := func(xff string) string {
+		return "GET / HTTP/1.1\r\nHost: shop\r\nX-Forwarded-For: " + xff + "\r\nConnection: close, X-Forwarded-For\r\n\r\n"
+	}
+	if raw := rawExchange(t, addr, req("203.0.113.7")); !strings.HasPrefix(raw, "HTTP/1.1 403 ") {
+		t.Errorf("a denied client naming X-Forwarded-For in Connection: %q, want 403", raw)
+	}
+	if raw := rawExchange(t, addr, req("203.0.113.5")); !strings.HasPrefix(raw, "HTTP/1.1 200 ") {
+		t.Fatalf("an allowed client: %q", raw)
+	}
+	if got := s.header().Get("X-Forwarded-For"); got != "203.0.113.5, 127.0.0.1" {
+		t.Errorf("upstream saw X-Forwarded-For %q, want the client's chain with the peer appended", got)
 	}
 }

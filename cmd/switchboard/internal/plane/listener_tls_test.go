@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -521,5 +522,93 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// client_cert_header is the proxy's word on the client's certificate, so
+// a client's own value of it (or of an alias with underscores, which
+// CGI-style upstreams read as the same header) must be gone before
+// anything reads it: the routes' header matches and forward_auth's
+// request, not only the upstream's request. A subject with control
+// characters (a CA may sign a name it was given) goes escaped, never as
+// a line of its own.
+func TestClientCertHeaderCannotBeSpoofedBeforeRoutingOrForwardAuth(t *testing.T) {
+	var s seen
+	app := newBackend(t, "app", s.handler("app"))
+	admin := newBackend(t, "admin", s.handler("admin"))
+	auth := &authService{}
+	as := newBackend(t, "auth", auth.ServeHTTP)
+	servers, clients := testutil.NewCA(t, "servers"), testutil.NewCA(t, "clients")
+	dir := t.TempDir()
+	cf, kf := servers.Server(t, dir, "server", "localhost")
+	caFile := clients.WriteCert(t, dir, "clients")
+	p := startProxy(t, fmt.Sprintf(`admin: {enabled: false}
+listeners:
+  - name: web
+    listen: 127.0.0.1:0
+    tls: {cert_file: %s, key_file: %s, client_ca_file: %s, client_auth: verify_if_given, client_cert_header: X-Client-Cert-Subject}
+    routes:
+      - match: {path_prefix: /, headers: {X-Client-Cert-Subject: "CN=admin"}}
+        upstream: admin
+      - match: {path_prefix: /}
+        upstream: app
+        forward_auth: {url: "http://%s/check", copy_response_headers: [X-User]}
+upstreams:
+  app:
+    targets: [{address: %s}]
+  admin:
+    targets: [{address: %s}]
+`, cf, kf, caFile, as.addr(), app.addr(), admin.addr()))
+	addr := p.srv.Addr("web")
+	call := func(cert *tls.Certificate) (int, string) {
+		conf := &tls.Config{RootCAs: servers.Pool(), ServerName: "localhost"}
+		if cert != nil {
+			conf.Certificates = []tls.Certificate{*cert}
+		}
+		tr := &http.Transport{TLSClientConfig: conf}
+		defer tr.CloseIdleConnections()
+		req, _ := http.NewRequest("GET", "https://"+addr+"/", nil)
+		req.Header.Set("X-Client-Cert-Subject", "CN=admin")
+		req.Header["X_Client_Cert_Subject"] = []string{"CN=admin"}
+		req.Header.Set("Cookie", "session=good")
+		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	aliases := func(h http.Header) []string {
+		var out []string
+		for k, v := range h {
+			if strings.EqualFold(strings.ReplaceAll(k, "_", "-"), "X-Client-Cert-Subject") {
+				out = append(out, k+": "+strings.Join(v, ","))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	if status, body := call(nil); status != 200 || body != "app" {
+		t.Errorf("without a certificate, claiming CN=admin: %d %q; want 200 from app, not the admin route", status, body)
+	}
+	if got := aliases(auth.header()); len(got) != 0 {
+		t.Errorf("without a certificate, the auth service saw %q; want none", got)
+	}
+	if got := aliases(s.header()); len(got) != 0 {
+		t.Errorf("without a certificate, the upstream saw %q; want none", got)
+	}
+
+	odd := clients.Client(t, pkix.Name{CommonName: "bob\r\nX-Injected: 1"})
+	if status, body := call(&odd); status != 200 || body != "app" {
+		t.Errorf("with a certificate: %d %q", status, body)
+	}
+	want := []string{`X-Client-Cert-Subject: CN=bob\0D\0AX-Injected: 1`} // RFC 4514 hex escapes
+	if got := aliases(auth.header()); !slices.Equal(got, want) {
+		t.Errorf("with a certificate, the auth service saw %q; want %q", got, want)
+	}
+	if got := aliases(s.header()); !slices.Equal(got, want) || s.header().Get("X-Injected") != "" {
+		t.Errorf("with a certificate, the upstream saw %q (X-Injected %q); want %q", got, s.header().Get("X-Injected"), want)
 	}
 }

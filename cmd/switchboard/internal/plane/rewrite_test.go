@@ -1,14 +1,18 @@
 package plane_test
 
 import (
+	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // echoed is what an echo backend received.
@@ -426,5 +430,99 @@ func TestUpstreamPlaceholderNamesTheSplitMemberChosen(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Fatalf("40 requests of a 1:1 split all went to %v", got)
+	}
+}
+
+// A relative redirect target built from the client's path or headers
+// must keep the browser on this host: a Location of "//evil.example" or
+// "/\evil.example" (browsers read a backslash as a slash, and drop tabs)
+// is another host's address. The proxy escapes what would make it one.
+func TestRelativeRedirectsCannotLeaveTheHost(t *testing.T) {
+	be := newEcho(t, "a", 0, nil)
+	p := startProxy(t, rewriteYAML(`
+      - match: {path_prefix: /next}
+        redirect: {to: "/{header.X-Next}"}
+      - match: {path_prefix: /}
+        redirect: {to: "{path}/"}`, be.addr()))
+	for _, c := range []struct {
+		target, header, location string
+	}{
+		{`/\evil.example`, "", `/%5Cevil.example/`},
+		{"/next", "X-Next: /evil.example", "/%2Fevil.example"},
+		{"/next", `X-Next: \evil.example`, "/%5Cevil.example"},
+		{"/next", "X-Next: a\tb", "/a%09b"},
+		{"/next", "X-Next: a b", "/a%20b"},
+		{"/dir", "", "/dir/"},
+	} {
+		var hdr []string
+		if c.header != "" {
+			hdr = append(hdr, c.header)
+		}
+		resp, _ := rawGet(t, p.srv.Addr("web"), c.target, hdr...)
+		if resp.StatusCode != 302 || resp.Header.Get("Location") != c.location {
+			t.Errorf("GET %s with %q: %d Location %q, want 302 %q", c.target, c.header, resp.StatusCode, resp.Header.Get("Location"), c.location)
+		}
+	}
+}
+
+// HTTP/2's :path may carry spaces, in the query too; the HTTP/1 request
+// line sent upstream must still have exactly three parts, with the
+// request's own path and query, whether or not a rewrite changed the path.
+func TestSpacesFromHTTP2NeverSplitTheUpstreamRequestLine(t *testing.T) {
+	lines := make(chan string, 4)
+	up := serveRaw(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimRight(line, "\r\n")
+			for { // the header
+				if l, err := br.ReadString('\n'); err != nil || l == "\r\n" {
+					break
+				}
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	p := startProxy(t, withTLS(t, rewriteYAML(`
+      - match: {path_prefix: /api/}
+        rewrite: {strip_prefix: /api}
+        upstream: app
+      - match: {path_prefix: /}
+        upstream: app`, up)))
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: true}}
+	base := strings.Replace(p.url("web"), "http://", "https://", 1)
+	for _, c2 := range []struct{ path, query, line string }{
+		{"/ok", "q=a HTTP/1.0 /admin", "GET /ok?q=a%20HTTP/1.0%20/admin HTTP/1.1"},
+		{"/api/ok", "q=a HTTP/1.0 /admin", "GET /ok?q=a%20HTTP/1.0%20/admin HTTP/1.1"},
+		{"/api/o k", "", "GET /o%20k HTTP/1.1"},
+	} {
+		req, err := http.NewRequest("GET", base, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.URL.Path, req.URL.RawQuery = c2.path, c2.query
+		req.URL.RawPath = c2.path // sent as it is
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s?%s: %v", c2.path, c2.query, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+			t.Fatalf("%s?%s: %s %d", c2.path, c2.query, resp.Proto, resp.StatusCode)
+		}
+		select {
+		case got := <-lines:
+			if got != c2.line {
+				t.Errorf("%s?%s: upstream request line %q, want %q", c2.path, c2.query, got, c2.line)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s?%s: the upstream saw no request", c2.path, c2.query)
+		}
 	}
 }

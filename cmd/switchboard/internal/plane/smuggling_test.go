@@ -253,3 +253,78 @@ func sendH2(t *testing.T, addr string, headers []hpack.HeaderField, data string)
 		}
 	}
 }
+
+// HTTP/2's :authority is not checked by net/http as an HTTP/1 Host is
+// (only userinfo is refused): "web/admin" or "web\evil" would go upstream
+// as the Host line and into {host}. The proxy refuses what an HTTP/1 Host
+// could not be, with 400, before routing.
+func TestHTTP2AuthorityIsCheckedAsAHost(t *testing.T) {
+	rec := newDesyncRecorder(t)
+	cert, key := writeSelfSigned(t)
+	p := startProxy(t, smuggleYAML(rec.addr, "    tls: {cert_file: "+cert+", key_file: "+key+"}\n"))
+	addr := p.srv.Addr("web")
+	for _, c := range []struct {
+		authority, status string
+	}{
+		{"web", "200"},
+		{"web:443", "200"},
+		{"[::1]:443", "200"},
+		{"web/admin", "400"},
+		{`web\evil`, "400"},
+		{"web evil", "400"},
+		{"web\tevil", "400"},
+		{"we\"b", "400"},
+	} {
+		before := len(rec.targets())
+		got := h2Status(t, addr, []hpack.HeaderField{{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "https"},
+			{Name: ":authority", Value: c.authority}, {Name: ":path", Value: "/public"}})
+		if got != c.status {
+			t.Errorf(":authority %q: status %q, want %s", c.authority, got, c.status)
+		}
+		if n := len(rec.targets()) - before; c.status == "400" && n != 0 {
+			t.Errorf(":authority %q reached the upstream", c.authority)
+		}
+	}
+}
+
+// h2Status sends one request of raw header fields over HTTP/2 (TLS, ALPN
+// h2) and returns the :status of its answer, "" when none came.
+func h2Status(t *testing.T, addr string, headers []hpack.HeaderField) string {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.WriteSettings()
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, h := range headers {
+		enc.WriteField(h)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true, EndStream: true}); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				fr.WriteSettingsAck()
+			}
+		case *http2.RSTStreamFrame, *http2.GoAwayFrame:
+			return ""
+		case *http2.MetaHeadersFrame:
+			return f.PseudoValue("status")
+		}
+	}
+}

@@ -3,7 +3,9 @@ package plane_test
 import (
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -483,5 +485,56 @@ upstreams:
 	e = explain("/old/page")
 	if e.Routing.Route != "old" || e.Routing.Status != 301 || e.Upstream != nil || !strings.Contains(e.Decision, "would be answered 301") {
 		t.Fatalf("redirect route: route %q, status %d, decision %q", e.Routing.Route, e.Routing.Status, e.Decision)
+	}
+}
+
+// A mirrored request's body is kept for the copy as it is read, taking
+// memory as it comes: not the whole Content-Length a client declares
+// before sending any of it (up to max_body per request, held for as long
+// as the client trickles).
+func TestMirrorKeepsTheBodyAsItComesNotAsDeclared(t *testing.T) {
+	const clients, declared = 20, 4 << 20
+	entered := make(chan struct{}, clients)
+	release := make(chan struct{})
+	primary := newBackend(t, "app", func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		io.Copy(io.Discard, r.Body)
+	})
+	shadow := newBackend(t, "shadow", func(w http.ResponseWriter, r *http.Request) {})
+	p := startProxy(t, trafficYAML(`        upstream: app
+        mirror: {upstream: shadow, max_body: 8MiB}`, map[string][]string{"app": {primary.addr()}, "shadow": {shadow.addr()}}, ""))
+	var stats runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&stats)
+	before := stats.HeapAlloc
+	var conns []net.Conn
+	defer func() {
+		close(release)
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range clients {
+		c, err := net.Dial("tcp", strings.TrimPrefix(p.url("web"), "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: shop\r\nContent-Length: %d\r\n\r\nx", declared)
+	}
+	for range clients {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the requests did not all reach the primary")
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&stats)
+	// Held: a byte of each body, and what each connection costs anyway;
+	// declared, it would be 80 MiB.
+	if grown := int64(stats.HeapAlloc) - int64(before); grown > clients*declared/4 {
+		t.Errorf("%d requests that declared %d bytes and sent 1 grew the heap by %d MiB", clients, declared, grown>>20)
 	}
 }
