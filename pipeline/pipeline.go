@@ -175,6 +175,11 @@ func (r *Route) Name() string { return r.name }
 // Upstream is the upstream the route sends to.
 func (r *Route) Upstream() *upstream.Upstream { return r.up }
 
+// Transport is the transport the route sends through (New's t): a front
+// end that sends attempts itself (Begin) asks it how to reach the
+// endpoints.
+func (r *Route) Transport() Transport { return r.t }
+
 // Close releases what the route holds alone (a global limit's Redis
 // client, once no route uses it any more). Calls in progress may finish.
 // Close is idempotent.
