@@ -124,7 +124,7 @@ func (a *attempt) armTimer(d time.Duration) {
 // a host name on a goroutine (its lookup blocks).
 func (a *attempt) dial() {
 	lp := a.loop()
-	a.state = attConnecting
+	a.state, a.wrote = attConnecting, 0
 	a.armTimer(a.ex.up.ConnectTimeout)
 	ap, err := netip.ParseAddrPort(a.addr)
 	if err != nil {
@@ -366,6 +366,10 @@ func (a *attempt) readHead() {
 	}
 	for {
 		if end := h1.HeadEnd(u.in); end >= 0 {
+			if end > maxHead {
+				a.fail(h1.ErrResponseHeaderTooLarge)
+				return
+			}
 			if a.gotHead(end) {
 				return
 			}
