@@ -63,6 +63,11 @@ func (ex *exchange) start(now time.Time) {
 
 // step carries out step s of the call.
 func (ex *exchange) step(s pipeline.Step) {
+	if a := ex.src; a != nil && a.dropped.Load() {
+		// The call dropped the response (a retry, a fallback).
+		a.release(false)
+		ex.src = nil
+	}
 	switch s {
 	case pipeline.StepSend:
 		ep, deadline, body := ex.call.Attempt()

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,6 +76,7 @@ type attempt struct {
 	chunks   chunkScanner
 	reusable bool
 	paused   bool
+	dropped  atomic.Bool // the call closed the response: it is not relayed
 }
 
 func newAttempt(ex *exchange, addr string, deadline time.Time, req []byte) *attempt {
@@ -447,9 +449,9 @@ var errRelayed = errors.New("h1loop: the body is relayed by the loop")
 
 func (b *respBody) Read([]byte) (int, error) { return 0, errRelayed }
 func (b *respBody) Close() error {
-	if b.a.state == attAnswered {
-		b.a.release(false)
-	}
+	// Maybe off the loop (a fallback step runs on Block's goroutine):
+	// the loop closes the connection at its next step.
+	b.a.dropped.Store(true)
 	return nil
 }
 

@@ -18,7 +18,7 @@ import (
 // uses a feature the loop does not implement (access log, tracing, HSTS,
 // redirect_https, a client certificate header, ACME challenges, access
 // control, redirects, rewrites, compression, buffered bodies, splits and
-// mirrors, sticky sessions), one that matches no route or needs a 400 or
+// mirrors, sticky sessions, a stale fallback), one that matches no route or needs a 400 or
 // 413, and one whose upstream is not cleartext HTTP/1.1 goes to the
 // goroutine engine (Begin returns nil).
 type loopHandler struct{ h *Handler }
@@ -58,7 +58,7 @@ func (lh loopHandler) Begin(r *http.Request, now time.Time) h1loop.Exchange {
 		return nil
 	}
 	tr, ok := rt.pipe.Transport().(*Transport)
-	if !ok || tr.h1 == nil || tr.tls != nil {
+	if !ok || tr.h1 == nil || tr.cfg.TLS != nil || rt.pipe.KeepsResponses() {
 		return nil
 	}
 	x := &loopExchange{t: t, rt: rt, tg: &rt.target, tr: tr, start: now, h: h}
