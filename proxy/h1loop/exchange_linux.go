@@ -31,6 +31,10 @@ type exchange struct {
 	blocked bool     // a StepBlock runs on a goroutine
 	gone    bool     // the client went away
 	done    bool
+	// reported: Done was called. It is called before the last bytes of
+	// the answer go to the client, so that a client that sends its next
+	// request at once finds the call's slots (concurrency) given back.
+	reported bool
 
 	// The relay of the answer.
 	resp       *http.Response
@@ -138,6 +142,7 @@ func (ex *exchange) answer() {
 			ex.finish()
 			return
 		}
+		ex.report()
 		ex.writeHead(status, "", hdr, int64(len(body)), false)
 		ex.c.write(body)
 		ex.bodyDone(nil)
@@ -166,7 +171,13 @@ func (ex *exchange) answer() {
 	a := ex.src
 	switch a.mode {
 	case bodyNone:
-		ex.writeHead(resp.StatusCode, resp.Status, ex.x.Respond(resp), -2, false)
+		hdr := ex.x.Respond(resp)
+		a.release(a.reusable)
+		ex.src = nil
+		ex.report()
+		ex.writeHead(resp.StatusCode, resp.Status, hdr, -2, false)
+		ex.bodyDone(nil)
+		return
 	case bodyLength:
 		ex.writeHead(resp.StatusCode, resp.Status, ex.x.Respond(resp), a.left, false)
 	case bodyChunked:
@@ -201,9 +212,11 @@ func (ex *exchange) relayMade(resp *http.Response) {
 				ex.finish()
 				return
 			}
-			ex.writeHead(resp.StatusCode, resp.Status, ex.x.Respond(resp), int64(len(b)), false)
-			ex.c.write(b)
+			hdr := ex.x.Respond(resp)
 			ex.out = int64(len(b))
+			ex.report()
+			ex.writeHead(resp.StatusCode, resp.Status, hdr, int64(len(b)), false)
+			ex.c.write(b)
 			ex.bodyDone(nil)
 		})
 	}()
@@ -319,12 +332,27 @@ func (ex *exchange) clientGone() {
 			ex.bodyErr = context.Canceled
 		}
 		ex.finish()
+	default:
+		ex.finish()
 	}
 }
 
 // abort ends the exchange at once (the server is closing).
 func (ex *exchange) abort(err error) {
 	ex.clientGone()
+}
+
+// report ends the call: Done, once.
+func (ex *exchange) report() {
+	if ex.reported {
+		return
+	}
+	ex.reported = true
+	status := ex.status
+	if ex.gone && (!ex.done || status == 0) {
+		status = pipeline.StatusClientClosed
+	}
+	ex.x.Done(status, ex.req.ContentLength, ex.out, ex.bodyErr)
 }
 
 // finish ends the exchange: Done, and the connection goes on to its next
@@ -335,12 +363,7 @@ func (ex *exchange) finish() {
 	}
 	c := ex.c
 	c.lp.l.Disarm(&ex.timer)
-	status := ex.status
-	if ex.gone && (!ex.done || status == 0) {
-		status = pipeline.StatusClientClosed
-	}
-	in := ex.req.ContentLength
-	ex.x.Done(status, in, ex.out, ex.bodyErr)
+	ex.report()
 	ex.call = nil
 	ex.cancel()
 	c.ex = nil

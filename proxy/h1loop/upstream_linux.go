@@ -536,11 +536,22 @@ func (a *attempt) feed(b []byte) bool {
 	if take < len(b) {
 		a.reusable = false // the endpoint sent more than its body
 	}
-	if !a.writeClient(b[:take]) {
+	if finished {
+		// The call ends before the client has its last bytes (report).
+		ex := a.ex
+		a.state = attDone
+		a.release(a.reusable)
+		ex.src = nil
+		ex.out += int64(take)
+		ex.report()
+		if take > 0 && !ex.c.write(b[:take]) {
+			ex.clientGone()
+			return false
+		}
+		ex.bodyDone(nil)
 		return false
 	}
-	if finished {
-		a.end(nil)
+	if !a.writeClient(b[:take]) {
 		return false
 	}
 	if len(a.ex.c.out) > 0 {
