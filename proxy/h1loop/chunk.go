@@ -16,7 +16,8 @@ type chunkScanner struct {
 
 const (
 	chSize    = iota // the chunk size's hex digits
-	chExt            // chunk extensions up to LF
+	chExt            // chunk extensions up to CR
+	chSizeLF         // the LF ending the size line
 	chData           // the chunk's data
 	chDataCR         // the CR after the data
 	chDataLF         // the LF after the data
@@ -45,17 +46,24 @@ func (s *chunkScanner) scan(b []byte) (n int, done bool, err error) {
 			case s.digits > 0 && (c == ';' || c == ' ' || c == '\t'):
 				s.state = chExt
 			case s.digits > 0 && c == '\r':
-				s.state = chExt
-			case s.digits > 0 && c == '\n':
-				s.endSizeLine()
+				s.state = chSizeLF
 			default:
 				return n, false, errBadChunk
 			}
 			n++
 		case chExt:
-			if c == '\n' {
-				s.endSizeLine()
+			switch c {
+			case '\r':
+				s.state = chSizeLF
+			case '\n':
+				return n, false, errBadChunk // a bare LF, which net/http refuses
 			}
+			n++
+		case chSizeLF:
+			if c != '\n' {
+				return n, false, errBadChunk
+			}
+			s.endSizeLine()
 			n++
 		case chData:
 			k := int(min(int64(len(b)-n), s.size))
@@ -65,14 +73,10 @@ func (s *chunkScanner) scan(b []byte) (n int, done bool, err error) {
 				s.state = chDataCR
 			}
 		case chDataCR:
-			switch c {
-			case '\r':
-				s.state = chDataLF
-			case '\n':
-				s.state = chSize
-			default:
+			if c != '\r' {
 				return n, false, errBadChunk
 			}
+			s.state = chDataLF
 			n++
 		case chDataLF:
 			if c != '\n' {
