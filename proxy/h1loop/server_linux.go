@@ -27,11 +27,12 @@ type Server struct {
 	loops    []*loop
 	settings atomic.Pointer[Settings]
 
-	conns    atomic.Int64 // client connections on the loops
-	closing  atomic.Bool  // Shutdown: no new connections, none kept alive
-	idleDone chan struct{}
-	idleOnce sync.Once
-	once     sync.Once
+	conns     atomic.Int64 // client connections on the loops
+	closing   atomic.Bool  // Shutdown: no new connections, none kept alive
+	idleDone  chan struct{}
+	idleOnce  sync.Once
+	closeOnce sync.Once
+	once      sync.Once
 }
 
 const (
@@ -117,20 +118,29 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	select {
 	case <-s.idleDone:
-		s.stopLoops()
+		s.Close() // the idle upstream connections
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// Close closes every connection and stops the loops.
+// Close closes every connection, client and upstream, and stops the
+// loops.
 func (s *Server) Close() error {
 	s.stopAccepting()
-	for _, lp := range s.loops {
-		lp.l.Post(lp.closeAll)
-	}
-	s.stopLoops()
+	s.closeOnce.Do(func() {
+		var wg sync.WaitGroup
+		for _, lp := range s.loops {
+			wg.Add(1)
+			lp.l.Post(func() {
+				defer wg.Done()
+				lp.closeAll()
+			})
+		}
+		wg.Wait()
+		s.stopLoops()
+	})
 	return nil
 }
 
