@@ -42,7 +42,7 @@ const (
 )
 
 // New serves ln (a TCP listener; the caller keeps it, and closes it after
-// Shutdown or Close) on loops event loops (0: GOMAXPROCS), each accepting
+// Shutdown or Close) on loops event loops (0: GOMAXPROCS-1, at least 1), each accepting
 // from it. Requests the loops do not serve themselves go, with their
 // connection, to handoff, which must not block (it runs on a loop).
 func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops int) (*Server, error) {
@@ -68,7 +68,12 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 		return nil, err
 	}
 	if loops <= 0 {
-		loops = runtime.GOMAXPROCS(0)
+		// One processor is left to the rest of the process (the blocking
+		// steps, the goroutine engine, admin, metrics): a loop blocked in
+		// epoll_wait holds its processor until the scheduler's monitor
+		// takes it back, which starves goroutines when every processor
+		// has a loop (issue 15's note (d)).
+		loops = max(1, runtime.GOMAXPROCS(0)-1)
 	}
 	s := &Server{h: h, handoff: handoff, ln: ln, lnfd: lnfd, idleDone: make(chan struct{})}
 	s.SetSettings(st)
