@@ -253,11 +253,6 @@ func sockaddrString(sa unix.Sockaddr) string {
 	return ""
 }
 
-// ioError is a read or write failure of a connection.
-func ioError(op string, err error) error {
-	return &net.OpError{Op: op, Net: "tcp", Err: err}
-}
-
 var errTimeout = timeoutError("h1loop: timeout")
 
 type timeoutError string
