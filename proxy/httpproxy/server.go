@@ -447,10 +447,12 @@ func (l *listener) serve(st serverSettings, log *slog.Logger) {
 // shutdown stops accepting (new connections are refused), then drains the
 // server.
 func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
+	l.loop.stop()
+	// The event loops' duplicate of the socket closes as their drain
+	// begins: from then on connections are refused.
 	if l.ev != nil && !shutdownEventLoop(l.ev, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining event-loop connections", "listener", l.name, "timeout", timeout)
 	}
-	l.loop.stop()
 	l.tls.Load().replaced(nil) // stop watching its certificate files
 	if l.srv != nil && !shutdownServer(l.srv, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining connections", "listener", l.name, "timeout", timeout)
