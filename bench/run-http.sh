@@ -44,6 +44,8 @@
 #                     (-> bench/out/switchboard.cpu.pprof, bench/out/profile.txt)
 #   PROFILE_SECONDS=10
 #   SKIP_INSTALL=0    1: never call apt-get; fail if a tool is missing
+#   ENGINE=goroutine  switchboard's listener engine: goroutine (the default)
+#                     or eventloop (Linux: the event-loop front end)
 #
 # What it does: installs wrk, nginx, haproxy (and curl) with apt-get if any is
 # missing; builds switchboard; starts one nginx instance as the two backends
@@ -86,6 +88,11 @@ PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 SWITCHBOARD_BIN=${SWITCHBOARD_BIN:-}
+ENGINE=${ENGINE:-goroutine}
+case $ENGINE in
+goroutine | eventloop) ;;
+*) echo "ENGINE must be goroutine or eventloop, got '$ENGINE'" >&2; exit 1 ;;
+esac
 
 BACKEND1_PORT=19001
 BACKEND2_PORT=19002
@@ -466,6 +473,7 @@ log: {level: warn}
 listeners:
   - name: bench
     listen: 127.0.0.1:$SB_PORT
+    engine: $ENGINE
     routes:
 $(if [[ $ROUTE == toolbox ]]; then cat <<EOT
       - name: toolbox
@@ -546,6 +554,7 @@ done
 	if [[ -n $SB_BIN ]]; then
 		sb_version=$(timeout 5 "$SB_BIN" version 2>&1 | head -n1 || true)
 		echo "- switchboard: ${sb_version:-"(\`version\` printed nothing)"} ($SB_BIN)"
+		echo "- switchboard engine: $ENGINE"
 	fi
 	echo "- switchboard tree: $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')"
 	echo "- wrk settings: -t$THREADS -c$CONNS -d$DURATION --latency, $ROUNDS round(s), warm-up $WARMUP per target"

@@ -84,7 +84,7 @@ func TestBadFilesReportExactProblems(t *testing.T) {
 		{"unknown_key.yaml", []string{
 			// The typo leaves listen unset, which is reported too.
 			`2:5: listener listen address is required`,
-			`3:5: unknown key "listn" in listener (known: name, protocol, listen, tls, h2c, redirect_https, redirect_https_port, timeouts, max_header_bytes, max_body_bytes, access_log, trusted_proxies, routes, auto_routes, upstream, tls_passthrough, sni, connect_attempts, max_conns, max_conns_per_endpoint, queue, proxy_protocol)`,
+			`3:5: unknown key "listn" in listener (known: name, protocol, listen, tls, h2c, engine, redirect_https, redirect_https_port, timeouts, max_header_bytes, max_body_bytes, access_log, trusted_proxies, routes, auto_routes, upstream, tls_passthrough, sni, connect_attempts, max_conns, max_conns_per_endpoint, queue, proxy_protocol)`,
 		}},
 		{"bad_duration.yaml", []string{`6:18: expected a duration like "250ms", got "fast"`}},
 		{"bad_size.yaml", []string{`4:23: expected a size like "64KiB", "1MB" or 65536, got "64 kilobytes"`}},

@@ -214,6 +214,7 @@ func (v *validator) checkListeners() {
 		if isHTTP {
 			v.checkListenerFront(l)
 			v.checkTrustedProxies(l)
+			v.checkEngine(l)
 		}
 		if isHTTP && len(l.Routes) == 0 && !v.bad(&l.Routes) && !l.AutoRoutes && !l.RedirectHTTPS {
 			if l.Name != "" {

@@ -262,7 +262,7 @@ func (v *validator) checkTCPListener(l *Listener) {
 		"routes": &l.Routes, "max_header_bytes": &l.MaxHeaderBytes, "max_body_bytes": &l.MaxBodyBytes,
 		"access_log": &l.AccessLog, "auto_routes": &l.AutoRoutes,
 		"h2c": &l.H2C, "redirect_https": &l.RedirectHTTPS, "redirect_https_port": &l.RedirectHTTPSPort,
-		"trusted_proxies": &l.TrustedProxies,
+		"trusted_proxies": &l.TrustedProxies, "engine": &l.Engine,
 	} {
 		if v.present(at) {
 			v.keyErrorf(at, "%s is for http listeners; a tcp listener forwards connections to its upstream", key)

@@ -175,6 +175,16 @@ func (r *Route) Name() string { return r.name }
 // Upstream is the upstream the route sends to.
 func (r *Route) Upstream() *upstream.Upstream { return r.up }
 
+// KeepsResponses reports whether the route keeps good answers for a
+// stale fallback step: it reads their bodies as they are relayed, so a
+// front end that relays bodies itself must leave such a route to Do.
+func (r *Route) KeepsResponses() bool { return r.fb != nil && r.fb.Cache() != nil }
+
+// Transport is the transport the route sends through (New's t): a front
+// end that sends attempts itself (Begin) asks it how to reach the
+// endpoints.
+func (r *Route) Transport() Transport { return r.t }
+
 // Close releases what the route holds alone (a global limit's Redis
 // client, once no route uses it any more). Calls in progress may finish.
 // Close is idempotent.

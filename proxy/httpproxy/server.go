@@ -270,7 +270,14 @@ func (c *Change) Commit() {
 		l := p.l
 		if l == nil {
 			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: &Handler{name: p.lc.Name, log: s.log}}
-			go p.loop.run()
+			if p.lc.Engine == config.EngineEventLoop && p.tls == nil {
+				l.ev = startEventLoop(l, settings, s.log)
+			}
+			if l.ev == nil {
+				go p.loop.run()
+			}
+		} else if (p.lc.Engine == config.EngineEventLoop) != (l.ev != nil) {
+			s.log.Warn("a listener's engine changes on restart, not on reload", "listener", l.name, "engine", p.lc.Engine)
 		}
 		l.tls.Swap(p.tls).replaced(p.tls)
 		if p.tls == nil || p.tls.files == nil {
@@ -369,8 +376,12 @@ type listener struct {
 	handler    *Handler
 	tls        atomic.Pointer[listenerTLS] // nil on a cleartext listener
 
-	srv      server
-	hand     *handoff
+	srv  server
+	hand *handoff
+	// ev is the event-loop engine serving the socket (engine:
+	// eventloop), which hands the requests it does not serve to srv; nil
+	// when srv accepts them all.
+	ev       eventLoop
 	settings serverSettings
 	serving  sync.WaitGroup
 }
@@ -409,6 +420,9 @@ func (l *listener) applySettings(st serverSettings) {
 	if srv, ok := l.srv.(*connServer); ok {
 		srv.setSettings(st)
 	}
+	if l.ev != nil {
+		l.ev.SetSettings(loopSettings(st))
+	}
 	l.settings = st
 }
 
@@ -434,6 +448,11 @@ func (l *listener) serve(st serverSettings, log *slog.Logger) {
 // server.
 func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
 	l.loop.stop()
+	// The event loops' duplicate of the socket closes as their drain
+	// begins: from then on connections are refused.
+	if l.ev != nil && !shutdownEventLoop(l.ev, timeout) {
+		log.Warn("shutdown timeout reached, closed remaining event-loop connections", "listener", l.name, "timeout", timeout)
+	}
 	l.tls.Load().replaced(nil) // stop watching its certificate files
 	if l.srv != nil && !shutdownServer(l.srv, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining connections", "listener", l.name, "timeout", timeout)

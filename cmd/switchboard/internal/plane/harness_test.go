@@ -43,6 +43,7 @@ func startProxy(t testing.TB, yaml string) *proxy {
 	if err != nil {
 		t.Fatalf("config does not load:\n%v\n---\n%s", err, yaml)
 	}
+	useTestEngine(cfg)
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if testing.Verbose() {
@@ -261,4 +262,20 @@ func dialTLS(t testing.TB, addr string, protos ...string) *tls.Conn {
 		t.Fatalf("ALPN chose %q, want %q", c.ConnectionState().NegotiatedProtocol, protos[0])
 	}
 	return c
+}
+
+// useTestEngine puts every http listener without tls of cfg on the engine
+// SWITCHBOARD_TEST_ENGINE names (eventloop), so that the proxy tests run
+// against it unchanged; unset, listeners keep the engine they name.
+func useTestEngine(cfg *config.Config) {
+	e := os.Getenv("SWITCHBOARD_TEST_ENGINE")
+	if e == "" {
+		return
+	}
+	for i := range cfg.Listeners {
+		l := &cfg.Listeners[i]
+		if (l.Protocol == "" || l.Protocol == "http") && l.TLS == nil {
+			l.Engine = e
+		}
+	}
 }

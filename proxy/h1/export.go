@@ -1,0 +1,72 @@
+package h1
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+)
+
+// HeadEnd returns the length of the message head (start line, field
+// lines and the empty line that ends them) at the start of b, or -1 when
+// b does not hold all of it yet. Lines end at LF, with or without CR
+// before it, as the parsers read them.
+func HeadEnd(b []byte) int { return headEnd(b) }
+
+// ParseRequestHead parses head, a whole request head as HeadEnd delimits
+// it, with the server's fast parser: ok is false for every head the fast
+// path does not take (see the package doc: anything but an origin-form
+// target, HTTP/1.0 or 1.1, token names and clean values, exactly one valid
+// Host, at most one plain Content-Length, no Transfer-Encoding, Trailer or
+// Pragma). A caller that gets false gives the same bytes to Server (an
+// event loop hands the connection over), which parses them with
+// http.ReadRequest and its checks: so what this accepts is a strict subset
+// of what the server accepts, read the same way. (Server's checks after
+// parsing, on Expect and CONNECT, are the caller's.)
+//
+// The request's ContentLength is the head's; its Body is http.NoBody, for
+// the caller to replace with the body it reads. The request keeps no
+// reference to head.
+func ParseRequestHead(head []byte) (req *http.Request, ok bool) {
+	req, _, ok = parseRequestHead(head, nil)
+	if !ok {
+		return nil, false
+	}
+	req.Body = http.NoBody
+	return req, true
+}
+
+// ParseResponseHead parses head, a whole response head as HeadEnd
+// delimits it, answering req, with the client's fast parser (HTTP/1.1, a
+// status from 200 to 599 other than 204 and 304, one Content-Length, no
+// Transfer-Encoding, Trailer, Pragma or Connection: close, not an answer
+// to HEAD), and else with http.ReadResponse. The response's Body is
+// http.NoBody: the caller reads the body itself, framed by
+// ContentLength (-1: unknown) and TransferEncoding as http.ReadResponse
+// sets them, and by BodylessResponse. The response keeps no reference to
+// head.
+func ParseResponseHead(head []byte, req *http.Request) (*http.Response, error) {
+	if resp, ok := parseResponseHead(head, req, nil); ok {
+		resp.Body = http.NoBody
+		return resp, nil
+	}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(bytes.NewReader(bytes.Clone(head)), len(head)+16), req)
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = http.NoBody
+	if resp.Close && resp.Header["Connection"] == nil && namesFields(head) {
+		// As Client does: the fields a Connection: close names are
+		// hop-by-hop too, so the caller needs the field.
+		if v := connectionField(head); v != nil {
+			resp.Header["Connection"] = v
+		}
+	}
+	return resp, nil
+}
+
+// BodylessResponse reports whether a response with status code, answering
+// a request of method, has no body whatever its fields say (RFC 9112 6.3):
+// an answer to HEAD, 1xx, 204 and 304.
+func BodylessResponse(method string, code int) bool {
+	return method == http.MethodHead || code/100 == 1 || code == http.StatusNoContent || code == http.StatusNotModified
+}

@@ -1,0 +1,288 @@
+//go:build linux
+
+package h1loop
+
+import (
+	"bytes"
+	"net/http"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/switchboard-dev/switchboard/proxy/evloop"
+	"github.com/switchboard-dev/switchboard/proxy/h1"
+)
+
+// conn is a client connection on a loop.
+type conn struct {
+	lp     *loop
+	fd     int
+	remote string
+	in     []byte // read, not yet served (the next requests' bytes)
+	out    []byte // written by the loop, not yet taken by the socket
+	timer  evloop.Timer
+	ex     *exchange // the request being served, or nil
+	first  bool      // no request served yet
+	eof    bool      // the client closed its side: serve what is in, then close
+	closed bool
+	// events is what the loop watches the descriptor for.
+	events evloop.Events
+	// headStart is when the first byte of the pending head came.
+	headStart time.Time
+}
+
+func (c *conn) settings() *Settings { return c.lp.s.settings.Load() }
+
+// OnEvent reads requests, or writes what is pending.
+func (c *conn) OnEvent(fd int, ev evloop.Events) {
+	if ev&evloop.Writable != 0 && len(c.out) > 0 {
+		if !c.flush() {
+			return
+		}
+		if len(c.out) == 0 && c.ex != nil {
+			c.ex.clientDrained()
+			if c.closed {
+				return
+			}
+		}
+	}
+	if c.ex != nil {
+		if ev&(evloop.Hangup) != 0 {
+			// The client went while its request was served.
+			c.ex.clientGone()
+		}
+		return
+	}
+	if ev&(evloop.Readable|evloop.Hangup) == 0 {
+		return
+	}
+	c.read()
+}
+
+// read takes what the socket holds, then serves the requests it makes.
+func (c *conn) read() {
+	st := c.settings()
+	limit := st.MaxHeaderBytes + 4096 + st.MaxBody
+	for !c.eof && len(c.in) < limit {
+		if cap(c.in)-len(c.in) < readChunk/2 {
+			grown := make([]byte, len(c.in), max(2*cap(c.in), readChunk))
+			copy(grown, c.in)
+			c.in = grown
+		}
+		n, err := unix.Read(c.fd, c.in[len(c.in):cap(c.in)])
+		if err == unix.EAGAIN {
+			break
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			c.eof = true
+			break
+		}
+		if len(c.in) == 0 {
+			c.headStart = c.lp.now()
+		}
+		c.in = c.in[:len(c.in)+n]
+	}
+	c.serve()
+}
+
+// serve serves the next request when it has all arrived, hands the
+// connection over when it is one the loop does not serve, and closes it
+// when the client is done.
+func (c *conn) serve() {
+	if c.closed || c.ex != nil {
+		return
+	}
+	st := c.settings()
+	if len(c.in) == 0 {
+		if c.eof || c.lp.s.closing.Load() {
+			c.close()
+			return
+		}
+		c.watch(evloop.Readable)
+		c.armWait()
+		return
+	}
+	end := h1.HeadEnd(c.in)
+	if end < 0 {
+		if len(c.in) > st.MaxHeaderBytes+4096 || c.eof {
+			// The goroutine engine answers it (431, 400) as it does.
+			c.handOff()
+			return
+		}
+		c.watch(evloop.Readable)
+		c.armHead(st)
+		return
+	}
+	req, ok := h1.ParseRequestHead(c.in[:end])
+	if !ok || !servable(req, end, st) {
+		c.handOff()
+		return
+	}
+	n := end + int(req.ContentLength)
+	if len(c.in) < n {
+		// A body that did not come with its head may be slow: the
+		// goroutine engine reads it, under the body timeout.
+		c.handOff()
+		return
+	}
+	if req.ContentLength > 0 {
+		req.Body = newBody(bytes.Clone(c.in[end:n]))
+	}
+	req.RemoteAddr = c.remote
+	now := c.lp.now()
+	x := c.lp.s.h.Begin(req, now)
+	if x == nil {
+		c.handOff()
+		return
+	}
+	c.lp.l.Disarm(&c.timer)
+	c.in = c.in[:copy(c.in, c.in[n:])]
+	c.first = false
+	// While the request is served the loop reads nothing more from the
+	// client (pipelined requests wait in the socket); it hears of a
+	// hang-up (always reported).
+	c.watch(0)
+	c.ex = newExchange(c, req, x, now)
+	c.ex.start(now)
+}
+
+// servable reports whether the loop serves a request the fast parser
+// took itself: HTTP/1.1, no protocol switch, no 100-continue (the
+// goroutine engine answers it, or refuses another Expect), not CONNECT, a
+// head within the cap and a small body.
+func servable(req *http.Request, headLen int, st *Settings) bool {
+	if req.ProtoMinor != 1 || req.Method == http.MethodConnect || headLen > st.MaxHeaderBytes {
+		return false
+	}
+	if _, ok := req.Header["Expect"]; ok {
+		return false
+	}
+	if _, ok := req.Header["Upgrade"]; ok {
+		return false
+	}
+	return req.ContentLength <= int64(st.MaxBody)
+}
+
+// armWait times the wait for the next request: the read-header timeout
+// before the first one, the idle timeout after.
+func (c *conn) armWait() {
+	st := c.settings()
+	d := st.IdleTimeout
+	if c.first && st.ReadHeaderTimeout > 0 {
+		d = st.ReadHeaderTimeout
+	}
+	if d > 0 {
+		c.lp.l.Arm(&c.timer, c.lp.now().Add(d))
+	} else {
+		c.lp.l.Disarm(&c.timer)
+	}
+}
+
+// armHead times a head that is coming: the read-header timeout from its
+// first byte.
+func (c *conn) armHead(st *Settings) {
+	if st.ReadHeaderTimeout > 0 {
+		c.lp.l.Arm(&c.timer, c.headStart.Add(st.ReadHeaderTimeout))
+	}
+}
+
+// timedOut closes a connection whose client was quiet too long: waiting
+// for a request or its head, or not reading a response.
+func (c *conn) timedOut() {
+	if c.ex != nil {
+		c.ex.clientGone()
+		return
+	}
+	c.close()
+}
+
+func (c *conn) watch(ev evloop.Events) {
+	if c.closed || c.events == ev {
+		return
+	}
+	if c.lp.l.Modify(c.fd, ev) == nil {
+		c.events = ev
+	}
+}
+
+// write sends b to the client, keeping what the socket does not take. It
+// reports false when the connection broke (and is closed).
+func (c *conn) write(b []byte) bool {
+	if len(c.out) > 0 {
+		c.out = append(c.out, b...)
+		return c.flush()
+	}
+	for len(b) > 0 {
+		n, err := unix.Write(c.fd, b)
+		if err == unix.EAGAIN {
+			break
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		b = b[n:]
+	}
+	if len(b) > 0 {
+		c.out = append(c.out[:0], b...)
+		c.watch(c.events | evloop.Writable)
+	}
+	return true
+}
+
+// flush writes what is pending; false when the connection broke.
+func (c *conn) flush() bool {
+	for len(c.out) > 0 {
+		n, err := unix.Write(c.fd, c.out)
+		if err == unix.EAGAIN {
+			return true
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			if c.ex != nil {
+				c.ex.clientGone()
+			} else {
+				c.close()
+			}
+			return false
+		}
+		c.out = c.out[:copy(c.out, c.out[n:])]
+	}
+	c.watch(c.events &^ evloop.Writable)
+	return true
+}
+
+// handOff gives the connection, its unserved bytes first, to the
+// goroutine engine.
+func (c *conn) handOff() {
+	c.lp.l.Disarm(&c.timer)
+	c.closed = true
+	delete(c.lp.conns, c)
+	nc, err := c.lp.l.Handoff(c.fd, c.in)
+	c.lp.s.connGone()
+	if err != nil {
+		unix.Close(c.fd)
+		return
+	}
+	c.lp.s.handoff(nc)
+}
+
+// close closes the connection.
+func (c *conn) close() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.lp.l.Disarm(&c.timer)
+	c.lp.l.Remove(c.fd)
+	unix.Close(c.fd)
+	delete(c.lp.conns, c)
+	c.lp.s.connGone()
+}

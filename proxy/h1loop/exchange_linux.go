@@ -1,0 +1,378 @@
+//go:build linux
+
+package h1loop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/evloop"
+)
+
+// exchange is one request served on a loop: the pipeline call, the
+// attempt in flight and the relay of its answer.
+type exchange struct {
+	c      *conn
+	req    *http.Request
+	x      Exchange
+	route  *pipeline.Route
+	call   *pipeline.Call
+	up     Upstream
+	cancel context.CancelFunc
+	timer  evloop.Timer // a StepWait's end
+
+	att     *attempt // the attempt in flight, or nil
+	blocked bool     // a StepBlock runs on a goroutine
+	gone    bool     // the client went away
+	done    bool
+	// reported: Done was called. It is called before the last bytes of
+	// the answer go to the client, so that a client that sends its next
+	// request at once finds the call's slots (concurrency) given back.
+	reported bool
+
+	// The relay of the answer.
+	resp       *http.Response
+	status     int
+	src        *attempt // the attempt whose response is relayed; nil for one the pipeline made
+	out        int64    // body bytes written to the client
+	bodyErr    error
+	closeAfter bool
+}
+
+func newExchange(c *conn, req *http.Request, x Exchange, now time.Time) *exchange {
+	ex := &exchange{c: c, x: x}
+	ctx, cancel := context.WithCancel(context.Background())
+	ex.cancel = cancel
+	ex.timer.Fire = ex.resume
+	route, call, up := x.Call()
+	ex.route, ex.call, ex.up = route, call, up
+	call.Req = call.Req.WithContext(ctx)
+	ex.req = call.Req
+	ex.closeAfter = req.Close
+	return ex
+}
+
+func (ex *exchange) now() time.Time { return ex.c.lp.now() }
+
+// start runs the call to its first step.
+func (ex *exchange) start(now time.Time) {
+	ex.step(ex.route.Begin(ex.call, now))
+}
+
+// step carries out step s of the call.
+func (ex *exchange) step(s pipeline.Step) {
+	if a := ex.src; a != nil && a.dropped.Load() {
+		// The call dropped the response (a retry, a fallback).
+		a.release(false)
+		ex.src = nil
+	}
+	switch s {
+	case pipeline.StepSend:
+		ep, deadline, body := ex.call.Attempt()
+		ex.send(ep.Address(), deadline, body)
+	case pipeline.StepWait:
+		if ex.gone {
+			ex.step(ex.call.Resume(ex.now()))
+			return
+		}
+		ex.c.lp.l.Arm(&ex.timer, ex.call.WaitUntil())
+	case pipeline.StepBlock:
+		ex.blocked = true
+		l := ex.c.lp.l
+		go func() {
+			s := ex.call.Block()
+			l.Post(func() {
+				ex.blocked = false
+				ex.step(s)
+			})
+		}()
+	case pipeline.StepDone:
+		ex.answer()
+	}
+}
+
+// resume goes on after a StepWait.
+func (ex *exchange) resume() { ex.step(ex.call.Resume(ex.now())) }
+
+// send makes an attempt to addr.
+func (ex *exchange) send(addr string, deadline time.Time, body io.Reader) {
+	var b []byte
+	if body != nil {
+		// The loop takes only bodies it holds whole: reading one blocks
+		// on nothing.
+		var err error
+		if b, err = io.ReadAll(body); err != nil {
+			ex.answered(nil, errors.Join(pipeline.ErrRequestBody, err))
+			return
+		}
+	}
+	ex.att = newAttempt(ex, addr, deadline, writeRequest(ex.req, b))
+	ex.att.start()
+}
+
+// answered hands the outcome of the attempt in flight to the call.
+func (ex *exchange) answered(resp *http.Response, err error) {
+	if ex.up.Header != nil && resp != nil && ex.att != nil {
+		ex.up.Header.Observe(ex.now().Sub(ex.att.t0).Seconds())
+	}
+	if err != nil && ex.att != nil {
+		ex.att.release(false)
+	}
+	if err == nil {
+		ex.src = ex.att
+	}
+	ex.att = nil
+	ex.step(ex.call.Answered(resp, err, ex.now()))
+}
+
+// answer relays the call's answer: the response, or the proxy's error.
+func (ex *exchange) answer() {
+	resp, err := ex.call.Result()
+	if err != nil {
+		status, hdr, body := ex.x.Fail(err)
+		ex.status = status
+		if ex.gone || status == pipeline.StatusClientClosed {
+			ex.status = pipeline.StatusClientClosed
+			ex.finish()
+			return
+		}
+		ex.report()
+		ex.writeHead(status, "", hdr, int64(len(body)), false)
+		ex.c.write(body)
+		ex.bodyDone(nil)
+		return
+	}
+	ex.resp = resp
+	ex.status = resp.StatusCode
+	if ex.src == nil || ex.src.resp != resp {
+		// Not the response of the loop's last attempt (a fallback step's,
+		// or its stale copy): the pipeline made it; read it whole on a
+		// goroutine, as its body may block.
+		if ex.src != nil {
+			ex.src.release(false)
+			ex.src = nil
+		}
+		ex.relayMade(resp)
+		return
+	}
+	if ex.gone {
+		ex.src.release(false)
+		ex.src = nil
+		ex.status = pipeline.StatusClientClosed
+		ex.finish()
+		return
+	}
+	a := ex.src
+	switch a.mode {
+	case bodyNone:
+		hdr := ex.x.Respond(resp)
+		a.release(a.reusable)
+		ex.src = nil
+		ex.report()
+		ex.writeHead(resp.StatusCode, resp.Status, hdr, -2, false)
+		ex.bodyDone(nil)
+		return
+	case bodyLength:
+		ex.writeHead(resp.StatusCode, resp.Status, ex.x.Respond(resp), a.left, false)
+	case bodyChunked:
+		ex.writeHead(resp.StatusCode, resp.Status, ex.x.Respond(resp), -1, true)
+	case bodyToClose:
+		ex.closeAfter = true
+		ex.writeHead(resp.StatusCode, resp.Status, ex.x.Respond(resp), -1, false)
+	}
+	a.relay()
+}
+
+// relayMade relays a response the pipeline made (not read from a loop
+// connection): its body is read whole on a goroutine.
+func (ex *exchange) relayMade(resp *http.Response) {
+	ex.blocked = true
+	l := ex.c.lp.l
+	go func() {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		l.Post(func() {
+			ex.blocked = false
+			if ex.gone {
+				ex.status = pipeline.StatusClientClosed
+				ex.finish()
+				return
+			}
+			if err != nil {
+				// Nothing is sent yet: the client sees a cut connection
+				// rather than a complete-looking truncated answer.
+				ex.bodyErr = err
+				ex.closeAfter = true
+				ex.finish()
+				return
+			}
+			hdr := ex.x.Respond(resp)
+			ex.out = int64(len(b))
+			ex.report()
+			ex.writeHead(resp.StatusCode, resp.Status, hdr, int64(len(b)), false)
+			ex.c.write(b)
+			ex.bodyDone(nil)
+		})
+	}()
+}
+
+// writeHead writes the response head: the status line, hdr, and the
+// framing: Content-Length length (-1: none; -2: the bodyless answer's
+// own fields kept), or Transfer-Encoding: chunked.
+func (ex *exchange) writeHead(code int, status string, hdr http.Header, length int64, chunked bool) {
+	if ex.c.lp.s.closing.Load() {
+		ex.closeAfter = true
+	}
+	var b bytes.Buffer
+	b.Grow(256)
+	b.WriteString("HTTP/1.1 ")
+	if status == "" || len(status) < 3 || status[:3] != strconv.Itoa(code) {
+		status = strconv.Itoa(code) + " " + http.StatusText(code)
+	}
+	b.WriteString(status)
+	b.WriteString("\r\n")
+	if length != -2 || code < 200 || code == http.StatusNoContent {
+		delete(hdr, "Content-Length")
+	}
+	delete(hdr, "Transfer-Encoding")
+	delete(hdr, "Connection")
+	for k, vv := range hdr {
+		for _, v := range vv {
+			b.WriteString(k)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteString("\r\n")
+		}
+	}
+	if _, ok := hdr["Date"]; !ok {
+		b.WriteString("Date: ")
+		b.WriteString(ex.now().UTC().Format(http.TimeFormat))
+		b.WriteString("\r\n")
+	}
+	switch {
+	case chunked:
+		b.WriteString("Transfer-Encoding: chunked\r\n")
+	case length >= 0:
+		b.WriteString("Content-Length: ")
+		b.WriteString(strconv.FormatInt(length, 10))
+		b.WriteString("\r\n")
+	}
+	if ex.closeAfter {
+		b.WriteString("Connection: close\r\n")
+	}
+	b.WriteString("\r\n")
+	ex.c.write(b.Bytes())
+}
+
+// bodyDone ends the relay of the response: once the client has taken it
+// all, the exchange finishes.
+func (ex *exchange) bodyDone(err error) {
+	if err != nil {
+		ex.bodyErr = err
+		ex.closeAfter = true
+	}
+	ex.done = true
+	if len(ex.c.out) == 0 {
+		ex.finish()
+	}
+}
+
+// clientDrained is called when the client took all that was pending.
+func (ex *exchange) clientDrained() {
+	if ex.done {
+		ex.finish()
+		return
+	}
+	ex.c.lp.l.Disarm(&ex.c.timer)
+	if ex.src != nil {
+		ex.src.resumeRelay()
+	}
+}
+
+// clientStalled is called when the client's socket is full: the relay
+// stops reading the upstream until it drains, for up to the idle timeout.
+func (ex *exchange) clientStalled() {
+	if d := ex.c.settings().IdleTimeout; d > 0 {
+		ex.c.lp.l.Arm(&ex.c.timer, ex.now().Add(d))
+	}
+}
+
+// clientGone ends the exchange of a client that went away or stopped
+// reading: an attempt in flight is reported failed, a wait ends at once, a
+// relay stops; the call still runs to its end.
+func (ex *exchange) clientGone() {
+	if ex.gone {
+		return
+	}
+	ex.gone = true
+	ex.closeAfter = true
+	ex.cancel()
+	c := ex.c
+	c.lp.l.Remove(c.fd)
+	c.events = 0
+	c.out = c.out[:0]
+	switch {
+	case ex.att != nil:
+		ex.answered(nil, context.Canceled)
+	case ex.timer.Armed():
+		c.lp.l.Disarm(&ex.timer)
+		ex.resume()
+	case ex.blocked:
+		// The goroutine sees the context end; its Post goes on.
+	case ex.src != nil && ex.resp != nil:
+		ex.src.release(false)
+		ex.src = nil
+		if ex.status < 400 && !ex.done {
+			ex.bodyErr = context.Canceled
+		}
+		ex.finish()
+	default:
+		ex.finish()
+	}
+}
+
+// abort ends the exchange at once (the server is closing).
+func (ex *exchange) abort(err error) {
+	ex.clientGone()
+}
+
+// report ends the call: Done, once.
+func (ex *exchange) report() {
+	if ex.reported {
+		return
+	}
+	ex.reported = true
+	status := ex.status
+	if ex.gone && (!ex.done || status == 0) {
+		status = pipeline.StatusClientClosed
+	}
+	ex.x.Done(status, ex.req.ContentLength, ex.out, ex.bodyErr)
+}
+
+// finish ends the exchange: Done, and the connection goes on to its next
+// request or closes.
+func (ex *exchange) finish() {
+	if ex.call == nil {
+		return
+	}
+	c := ex.c
+	c.lp.l.Disarm(&ex.timer)
+	ex.report()
+	ex.call = nil
+	ex.cancel()
+	c.ex = nil
+	if ex.closeAfter || ex.gone {
+		c.close()
+		return
+	}
+	c.lp.l.Disarm(&c.timer)
+	// The next request: pipelined (in c.in), or to come (the socket is
+	// watched again).
+	c.serve()
+}

@@ -1,0 +1,265 @@
+//go:build linux
+
+package h1loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/switchboard-dev/switchboard/proxy/evloop"
+)
+
+// Server serves one listening socket on event loops of its own.
+type Server struct {
+	h        Handler
+	handoff  func(net.Conn)
+	ln       net.Listener
+	lnfd     int // a duplicate of ln's descriptor, non-blocking, watched by every loop
+	loops    []*loop
+	settings atomic.Pointer[Settings]
+
+	conns     atomic.Int64 // client connections on the loops
+	closing   atomic.Bool  // Shutdown: no new connections, none kept alive
+	idleDone  chan struct{}
+	idleOnce  sync.Once
+	closeOnce sync.Once
+	once      sync.Once
+}
+
+const (
+	defaultMaxHeader = 1 << 20
+	defaultMaxBody   = 64 << 10
+	readChunk        = 16 << 10
+)
+
+// New serves ln (a TCP listener; the caller keeps it, and closes it after
+// Shutdown or Close) on loops event loops (0: GOMAXPROCS-1, at least 1), each accepting
+// from it. Requests the loops do not serve themselves go, with their
+// connection, to handoff, which must not block (it runs on a loop).
+func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops int) (*Server, error) {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return nil, fmt.Errorf("h1loop: %T is not a TCP listener", ln)
+	}
+	rc, err := tl.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	lnfd := -1
+	var derr error
+	if err := rc.Control(func(fd uintptr) { lnfd, derr = unix.Dup(int(fd)) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("h1loop: dup: %w", derr)
+	}
+	unix.CloseOnExec(lnfd)
+	if err := unix.SetNonblock(lnfd, true); err != nil {
+		unix.Close(lnfd)
+		return nil, err
+	}
+	if loops <= 0 {
+		// One processor is left to the rest of the process (the blocking
+		// steps, the goroutine engine, admin, metrics): a loop blocked in
+		// epoll_wait holds its processor until the scheduler's monitor
+		// takes it back, which starves goroutines when every processor
+		// has a loop (issue 15's note (d)).
+		loops = max(1, runtime.GOMAXPROCS(0)-1)
+	}
+	s := &Server{h: h, handoff: handoff, ln: ln, lnfd: lnfd, idleDone: make(chan struct{})}
+	s.SetSettings(st)
+	for i := 0; i < loops; i++ {
+		el, err := evloop.New()
+		if err != nil {
+			s.stopLoops()
+			unix.Close(lnfd)
+			return nil, err
+		}
+		lp := &loop{s: s, l: el, pool: map[string][]*upConn{}, conns: map[*conn]struct{}{}}
+		// EPOLLEXCLUSIVE: a new connection wakes one loop, not all.
+		if err := el.Add(lnfd, evloop.Events(unix.EPOLLIN|unix.EPOLLEXCLUSIVE), (*acceptor)(lp)); err != nil {
+			el.Close()
+			s.stopLoops()
+			unix.Close(lnfd)
+			return nil, err
+		}
+		s.loops = append(s.loops, lp)
+	}
+	for _, lp := range s.loops {
+		go lp.l.Run()
+	}
+	return s, nil
+}
+
+// SetSettings changes the client-side limits; each connection takes them
+// for its next request.
+func (s *Server) SetSettings(st Settings) {
+	if st.MaxHeaderBytes <= 0 {
+		st.MaxHeaderBytes = defaultMaxHeader
+	}
+	if st.MaxBody <= 0 {
+		st.MaxBody = defaultMaxBody
+	}
+	s.settings.Store(&st)
+}
+
+// Shutdown stops accepting, closes idle connections, lets the others
+// finish the response under way (they close after it), and returns once
+// none is left or ctx ends (then with its error; Close ends the rest).
+// Connections handed to the goroutine engine are its own to drain.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopAccepting()
+	for _, lp := range s.loops {
+		lp.l.Post(lp.closeIdle)
+	}
+	select {
+	case <-s.idleDone:
+		s.Close() // the idle upstream connections
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close closes every connection, client and upstream, and stops the
+// loops.
+func (s *Server) Close() error {
+	s.stopAccepting()
+	s.closeOnce.Do(func() {
+		var wg sync.WaitGroup
+		for _, lp := range s.loops {
+			wg.Add(1)
+			lp.l.Post(func() {
+				defer wg.Done()
+				lp.closeAll()
+			})
+		}
+		wg.Wait()
+		s.stopLoops()
+	})
+	return nil
+}
+
+func (s *Server) stopAccepting() {
+	s.once.Do(func() {
+		s.closing.Store(true)
+		var wg sync.WaitGroup
+		for _, lp := range s.loops {
+			wg.Add(1)
+			lp.l.Post(func() {
+				defer wg.Done()
+				lp.l.Remove(s.lnfd)
+			})
+		}
+		wg.Wait()
+		unix.Close(s.lnfd)
+		if s.conns.Load() == 0 {
+			s.idleOnce.Do(func() { close(s.idleDone) })
+		}
+	})
+}
+
+func (s *Server) stopLoops() {
+	for _, lp := range s.loops {
+		lp.l.Close()
+	}
+	for _, lp := range s.loops {
+		<-lp.l.Done()
+	}
+}
+
+// connGone counts a client connection off; the last one ends a Shutdown.
+func (s *Server) connGone() {
+	if s.conns.Add(-1) == 0 && s.closing.Load() {
+		s.idleOnce.Do(func() { close(s.idleDone) })
+	}
+}
+
+// loop is one event loop's state: its client connections and its pool of
+// idle upstream connections.
+type loop struct {
+	s     *Server
+	l     *evloop.Loop
+	pool  map[string][]*upConn // idle, by endpoint address, most recent last
+	conns map[*conn]struct{}
+}
+
+// acceptor accepts the loop's share of new connections.
+type acceptor loop
+
+func (a *acceptor) OnEvent(fd int, ev evloop.Events) {
+	lp := (*loop)(a)
+	for i := 0; i < 64; i++ {
+		nfd, sa, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if err != nil {
+			return // EAGAIN (another loop took it), or EMFILE and the like: the next event retries
+		}
+		if lp.s.closing.Load() {
+			unix.Close(nfd)
+			continue
+		}
+		unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		c := &conn{lp: lp, fd: nfd, remote: sockaddrString(sa), first: true}
+		c.timer.Fire = c.timedOut
+		if err := lp.l.Add(nfd, evloop.Readable, c); err != nil {
+			unix.Close(nfd)
+			continue
+		}
+		lp.s.conns.Add(1)
+		lp.conns[c] = struct{}{}
+		c.armWait()
+	}
+}
+
+func (lp *loop) closeIdle() {
+	for c := range lp.conns {
+		if c.ex == nil && len(c.in) == 0 {
+			c.close()
+		}
+	}
+}
+
+func (lp *loop) closeAll() {
+	for c := range lp.conns {
+		if c.ex != nil {
+			c.ex.abort(errors.New("h1loop: server closed"))
+		}
+		c.close()
+	}
+	for addr, idle := range lp.pool {
+		for _, u := range idle {
+			u.close()
+		}
+		delete(lp.pool, addr)
+	}
+}
+
+func sockaddrString(sa unix.Sockaddr) string {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
+	case *unix.SockaddrInet6:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
+	}
+	return ""
+}
+
+var errTimeout = timeoutError("h1loop: timeout")
+
+type timeoutError string
+
+func (e timeoutError) Error() string   { return string(e) }
+func (e timeoutError) Timeout() bool   { return true }
+func (e timeoutError) Temporary() bool { return true }
+
+// now is the loop's clock.
+func (lp *loop) now() time.Time { return lp.l.Now() }

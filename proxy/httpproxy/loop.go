@@ -1,0 +1,198 @@
+package httpproxy
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/switchboard-dev/switchboard/pipeline"
+	"github.com/switchboard-dev/switchboard/proxy/h1loop"
+)
+
+// loopHandler is a listener's Handler as the event-loop engine
+// (proxy/h1loop) sees it. It serves on the loop what it can serve exactly
+// as ServeHTTP would, and nothing else: a request whose listener or route
+// uses a feature the loop does not implement (access log, tracing, HSTS,
+// redirect_https, a client certificate header, ACME challenges, access
+// control, redirects, rewrites, compression, buffered bodies, splits and
+// mirrors, sticky sessions, a stale fallback), one that matches no route or needs a 400 or
+// 413, and one whose upstream is not cleartext HTTP/1.1 goes to the
+// goroutine engine (Begin returns nil).
+type loopHandler struct{ h *Handler }
+
+// loopExchange is one request served on a loop.
+type loopExchange struct {
+	st    reqState
+	t     *Table
+	tg    *target
+	rt    *route
+	tr    *Transport
+	start time.Time
+	h     *Handler
+}
+
+// Begin implements h1loop.Handler.
+func (lh loopHandler) Begin(r *http.Request, now time.Time) h1loop.Exchange {
+	h := lh.h
+	if h.acmeHTTP.Load() != nil {
+		return nil
+	}
+	t := h.tbl.Load()
+	if t.accessLog || t.tracer != nil || t.front != nil {
+		return nil
+	}
+	if t.maxBody > 0 && r.ContentLength > t.maxBody {
+		return nil
+	}
+	// normalizeRequest changes r only when it succeeds; a request it
+	// refuses goes to the goroutine engine, which answers 400.
+	if !normalizeRequest(r) {
+		return nil
+	}
+	rt := t.match(r)
+	if rt == nil || rt.redirect != nil || rt.access != nil || rt.rewrite != nil || rt.compress != nil ||
+		rt.buffer != nil || rt.traffic != nil || rt.sticky != nil {
+		return nil
+	}
+	tr, ok := rt.pipe.Transport().(*Transport)
+	if !ok || tr.h1 == nil || tr.cfg.TLS != nil || rt.pipe.KeepsResponses() {
+		return nil
+	}
+	x := &loopExchange{t: t, rt: rt, tg: &rt.target, tr: tr, start: now, h: h}
+	t.active.Add(1)
+	st := &x.st
+	st.requestID(r.Header, http.Header{})
+	x.tg.metrics.Start()
+	prepareHeader(r, &st.vals)
+	c := &st.call
+	c.Req, c.Front = r, st
+	if r.ContentLength > 0 {
+		c.Body = r.Body.(pipeline.BufferedBody)
+	}
+	delete(r.Header, "Connection")
+	delete(r.Header, "Upgrade")
+	return x
+}
+
+// Call implements h1loop.Exchange.
+func (x *loopExchange) Call() (*pipeline.Route, *pipeline.Call, h1loop.Upstream) {
+	cfg := x.tr.cfg
+	up := h1loop.Upstream{
+		ConnectTimeout: cfg.ConnectTimeout, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
+		IdleTimeout: cfg.IdleTimeout, MaxIdlePerEndpoint: cfg.MaxIdlePerEndpoint,
+		MaxResponseHeaderBytes: int(cfg.MaxResponseHeaderBytes),
+	}
+	if x.tr.header != nil {
+		up.Header = x.tr.header
+	}
+	return x.tg.pipe, &x.st.call, up
+}
+
+// Respond implements h1loop.Exchange: the header respond would send.
+func (x *loopExchange) Respond(resp *http.Response) http.Header {
+	c := &x.st.call
+	dst := make(http.Header, len(resp.Header)+1)
+	if lim, ok := c.RateLimit(); ok {
+		lim.SetHeaders(dst)
+	}
+	copyResponseHeader(dst, resp.Header)
+	if _, ok := dst["X-Request-Id"]; !ok {
+		dst["X-Request-Id"] = x.st.vals[2:3:3]
+	}
+	return dst
+}
+
+// Fail implements h1loop.Exchange: the answer failed would write.
+func (x *loopExchange) Fail(err error) (int, http.Header, []byte) {
+	c := &x.st.call
+	w := &answerWriter{header: http.Header{"X-Request-Id": x.st.vals[2:3:3]}}
+	if lim, ok := c.RateLimit(); ok {
+		lim.SetHeaders(w.header)
+	}
+	res := x.h.failed(w, x.rt, x.tg, c, err)
+	if res.status == pipeline.StatusClientClosed {
+		return res.status, nil, nil
+	}
+	return w.status, w.header, w.body.Bytes()
+}
+
+// Done implements h1loop.Exchange: what serve and ServeHTTP do after the
+// answer.
+func (x *loopExchange) Done(status int, in, out int64, bodyErr error) {
+	x.st.call.Finish(status, bodyErr)
+	rm := x.tg.metrics
+	rm.Done(status, time.Since(x.start).Seconds())
+	rm.Bytes(in, out)
+	x.t.active.Add(-1)
+}
+
+// answerWriter takes an answer the proxy makes (WriteError) for the loop
+// to send.
+type answerWriter struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *answerWriter) Header() http.Header { return w.header }
+func (w *answerWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+func (w *answerWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.body.Write(b)
+}
+
+// eventLoop is what a listener needs of its event-loop engine:
+// h1loop.Server.
+type eventLoop interface {
+	SetSettings(h1loop.Settings)
+	Shutdown(context.Context) error
+	Close() error
+}
+
+// loopSettings are the event-loop engine's client-side limits.
+func loopSettings(st serverSettings) h1loop.Settings {
+	return h1loop.Settings{ReadHeaderTimeout: st.readHeader, IdleTimeout: st.idle, MaxHeaderBytes: st.maxHeaderBytes}
+}
+
+// startEventLoop serves listener l's socket on event loops; the
+// connections they hand over go to the listener's server, as accepted
+// ones do. It returns nil (the goroutine engine then accepts) when the
+// loops cannot start.
+func startEventLoop(l *listener, st serverSettings, log *slog.Logger) eventLoop {
+	a := l.loop
+	handoff := func(nc net.Conn) {
+		// On a loop, which must not wait for the server to take it.
+		go func() {
+			select {
+			case a.conns <- nc:
+			case <-a.done:
+				nc.Close()
+			}
+		}()
+	}
+	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler}, handoff, loopSettings(st), 0)
+	if err != nil {
+		log.Error("event-loop engine unavailable, serving on the goroutine engine", "listener", l.name, "error", err)
+		return nil
+	}
+	return ev
+}
+
+// shutdownEventLoop drains ev for up to timeout, then closes what is
+// left; it reports whether the drain finished in time.
+func shutdownEventLoop(ev eventLoop, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := ev.Shutdown(ctx)
+	ev.Close()
+	return err == nil
+}
