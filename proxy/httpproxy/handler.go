@@ -47,8 +47,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The request's state, its id (on the response from here on, so that
 	// every answer carries it) and, when the access log or tracing is on,
 	// what they observe (observe.go).
-	dropConnectionNamed(r.Header)
-	dropAliases(r.Header, proxySetHeaders)
+	scrubRequestHeader(r.Header)
 	st := new(reqState)
 	st.requestID(r.Header, w.Header())
 	if t.accessLog || t.tracer != nil {
@@ -513,6 +512,15 @@ func pump(dst, src net.Conn, br *bufio.Reader, idle time.Duration) {
 			return
 		}
 	}
+}
+
+// scrubRequestHeader is the first thing done to a request's header, by
+// either engine, before anything reads it: the fields the client names in
+// Connection (dropConnectionNamed) and underscore aliases of the fields
+// the proxy sets (dropAliases) are removed.
+func scrubRequestHeader(h http.Header) {
+	dropConnectionNamed(h)
+	dropAliases(h, proxySetHeaders)
 }
 
 // dropConnectionNamed removes the fields the client names in Connection

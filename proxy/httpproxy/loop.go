@@ -47,6 +47,9 @@ func (lh loopHandler) Begin(r *http.Request, now time.Time) h1loop.Exchange {
 	if t.maxBody > 0 && r.ContentLength > t.maxBody {
 		return nil
 	}
+	// As ServeHTTP, before routing reads the header. (A request handed off
+	// is parsed again from its bytes.)
+	scrubRequestHeader(r.Header)
 	// normalizeRequest changes r only when it succeeds; a request it
 	// refuses goes to the goroutine engine, which answers 400.
 	if !normalizeRequest(r) {

@@ -453,3 +453,15 @@ func TestUnansweredExchangeOnAReusedConnectionIsSentAgainAtOnce(t *testing.T) {
 		t.Fatalf("the pipeline retried %v times; the engine should have sent it again itself", n)
 	}
 }
+
+// A field the client names in Connection is hop-by-hop (RFC 9110 7.6.1):
+// it never reaches the upstream, on either engine (SWITCHBOARD_TEST_ENGINE).
+func TestConnectionNamedRequestFieldsNeverReachTheUpstream(t *testing.T) {
+	be := newEcho(t, "a", 0, nil)
+	p := startProxy(t, rewriteYAML(`      - match: {path_prefix: /}
+        upstream: app`, be.addr()))
+	_, s := echoGet(t, p.url("web")+"/x", map[string]string{"Connection": "keep-alive, X-Secret", "X-Secret": "1", "X-Kept": "2"})
+	if s.Header.Get("X-Secret") != "" || s.Header.Get("X-Kept") != "2" {
+		t.Fatalf("the upstream saw X-Secret %q and X-Kept %q; want none and 2", s.Header.Get("X-Secret"), s.Header.Get("X-Kept"))
+	}
+}
