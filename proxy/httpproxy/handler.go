@@ -56,9 +56,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.ProtoMajor == 2 && !httpguts.ValidHostHeader(r.Host) {
 		// net/http checks an HTTP/1 Host so, not HTTP/2's :authority; it
 		// goes upstream as the Host line, and into {host}.
-		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "malformed :authority")
-		t.noRoute.Count(http.StatusBadRequest)
-		h.observed(t, st, w, r, nil, nil, result{status: http.StatusBadRequest}, start)
+		h.unrouted(w, r, t, st, start, http.StatusBadRequest, pipeline.CodeBadRequest, "malformed :authority")
 		return
 	}
 	if t.front != nil {
@@ -70,16 +68,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.front.clientCert(r)
 	}
 	if !normalizeRequest(r) {
-		WriteError(w, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
-		t.noRoute.Count(http.StatusBadRequest)
-		h.observed(t, st, w, r, nil, nil, result{status: http.StatusBadRequest}, start)
+		h.unrouted(w, r, t, st, start, http.StatusBadRequest, pipeline.CodeBadRequest, "request path climbs above the root or is malformed")
 		return
 	}
 	rt := t.match(r)
 	if rt == nil {
-		WriteError(w, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
-		t.noRoute.Count(http.StatusNotFound)
-		h.observed(t, st, w, r, nil, nil, result{status: http.StatusNotFound}, start)
+		h.unrouted(w, r, t, st, start, http.StatusNotFound, CodeNoRoute, "no route matches "+r.Method+" "+requestHost(r)+r.URL.Path)
 		return
 	}
 	tg := rt.pick(r)
@@ -106,6 +100,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// response rather than a complete-looking one.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// unrouted answers a request refused before it has a route, counted on
+// the listener's no-route series.
+func (h *Handler) unrouted(w http.ResponseWriter, r *http.Request, t *Table, st *reqState, start time.Time, status int, code, msg string) {
+	WriteError(w, status, code, msg)
+	t.noRoute.Count(status)
+	h.observed(t, st, w, r, nil, nil, result{status: status}, start)
 }
 
 // result is what serving one request came to.

@@ -166,22 +166,20 @@ func (h *Handler) front(w http.ResponseWriter, r *http.Request, t *Table, st *re
 	if !p.redirect {
 		return false
 	}
-	status := http.StatusPermanentRedirect
 	host, ok := redirectHost(r.Host)
-	if ok {
-		target := r.URL.RequestURI()
-		if !strings.HasPrefix(target, "/") { // "*" of OPTIONS *
-			target = "/"
-		}
-		w.Header()["Location"] = []string{"https://" + host + p.redirectPort + target}
-		w.Header()["Content-Length"] = []string{"0"}
-		w.WriteHeader(status)
-	} else {
-		status = http.StatusBadRequest
-		WriteError(w, status, pipeline.CodeBadRequest, "redirect_https: the request has no host name to redirect to")
+	if !ok {
+		h.unrouted(w, r, t, st, start, http.StatusBadRequest, pipeline.CodeBadRequest, "redirect_https: the request has no host name to redirect to")
+		return true
 	}
-	t.noRoute.Count(status)
-	h.observed(t, st, w, r, nil, nil, result{status: status}, start)
+	target := r.URL.RequestURI()
+	if !strings.HasPrefix(target, "/") { // "*" of OPTIONS *
+		target = "/"
+	}
+	w.Header()["Location"] = []string{"https://" + host + p.redirectPort + target}
+	w.Header()["Content-Length"] = []string{"0"}
+	w.WriteHeader(http.StatusPermanentRedirect)
+	t.noRoute.Count(http.StatusPermanentRedirect)
+	h.observed(t, st, w, r, nil, nil, result{status: http.StatusPermanentRedirect}, start)
 	return true
 }
 
