@@ -417,7 +417,7 @@ func qvalue(s string) int {
 // response allocates none of them.
 type coder struct {
 	p    *compressPolicy
-	in   countReader // the upstream's body
+	in   countingReader // the upstream's body
 	src  io.Reader   // what the copy reads: &in, or a decoder over it
 	dec  coding
 	gz   *gzip.Reader
@@ -438,18 +438,6 @@ func getCoder(p *compressPolicy, body io.Reader) *coder {
 	cd.p, cd.in.r, cd.bp = p, body, h1.GetBuffer()
 	cd.src = &cd.in
 	return cd
-}
-
-// countReader counts the bytes read through it.
-type countReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // countWriter counts the bytes written through it.
@@ -496,7 +484,7 @@ func (cd *coder) decode(c coding) error {
 		}
 		cd.gz = gz
 		switch err := gz.Reset(&cd.in); {
-		case err == io.EOF && cd.in.n == 0:
+		case err == io.EOF && cd.in.n.Load() == 0:
 			cd.src = http.NoBody // an empty body, which stays empty
 			return nil
 		case err != nil:
@@ -638,7 +626,7 @@ func (cd *coder) copy(w http.ResponseWriter, flush bool) (written int64, rerr, w
 // release counts what the coder did and gives it and its parts back.
 func (cd *coder) release() {
 	if cd.dec != codingNone {
-		cd.p.series[cd.dec][modeDecompress].Count(cd.in.n, cd.plain)
+		cd.p.series[cd.dec][modeDecompress].Count(cd.in.n.Load(), cd.plain)
 	}
 	if cd.ew != nil {
 		cd.p.series[cd.enc][modeCompress].Count(cd.plain, cd.ew.out.n)
