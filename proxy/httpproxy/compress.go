@@ -418,7 +418,7 @@ func qvalue(s string) int {
 type coder struct {
 	p    *compressPolicy
 	in   countingReader // the upstream's body
-	src  io.Reader   // what the copy reads: &in, or a decoder over it
+	src  io.Reader      // what the copy reads: &in, or a decoder over it
 	dec  coding
 	gz   *gzip.Reader
 	zd   *zstd.Decoder
