@@ -50,3 +50,14 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 	}
 	return c.Conn.Read(p)
 }
+
+// CloseWrite half-closes the connection, as *net.TCPConn's does: the
+// goroutine engine half-closes before it drains what a client it refused
+// still sends, so that the kernel does not reset the connection before
+// the client has read the refusal.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -25,6 +26,13 @@ const (
 	// Hangup: the peer closed or the connection failed (never asked for:
 	// always told).
 	Hangup Events = unix.EPOLLHUP | unix.EPOLLERR
+	// Edge asks to be told of changes only (EPOLLET): a handler is called
+	// when bytes come or room frees up, not again while they wait. It
+	// must then read until a read comes back short (or EAGAIN), or
+	// remember that it stopped early; in return it never changes what it
+	// watches for (no epoll_ctl per exchange), which the HTTP engine
+	// registers once per connection: Readable|Writable|Edge.
+	Edge Events = unix.EPOLLET
 )
 
 // Handler is what a loop calls when a registered descriptor is ready. It
@@ -45,7 +53,11 @@ type Loop struct {
 	// so a slice beats a map on the path every event takes.
 	handlers []Handler
 	timers   timers
-	now      time.Time // the loop's clock, read once per iteration
+	// soon is what Soon asked to run once the handler, timer or task
+	// running now returns; runSoon runs it.
+	soon    []Runner
+	runSoon func()
+	now     time.Time // the loop's clock, read once per iteration
 
 	mu       sync.Mutex
 	tasks    []func() // posted, not yet run
@@ -68,6 +80,7 @@ func New() (*Loop, error) {
 		return nil, fmt.Errorf("evloop: eventfd: %w", err)
 	}
 	l := &Loop{epfd: epfd, wakefd: wakefd, events: make([]unix.EpollEvent, 256), done: make(chan struct{}), now: time.Now()}
+	l.runSoon = l.drainSoon
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wakefd)}
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, wakefd, &ev); err != nil {
 		l.release()
@@ -124,6 +137,26 @@ func (l *Loop) Arm(t *Timer, at time.Time) { l.timers.arm(t, clock.Nanos(at)) }
 // Disarm stops t; a disarmed t is left alone.
 func (l *Loop) Disarm(t *Timer) { l.timers.disarm(t) }
 
+// Runner is what Soon runs.
+type Runner interface{ RunSoon() }
+
+// Soon has r.RunSoon called on the loop as soon as the handler, timer or
+// posted task running now has returned: after its stack has unwound, so
+// that state it may still touch on its way out can be reused by r (a
+// connection that finished an exchange deep in a handler serves its next
+// request from RunSoon). Call it on the loop. It costs no allocation.
+func (l *Loop) Soon(r Runner) { l.soon = append(l.soon, r) }
+
+// drainSoon runs what Soon asked for, and what that asks for in turn.
+func (l *Loop) drainSoon() {
+	for i := 0; i < len(l.soon); i++ {
+		r := l.soon[i]
+		l.soon[i] = nil
+		r.RunSoon()
+	}
+	l.soon = l.soon[:0]
+}
+
 // Post has fn run on the loop, after the events of the current iteration.
 // It may be called from any goroutine; it wakes the loop if it is blocked.
 // Tasks posted after Close never run.
@@ -175,10 +208,13 @@ func (l *Loop) Run() error {
 			}
 			if fd < len(l.handlers) && l.handlers[fd] != nil {
 				l.handlers[fd].OnEvent(fd, Events(e.Events))
+				if len(l.soon) > 0 {
+					l.drainSoon()
+				}
 			}
 		}
 		l.runTasks()
-		l.timers.fire(clock.Nanos(l.now))
+		l.timers.fire(clock.Nanos(l.now), l.runSoon)
 	}
 	return nil
 }
@@ -216,7 +252,20 @@ func (l *Loop) poll() (int, error) {
 
 func (l *Loop) wait(msec int) (int, error) {
 	for {
-		n, err := unix.EpollWait(l.epfd, l.events, msec)
+		var n int
+		var err error
+		if msec == 0 {
+			// A poll that does not wait: as Read, no need to tell the
+			// runtime (epoll_pwait with no signal mask is epoll_wait on
+			// every architecture, arm64 included, which has only the
+			// former).
+			r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
+			if n = int(r); e != 0 {
+				n, err = 0, errnoErr(e)
+			}
+		} else {
+			n, err = unix.EpollWait(l.epfd, l.events, msec)
+		}
 		if err == unix.EINTR {
 			continue
 		}
@@ -235,6 +284,9 @@ func (l *Loop) runTasks() {
 	for i, fn := range l.running {
 		fn()
 		l.running[i] = nil
+		if len(l.soon) > 0 {
+			l.drainSoon()
+		}
 	}
 }
 

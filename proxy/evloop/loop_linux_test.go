@@ -5,6 +5,7 @@ package evloop
 import (
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -280,5 +281,60 @@ func TestHandoffMovesAConnectionToTheGoroutineEngineWithItsReadBytes(t *testing.
 	var buf [2]byte
 	if _, err := io.ReadFull(client, buf[:]); err != nil || string(buf[:]) != "ok" {
 		t.Fatalf("the client read %q, %v; want ok", buf, err)
+	}
+}
+
+type runnerFunc func()
+
+func (f runnerFunc) RunSoon() { f() }
+
+// TestSoonRunsAfterTheTaskReturns: what a task asks to run Soon runs on
+// the loop once the task has returned, before the next task, and what
+// that asks for runs too.
+func TestSoonRunsAfterTheTaskReturns(t *testing.T) {
+	l := start(t)
+	var order []string
+	onLoop(t, l, func() {
+		l.Post(func() {
+			l.Soon(runnerFunc(func() {
+				order = append(order, "soon")
+				l.Soon(runnerFunc(func() { order = append(order, "soon of soon") }))
+			}))
+			order = append(order, "task end")
+		})
+		l.Post(func() { order = append(order, "next task") })
+	})
+	onLoop(t, l, func() {})
+	want := "task end,soon,soon of soon,next task"
+	if got := strings.Join(order, ","); got != want {
+		t.Fatalf("order %s, want %s", got, want)
+	}
+}
+
+// TestReadAndWriteAreNonBlockingSyscalls: Read and Write move bytes and
+// report EAGAIN as unix.Read and unix.Write do.
+func TestReadAndWriteAreNonBlockingSyscalls(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	var buf [8]byte
+	if _, err := Read(fds[0], buf[:]); err != unix.EAGAIN {
+		t.Fatalf("Read of an empty socket: %v, want EAGAIN", err)
+	}
+	if n, err := Write(fds[1], []byte("hello")); n != 5 || err != nil {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	if n, err := Read(fds[0], buf[:]); n != 5 || err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("Read: %q, %v", buf[:n], err)
+	}
+	unix.Close(fds[1])
+	if n, err := Read(fds[0], buf[:]); n != 0 || err != nil {
+		t.Fatalf("Read after the peer closed: %d, %v, want 0, nil", n, err)
+	}
+	if _, err := Write(fds[0], []byte("x")); err != unix.EPIPE {
+		t.Fatalf("Write to a closed peer: %v, want EPIPE", err)
 	}
 }

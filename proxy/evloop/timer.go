@@ -67,11 +67,15 @@ func (ts *timers) next() (when int64, ok bool) {
 // fire disarms and fires, earliest first, every timer due at now. A Fire
 // may arm timers, itself included; one armed at or before now fires in
 // this same call.
-func (ts *timers) fire(now int64) {
+// After each Fire, after runs (nil: nothing).
+func (ts *timers) fire(now int64, after func()) {
 	for len(ts.heap) > 0 && ts.heap[0].when <= now {
 		t := ts.heap[0]
 		ts.disarm(t)
 		t.Fire()
+		if after != nil {
+			after()
+		}
 	}
 }
 

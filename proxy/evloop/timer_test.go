@@ -45,7 +45,7 @@ func TestTimersFireInOrderOfTheirTimes(t *testing.T) {
 			return a - b
 		})
 		fired = fired[:0]
-		ts.fire(now)
+		ts.fire(now, nil)
 		if len(fired) != len(due) {
 			t.Fatalf("round %d: fired %v, want %v", round, fired, due)
 		}
@@ -78,7 +78,7 @@ func TestATimerArmedWhileFiringAndDueFiresInTheSameCall(t *testing.T) {
 	a.Fire = func() { n++; ts.arm(&b, 5) }
 	b.Fire = func() { n++ }
 	ts.arm(&a, 10)
-	ts.fire(10)
+	ts.fire(10, nil)
 	if n != 2 || a.Armed() || b.Armed() {
 		t.Fatalf("fired %d (a armed %v, b armed %v), want both fired once and disarmed", n, a.Armed(), b.Armed())
 	}

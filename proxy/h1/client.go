@@ -533,7 +533,7 @@ func (pc *pconn) readResponse(req *http.Request) (*http.Response, error) {
 	var raw []byte
 	head := rawHead(pc.br, &pc.hr, &pc.rec)
 	if head != nil {
-		if resp, ok := parseResponseHead(head, req, pc.br); ok {
+		if resp, ok := parseResponseHead(head, req, pc.br, nil); ok {
 			pc.br.Discard(len(head))
 			return resp, nil
 		}

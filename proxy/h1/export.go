@@ -27,7 +27,40 @@ func HeadEnd(b []byte) int { return headEnd(b) }
 // the caller to replace with the body it reads. The request keeps no
 // reference to head.
 func ParseRequestHead(head []byte) (req *http.Request, ok bool) {
-	req, _, ok = parseRequestHead(head, nil)
+	return ParseRequestHeadReusing(head, nil)
+}
+
+// Reuse is what a caller that has one message at a time in hand (an event
+// loop's connection, serving its requests in turn) keeps from one parse to
+// the next, so that a fast-path parse costs one allocation, the message's
+// own: the header map is Reuse's, emptied and filled again, and a request
+// is made as a copy of Base, which gives it Base's context without the
+// copy Request.WithContext makes. A message parsed with a Reuse is valid
+// until the next parse with the same Reuse: the caller must be done with
+// its header by then. (The strings in it are the message's own and stay
+// valid: only the map is reused.) The zero Reuse is ready to use.
+type Reuse struct {
+	// Base is the request each parsed request starts as a copy of; nil:
+	// none (the context is then Background).
+	Base *http.Request
+	h    http.Header
+}
+
+// header is the map to fill, nil when ru is nil.
+func (ru *Reuse) header() http.Header {
+	if ru == nil {
+		return nil
+	}
+	if ru.h == nil {
+		ru.h = make(http.Header, maxFastFields)
+	}
+	return ru.h
+}
+
+// ParseRequestHeadReusing is ParseRequestHead with ru's map and base
+// request (nil: ParseRequestHead's own).
+func ParseRequestHeadReusing(head []byte, ru *Reuse) (req *http.Request, ok bool) {
+	req, _, ok = parseRequestHead(head, nil, ru)
 	if !ok {
 		return nil, false
 	}
@@ -45,7 +78,13 @@ func ParseRequestHead(head []byte) (req *http.Request, ok bool) {
 // sets them, and by BodylessResponse. The response keeps no reference to
 // head.
 func ParseResponseHead(head []byte, req *http.Request) (*http.Response, error) {
-	if resp, ok := parseResponseHead(head, req, nil); ok {
+	return ParseResponseHeadReusing(head, req, nil)
+}
+
+// ParseResponseHeadReusing is ParseResponseHead filling ru's header map
+// on the fast path (nil: a new map); ru.Base is not used. See Reuse.
+func ParseResponseHeadReusing(head []byte, req *http.Request, ru *Reuse) (*http.Response, error) {
+	if resp, ok := parseResponseHead(head, req, nil, ru); ok {
 		resp.Body = http.NoBody
 		return resp, nil
 	}

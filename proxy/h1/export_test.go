@@ -23,7 +23,7 @@ func TestExportedParsersMatchTheServersAndNetHTTP(t *testing.T) {
 		if end := HeadEnd([]byte(head + "rest")); end != len(head) {
 			t.Fatalf("HeadEnd(%q) = %d, want %d", head, end, len(head))
 		}
-		_, _, fast := parseRequestHead([]byte(head), bufio.NewReader(strings.NewReader("")))
+		_, _, fast := parseRequestHead([]byte(head), bufio.NewReader(strings.NewReader("")), nil)
 		req, ok := ParseRequestHead([]byte(head))
 		if ok != fast {
 			t.Fatalf("%q: ParseRequestHead ok=%v, the server's fast path %v", head, ok, fast)

@@ -170,8 +170,8 @@ func headText(head []byte, fs []fieldPos, buf []byte) string {
 
 // buildHeader makes the header of fields fs of head text s, but for the
 // field at index skip (-1: none). The values of the first len(vals) fields
-// are held in vals.
-func buildHeader(s string, fs []fieldPos, skip int, vals []string) http.Header {
+// are held in vals. The header is h, emptied first, when h is not nil.
+func buildHeader(s string, fs []fieldPos, skip int, vals []string, h http.Header) http.Header {
 	n := len(fs)
 	if skip >= 0 {
 		n--
@@ -179,7 +179,11 @@ func buildHeader(s string, fs []fieldPos, skip int, vals []string) http.Header {
 	if len(fs) > len(vals) {
 		vals = make([]string, len(fs))
 	}
-	h := make(http.Header, n)
+	if h == nil {
+		h = make(http.Header, n)
+	} else {
+		clear(h)
+	}
 	for k, f := range fs {
 		if k == skip {
 			continue
@@ -200,7 +204,10 @@ func buildHeader(s string, fs []fieldPos, skip int, vals []string) http.Header {
 // is one the fast path takes. A body (Content-Length) is read from br,
 // after the head. ok is false when the head is not one the fast path
 // takes: the caller then parses the same bytes with http.ReadRequest.
-func parseRequestHead(head []byte, br *bufio.Reader) (req *http.Request, fr framing, ok bool) {
+//
+// With ru, the request is a copy of ru.Base and its header is ru's map
+// (see Reuse).
+func parseRequestHead(head []byte, br *bufio.Reader, ru *Reuse) (req *http.Request, fr framing, ok bool) {
 	// The request line: method SP origin-form SP version.
 	eol := bytes.IndexByte(head, '\n')
 	if eol < 0 {
@@ -269,8 +276,11 @@ func parseRequestHead(head []byte, br *bufio.Reader) (req *http.Request, fr fram
 	box := new(reqBox)
 	s := headText(head, fs, box.text[:])
 	// Host is in r.Host, not in the header, as with http.ReadRequest.
-	h := buildHeader(s, fs, host, box.vals[:])
+	h := buildHeader(s, fs, host, box.vals[:], ru.header())
 	r := &box.req
+	if ru != nil && ru.Base != nil {
+		*r = *ru.Base
+	}
 	r.Method = s[:sp1]
 	r.RequestURI = s[sp1+1 : sp2]
 	u := &box.url
@@ -314,7 +324,9 @@ type respBox struct {
 // Connection: close, and a request other than HEAD. Its body is read from
 // br, after the head. ok is false when the head is not one the fast path
 // takes: the caller then parses the same bytes with http.ReadResponse.
-func parseResponseHead(head []byte, req *http.Request, br *bufio.Reader) (resp *http.Response, ok bool) {
+//
+// With ru, the response's header is ru's map (see Reuse).
+func parseResponseHead(head []byte, req *http.Request, br *bufio.Reader, ru *Reuse) (resp *http.Response, ok bool) {
 	if req == nil || req.Method == http.MethodHead {
 		return nil, false
 	}
@@ -375,7 +387,7 @@ func parseResponseHead(head []byte, req *http.Request, br *bufio.Reader) (resp *
 	r.Status = s[len(proto):len(line)]
 	r.StatusCode = code
 	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
-	r.Header = buildHeader(s, fs, -1, box.vals[:])
+	r.Header = buildHeader(s, fs, -1, box.vals[:], ru.header())
 	r.ContentLength = n
 	r.Body = http.NoBody
 	if n > 0 {

@@ -36,7 +36,7 @@ func parseBoth(raw []byte) (p parsed) {
 		return p
 	}
 	p.head = b[:end]
-	p.ours, p.fr, p.fast = parseRequestHead(p.head, p.br1)
+	p.ours, p.fr, p.fast = parseRequestHead(p.head, p.br1, nil)
 	if p.fast {
 		p.br1.Discard(end)
 	}
@@ -172,7 +172,7 @@ func BenchmarkReadRequestHead(b *testing.B) {
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, _, ok := parseRequestHead(raw, nil); !ok {
+			if _, _, ok := parseRequestHead(raw, nil, nil); !ok {
 				b.Fatal("not taken")
 			}
 		}
@@ -233,7 +233,7 @@ func FuzzResponseHeadMatchesNetHTTP(f *testing.F) {
 		if end < 0 {
 			return
 		}
-		ours, ok := parseResponseHead(b[:end], req, br1)
+		ours, ok := parseResponseHead(b[:end], req, br1, nil)
 		if !ok {
 			return
 		}
@@ -289,7 +289,7 @@ func TestResponseHeadFastPathTakesPlainResponses(t *testing.T) {
 		req, _ := http.NewRequest(tc.method, "http://e/", nil)
 		br := bufio.NewReader(strings.NewReader(tc.raw))
 		b, _ := br.Peek(len(tc.raw))
-		if _, fast := parseResponseHead(b[:headEnd(b)], req, br); fast != tc.fast {
+		if _, fast := parseResponseHead(b[:headEnd(b)], req, br, nil); fast != tc.fast {
 			t.Errorf("fast path takes %q to %s: %v, want %v", tc.raw, tc.method, fast, tc.fast)
 		}
 	}
@@ -323,7 +323,7 @@ func BenchmarkReadResponseHead(b *testing.B) {
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := parseResponseHead(raw[:end], req, nil); !ok {
+			if _, ok := parseResponseHead(raw[:end], req, nil, nil); !ok {
 				b.Fatal("not taken")
 			}
 		}
@@ -347,12 +347,12 @@ func BenchmarkReadResponseHead(b *testing.B) {
 // header map (http.ReadRequest takes nine, http.ReadResponse eleven).
 func TestFastPathsAllocateThreeTimesPerHead(t *testing.T) {
 	reqHead := []byte("GET /bench HTTP/1.1\r\nHost: bench.example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-	if n := testing.AllocsPerRun(100, func() { parseRequestHead(reqHead, nil) }); n > 3 {
+	if n := testing.AllocsPerRun(100, func() { parseRequestHead(reqHead, nil, nil) }); n > 3 {
 		t.Errorf("parseRequestHead: %v allocations, want at most 3", n)
 	}
 	respHead := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n")
 	req, _ := http.NewRequest(http.MethodGet, "http://e/", nil)
-	if n := testing.AllocsPerRun(100, func() { parseResponseHead(respHead, req, nil) }); n > 3 {
+	if n := testing.AllocsPerRun(100, func() { parseResponseHead(respHead, req, nil, nil) }); n > 3 {
 		t.Errorf("parseResponseHead: %v allocations, want at most 3", n)
 	}
 }

@@ -467,7 +467,7 @@ func (c *conn) readRequest() (*http.Request, framing, error) {
 	var fr framing
 	head := rawHead(c.br, &c.lr, &c.rec)
 	if head != nil {
-		if req, fr, ok := parseRequestHead(head, c.br); ok {
+		if req, fr, ok := parseRequestHead(head, c.br, nil); ok {
 			c.br.Discard(len(head))
 			return req, fr, nil
 		}
@@ -688,6 +688,12 @@ func (c *conn) serveOne(req *http.Request) (keep, hijacked bool) {
 		w.closeAfter = true
 	}
 	if !w.finish() || w.closeAfter {
+		if req.ContentLength != 0 && req.Body != http.NoBody {
+			// The body may still be coming (an answer refused it by its
+			// length): close as reject does, or the client's next write
+			// brings a reset that can arrive before it read the answer.
+			c.closeWriteAndWait()
+		}
 		return false, false
 	}
 	// Whatever of the request body the handler left unread must go before

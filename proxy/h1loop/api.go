@@ -14,7 +14,13 @@ type Handler interface {
 	// whole body or http.NoBody) and returns the exchange to run, or nil
 	// when the goroutine engine is to serve it: the loop then hands the
 	// connection over, the request's bytes unread. Begin may change r.
-	Begin(r *http.Request, now time.Time) Exchange
+	//
+	// prev is the exchange Begin returned for the connection's previous
+	// request (nil for its first), which the loop is done with: Begin
+	// may reuse it, so that a keep-alive connection's requests cost no
+	// allocation of their own. r's context is the connection's: it ends
+	// when the client goes away or the server closes.
+	Begin(r *http.Request, now time.Time, prev Exchange) Exchange
 }
 
 // Exchange is one request the loop serves: the pipeline call to drive,
@@ -27,7 +33,9 @@ type Exchange interface {
 	// Respond returns the header to send the client with resp, the
 	// call's answer: hop-by-hop fields removed, the front end's added.
 	// The loop sets the framing fields (Content-Length,
-	// Transfer-Encoding, Connection) itself.
+	// Transfer-Encoding, Connection) itself. The header may be
+	// resp.Header, changed in place: a response the loop read is its
+	// own, and the loop is done with its header once the head is sent.
 	Respond(resp *http.Response) http.Header
 	// Fail returns the proxy's own answer to a call that ended with err.
 	// A status of pipeline.StatusClientClosed means no answer is sent.

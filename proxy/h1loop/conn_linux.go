@@ -4,6 +4,7 @@ package h1loop
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"time"
 
@@ -13,7 +14,10 @@ import (
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
-// conn is a client connection on a loop.
+// conn is a client connection on a loop. It is registered once, for
+// Readable|Writable|Edge: the loop is told when bytes come and when room
+// frees up, and the connection remembers (more) whether bytes may be
+// waiting that it has not read.
 type conn struct {
 	lp     *loop
 	fd     int
@@ -25,10 +29,29 @@ type conn struct {
 	first  bool      // no request served yet
 	eof    bool      // the client closed its side: serve what is in, then close
 	closed bool
-	// events is what the loop watches the descriptor for.
-	events evloop.Events
+	// more: the socket may hold bytes not read yet (a read filled the
+	// buffer, or bytes came while a request was served).
+	more bool
 	// headStart is when the first byte of the pending head came.
 	headStart time.Time
+
+	// What the connection's requests reuse (so that a keep-alive request
+	// costs no allocation of the loop's own): the parser's header map and
+	// base request (whose context is ctx), the exchange and the Handler's
+	// last Exchange.
+	ctx    context.Context
+	cancel context.CancelFunc
+	ru     h1.Reuse
+	exs    exchange
+	lastX  Exchange
+}
+
+func newConn(lp *loop, fd int, remote string) *conn {
+	c := &conn{lp: lp, fd: fd, remote: remote, first: true}
+	c.timer.Fire = c.timedOut
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.ru.Base = new(http.Request).WithContext(c.ctx)
+	return c
 }
 
 func (c *conn) settings() *Settings { return c.lp.s.settings.Load() }
@@ -46,44 +69,54 @@ func (c *conn) OnEvent(fd int, ev evloop.Events) {
 			}
 		}
 	}
+	if ev&(evloop.Readable|evloop.Hangup) != 0 {
+		c.more = true
+	}
 	if c.ex != nil {
-		if ev&(evloop.Hangup) != 0 {
+		if ev&evloop.Hangup != 0 {
 			// The client went while its request was served.
 			c.ex.clientGone()
 		}
+		// Pipelined bytes wait in the socket (more is set) until the
+		// answer is out.
 		return
 	}
-	if ev&(evloop.Readable|evloop.Hangup) == 0 {
-		return
+	if c.more {
+		c.read()
 	}
-	c.read()
 }
 
 // read takes what the socket holds, then serves the requests it makes.
 func (c *conn) read() {
 	st := c.settings()
 	limit := st.MaxHeaderBytes + 4096 + st.MaxBody
-	for !c.eof && len(c.in) < limit {
+	for c.more && !c.eof && len(c.in) < limit {
 		if cap(c.in)-len(c.in) < readChunk/2 {
 			grown := make([]byte, len(c.in), max(2*cap(c.in), readChunk))
 			copy(grown, c.in)
 			c.in = grown
 		}
-		n, err := unix.Read(c.fd, c.in[len(c.in):cap(c.in)])
+		room := cap(c.in) - len(c.in)
+		n, err := evloop.Read(c.fd, c.in[len(c.in):cap(c.in)])
 		if err == unix.EAGAIN {
+			c.more = false
 			break
 		}
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil || n == 0 {
-			c.eof = true
+			c.eof, c.more = true, false
 			break
 		}
 		if len(c.in) == 0 {
 			c.headStart = c.lp.now()
 		}
 		c.in = c.in[:len(c.in)+n]
+		// A read that did not fill the buffer took all the socket had:
+		// the next bytes will be told of (Edge), and no read is spent
+		// to learn that there are none yet.
+		c.more = n == room
 	}
 	c.serve()
 }
@@ -97,11 +130,14 @@ func (c *conn) serve() {
 	}
 	st := c.settings()
 	if len(c.in) == 0 {
+		if c.more {
+			c.read()
+			return
+		}
 		if c.eof || c.lp.s.closing.Load() {
 			c.close()
 			return
 		}
-		c.watch(evloop.Readable)
 		c.armWait()
 		return
 	}
@@ -112,11 +148,14 @@ func (c *conn) serve() {
 			c.handOff()
 			return
 		}
-		c.watch(evloop.Readable)
+		if c.more {
+			c.read()
+			return
+		}
 		c.armHead(st)
 		return
 	}
-	req, ok := h1.ParseRequestHead(c.in[:end])
+	req, ok := h1.ParseRequestHeadReusing(c.in[:end], &c.ru)
 	if !ok || !servable(req, end, st) {
 		c.handOff()
 		return
@@ -133,19 +172,19 @@ func (c *conn) serve() {
 	}
 	req.RemoteAddr = c.remote
 	now := c.lp.now()
-	x := c.lp.s.h.Begin(req, now)
+	x := c.lp.s.h.Begin(req, now, c.lastX)
 	if x == nil {
 		c.handOff()
 		return
 	}
+	c.lastX = x
 	c.lp.l.Disarm(&c.timer)
 	c.in = c.in[:copy(c.in, c.in[n:])]
 	c.first = false
 	// While the request is served the loop reads nothing more from the
 	// client (pipelined requests wait in the socket); it hears of a
-	// hang-up (always reported).
-	c.watch(0)
-	c.ex = newExchange(c, req, x, now)
+	// hang-up.
+	c.ex = c.exs.reset(c, req, x)
 	c.ex.start(now)
 }
 
@@ -199,24 +238,17 @@ func (c *conn) timedOut() {
 	c.close()
 }
 
-func (c *conn) watch(ev evloop.Events) {
-	if c.closed || c.events == ev {
-		return
-	}
-	if c.lp.l.Modify(c.fd, ev) == nil {
-		c.events = ev
-	}
-}
-
-// write sends b to the client, keeping what the socket does not take. It
-// reports false when the connection broke (and is closed).
+// write sends b to the client after what is pending (a head written
+// with writeHead goes out with the first body bytes, in one write), and
+// keeps what the socket does not take. It reports false when the
+// connection broke (and is closed, or its exchange ended).
 func (c *conn) write(b []byte) bool {
 	if len(c.out) > 0 {
 		c.out = append(c.out, b...)
 		return c.flush()
 	}
 	for len(b) > 0 {
-		n, err := unix.Write(c.fd, b)
+		n, err := evloop.Write(c.fd, b)
 		if err == unix.EAGAIN {
 			break
 		}
@@ -224,21 +256,22 @@ func (c *conn) write(b []byte) bool {
 			continue
 		}
 		if err != nil {
+			c.broke()
 			return false
 		}
 		b = b[n:]
 	}
 	if len(b) > 0 {
 		c.out = append(c.out[:0], b...)
-		c.watch(c.events | evloop.Writable)
 	}
 	return true
 }
 
-// flush writes what is pending; false when the connection broke.
+// flush writes what is pending; false when the connection broke. What
+// the socket does not take waits for room (Writable).
 func (c *conn) flush() bool {
 	for len(c.out) > 0 {
-		n, err := unix.Write(c.fd, c.out)
+		n, err := evloop.Write(c.fd, c.out)
 		if err == unix.EAGAIN {
 			return true
 		}
@@ -246,23 +279,28 @@ func (c *conn) flush() bool {
 			continue
 		}
 		if err != nil {
-			if c.ex != nil {
-				c.ex.clientGone()
-			} else {
-				c.close()
-			}
+			c.broke()
 			return false
 		}
 		c.out = c.out[:copy(c.out, c.out[n:])]
 	}
-	c.watch(c.events &^ evloop.Writable)
 	return true
+}
+
+// broke ends a connection a write failed on.
+func (c *conn) broke() {
+	if c.ex != nil {
+		c.ex.clientGone()
+	} else {
+		c.close()
+	}
 }
 
 // handOff gives the connection, its unserved bytes first, to the
 // goroutine engine.
 func (c *conn) handOff() {
 	c.lp.l.Disarm(&c.timer)
+	c.cancel()
 	c.closed = true
 	delete(c.lp.conns, c)
 	nc, err := c.lp.l.Handoff(c.fd, c.in)
@@ -280,6 +318,7 @@ func (c *conn) close() {
 		return
 	}
 	c.closed = true
+	c.cancel()
 	c.lp.l.Disarm(&c.timer)
 	c.lp.l.Remove(c.fd)
 	unix.Close(c.fd)

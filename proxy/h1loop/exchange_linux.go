@@ -3,7 +3,6 @@
 package h1loop
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -13,21 +12,23 @@ import (
 
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/proxy/evloop"
+	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
 // exchange is one request served on a loop: the pipeline call, the
-// attempt in flight and the relay of its answer.
+// attempt in flight and the relay of its answer. A connection has one,
+// reset for each of its requests.
 type exchange struct {
-	c      *conn
-	req    *http.Request
-	x      Exchange
-	route  *pipeline.Route
-	call   *pipeline.Call
-	up     Upstream
-	cancel context.CancelFunc
-	timer  evloop.Timer // a StepWait's end
+	c     *conn
+	req   *http.Request
+	x     Exchange
+	route *pipeline.Route
+	call  *pipeline.Call
+	up    Upstream
+	timer evloop.Timer // a StepWait's end
 
 	att     *attempt // the attempt in flight, or nil
+	atts    attempt  // what att points to: one attempt at a time
 	blocked bool     // a StepBlock runs on a goroutine
 	gone    bool     // the client went away
 	done    bool
@@ -43,16 +44,28 @@ type exchange struct {
 	out        int64    // body bytes written to the client
 	bodyErr    error
 	closeAfter bool
+
+	// reqBuf backs the request as it goes upstream (writeRequest).
+	reqBuf []byte
+	// respRu is the first response head's header map, reused from one
+	// exchange to the next; later attempts' heads get maps of their own
+	// (a dropped response may still be held by the call).
+	respRu   h1.Reuse
+	parsedRu bool
 }
 
-func newExchange(c *conn, req *http.Request, x Exchange, now time.Time) *exchange {
-	ex := &exchange{c: c, x: x}
-	ctx, cancel := context.WithCancel(context.Background())
-	ex.cancel = cancel
-	ex.timer.Fire = ex.resume
+// reset readies the connection's exchange for request req, which x
+// serves.
+func (ex *exchange) reset(c *conn, req *http.Request, x Exchange) *exchange {
+	gen, fire, afire := ex.atts.gen, ex.timer.Fire, ex.atts.timer.Fire
+	*ex = exchange{c: c, x: x, reqBuf: ex.reqBuf[:0], respRu: ex.respRu}
+	ex.atts.gen, ex.atts.timer.Fire = gen, afire
+	if fire == nil {
+		fire = ex.resume // made once: a method value costs an allocation
+	}
+	ex.timer.Fire = fire
 	route, call, up := x.Call()
 	ex.route, ex.call, ex.up = route, call, up
-	call.Req = call.Req.WithContext(ctx)
 	ex.req = call.Req
 	ex.closeAfter = req.Close
 	return ex
@@ -112,7 +125,8 @@ func (ex *exchange) send(addr string, deadline time.Time, body io.Reader) {
 			return
 		}
 	}
-	ex.att = newAttempt(ex, addr, deadline, writeRequest(ex.req, b))
+	ex.reqBuf = writeRequest(ex.reqBuf[:0], ex.req, b)
+	ex.att = ex.atts.reset(ex, addr, deadline, ex.reqBuf)
 	ex.att.start()
 }
 
@@ -222,21 +236,25 @@ func (ex *exchange) relayMade(resp *http.Response) {
 	}()
 }
 
-// writeHead writes the response head: the status line, hdr, and the
-// framing: Content-Length length (-1: none; -2: the bodyless answer's
-// own fields kept), or Transfer-Encoding: chunked.
+// writeHead puts the response head before what goes to the client next
+// (the body's first bytes, in the same write; bodyDone sends a head with
+// no body): the status line, hdr, and the framing: Content-Length length
+// (-1: none; -2: the bodyless answer's own fields kept), or
+// Transfer-Encoding: chunked.
 func (ex *exchange) writeHead(code int, status string, hdr http.Header, length int64, chunked bool) {
-	if ex.c.lp.s.closing.Load() {
+	c := ex.c
+	if c.lp.s.closing.Load() {
 		ex.closeAfter = true
 	}
-	var b bytes.Buffer
-	b.Grow(256)
-	b.WriteString("HTTP/1.1 ")
-	if status == "" || len(status) < 3 || status[:3] != strconv.Itoa(code) {
-		status = strconv.Itoa(code) + " " + http.StatusText(code)
+	b := append(c.out, "HTTP/1.1 "...)
+	if len(status) < 4 || status[3] != ' ' || int(status[0]-'0')*100+int(status[1]-'0')*10+int(status[2]-'0') != code {
+		b = strconv.AppendInt(b, int64(code), 10)
+		b = append(b, ' ')
+		b = append(b, http.StatusText(code)...)
+	} else {
+		b = append(b, status...)
 	}
-	b.WriteString(status)
-	b.WriteString("\r\n")
+	b = append(b, "\r\n"...)
 	if length != -2 || code < 200 || code == http.StatusNoContent {
 		delete(hdr, "Content-Length")
 	}
@@ -244,30 +262,29 @@ func (ex *exchange) writeHead(code int, status string, hdr http.Header, length i
 	delete(hdr, "Connection")
 	for k, vv := range hdr {
 		for _, v := range vv {
-			b.WriteString(k)
-			b.WriteString(": ")
-			b.WriteString(v)
-			b.WriteString("\r\n")
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
 		}
 	}
 	if _, ok := hdr["Date"]; !ok {
-		b.WriteString("Date: ")
-		b.WriteString(ex.now().UTC().Format(http.TimeFormat))
-		b.WriteString("\r\n")
+		b = append(b, "Date: "...)
+		b = append(b, c.lp.dateValue()...)
+		b = append(b, "\r\n"...)
 	}
 	switch {
 	case chunked:
-		b.WriteString("Transfer-Encoding: chunked\r\n")
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
 	case length >= 0:
-		b.WriteString("Content-Length: ")
-		b.WriteString(strconv.FormatInt(length, 10))
-		b.WriteString("\r\n")
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, length, 10)
+		b = append(b, "\r\n"...)
 	}
 	if ex.closeAfter {
-		b.WriteString("Connection: close\r\n")
+		b = append(b, "Connection: close\r\n"...)
 	}
-	b.WriteString("\r\n")
-	ex.c.write(b.Bytes())
+	c.out = append(b, "\r\n"...)
 }
 
 // bodyDone ends the relay of the response: once the client has taken it
@@ -278,6 +295,9 @@ func (ex *exchange) bodyDone(err error) {
 		ex.closeAfter = true
 	}
 	ex.done = true
+	if !ex.c.flush() {
+		return
+	}
 	if len(ex.c.out) == 0 {
 		ex.finish()
 	}
@@ -312,10 +332,8 @@ func (ex *exchange) clientGone() {
 	}
 	ex.gone = true
 	ex.closeAfter = true
-	ex.cancel()
 	c := ex.c
-	c.lp.l.Remove(c.fd)
-	c.events = 0
+	c.cancel()
 	c.out = c.out[:0]
 	switch {
 	case ex.att != nil:
@@ -365,14 +383,22 @@ func (ex *exchange) finish() {
 	c.lp.l.Disarm(&ex.timer)
 	ex.report()
 	ex.call = nil
-	ex.cancel()
 	c.ex = nil
 	if ex.closeAfter || ex.gone {
 		c.close()
 		return
 	}
 	c.lp.l.Disarm(&c.timer)
-	// The next request: pipelined (in c.in), or to come (the socket is
-	// watched again).
-	c.serve()
+	// The next request (pipelined, in c.in, or to come) once the stack
+	// that finished this one has unwound: its frames may still look at
+	// the exchange the next request reuses.
+	c.lp.l.Soon(c)
+}
+
+// RunSoon serves the connection's next request after an exchange ended
+// (finish).
+func (c *conn) RunSoon() {
+	if !c.closed && c.ex == nil {
+		c.serve()
+	}
 }

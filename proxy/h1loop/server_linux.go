@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"runtime"
 	"strconv"
 	"sync"
@@ -184,6 +185,10 @@ func (s *Server) connGone() {
 	}
 }
 
+// connEvents is what client and upstream connections are registered for,
+// once: bytes coming, room freeing up, told once each (Edge).
+const connEvents = evloop.Readable | evloop.Writable | evloop.Edge
+
 // loop is one event loop's state: its client connections and its pool of
 // idle upstream connections.
 type loop struct {
@@ -191,6 +196,20 @@ type loop struct {
 	l     *evloop.Loop
 	pool  map[string][]*upConn // idle, by endpoint address, most recent last
 	conns map[*conn]struct{}
+	// The Date field's value, made once a second.
+	date    []byte
+	dateSec int64
+}
+
+// dateValue is the Date field's value for now, the loop's clock: made
+// again only when the second changes.
+func (lp *loop) dateValue() []byte {
+	now := lp.now()
+	if sec := now.Unix(); sec != lp.dateSec || lp.date == nil {
+		lp.date = now.UTC().AppendFormat(lp.date[:0], http.TimeFormat)
+		lp.dateSec = sec
+	}
+	return lp.date
 }
 
 // acceptor accepts the loop's share of new connections.
@@ -208,9 +227,8 @@ func (a *acceptor) OnEvent(fd int, ev evloop.Events) {
 			continue
 		}
 		unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		c := &conn{lp: lp, fd: nfd, remote: sockaddrString(sa), first: true}
-		c.timer.Fire = c.timedOut
-		if err := lp.l.Add(nfd, evloop.Readable, c); err != nil {
+		c := newConn(lp, nfd, sockaddrString(sa))
+		if err := lp.l.Add(nfd, connEvents, c); err != nil {
 			unix.Close(nfd)
 			continue
 		}

@@ -72,7 +72,7 @@ func newFront(t *testing.T, backend http.Handler, st h1loop.Settings, up h1loop.
 }
 
 // Begin implements h1loop.Handler.
-func (f *front) Begin(r *http.Request, now time.Time) h1loop.Exchange {
+func (f *front) Begin(r *http.Request, now time.Time, _ h1loop.Exchange) h1loop.Exchange {
 	if fn := f.refuse.Load(); fn != nil && (*fn)(r) {
 		return nil
 	}

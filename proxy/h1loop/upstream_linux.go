@@ -42,7 +42,8 @@ const (
 )
 
 // upConn is an upstream connection of a loop: serving an attempt, or idle
-// in the loop's pool.
+// in the loop's pool. Registered once, as client connections are
+// (connEvents).
 type upConn struct {
 	lp      *loop
 	fd      int
@@ -52,9 +53,9 @@ type upConn struct {
 	idle    evloop.Timer
 	idleFor time.Duration
 	used    bool // it served an exchange before: a broken reuse may be replayed
-	events  evloop.Events
-	removed bool // not watched any more (it hung up while paused)
-	closed  bool
+	// more: the socket may hold bytes not read yet (see conn.more).
+	more   bool
+	closed bool
 }
 
 // attempt is one exchange with an endpoint.
@@ -71,17 +72,29 @@ type attempt struct {
 	replayed bool
 
 	resp     *http.Response
+	body     respBody
 	mode     bodyMode
 	left     int64 // bodyLength: bytes still to come
 	chunks   chunkScanner
 	reusable bool
 	paused   bool
 	dropped  atomic.Bool // the call closed the response: it is not relayed
+	// gen tells this attempt from the earlier ones the same struct held
+	// (an exchange reuses its attempt): a dial finished on a goroutine
+	// comes back for the attempt it was made for, or is dropped.
+	gen uint32
 }
 
-func newAttempt(ex *exchange, addr string, deadline time.Time, req []byte) *attempt {
-	a := &attempt{ex: ex, addr: addr, deadline: deadline, req: req}
-	a.timer.Fire = a.timedOut
+// reset readies a for a new attempt of ex. The attempt it held before is
+// over (released: its timer disarmed, its connection given back).
+func (a *attempt) reset(ex *exchange, addr string, deadline time.Time, req []byte) *attempt {
+	gen, fire := a.gen+1, a.timer.Fire
+	*a = attempt{ex: ex, addr: addr, deadline: deadline, req: req, gen: gen}
+	if fire == nil {
+		fire = a.timedOut // made once: a method value costs an allocation
+	}
+	a.timer.Fire = fire
+	a.body.a = a
 	return a
 }
 
@@ -154,12 +167,11 @@ func (a *attempt) dial() {
 		return
 	}
 	u := lp.newUpConn(fd, a.addr, a.ex.up.IdleTimeout)
-	if err := lp.l.Add(fd, evloop.Writable, u); err != nil {
+	if err := lp.l.Add(fd, connEvents, u); err != nil {
 		unix.Close(fd)
 		a.fail(&h1.ConnectError{Err: err})
 		return
 	}
-	u.events = evloop.Writable
 	a.u, u.a = u, a
 }
 
@@ -168,11 +180,11 @@ func (a *attempt) dial() {
 func (a *attempt) dialSlow() {
 	lp := a.loop()
 	d := net.Dialer{Timeout: a.ex.up.ConnectTimeout, Deadline: a.deadline}
-	addr := a.addr
+	addr, gen := a.addr, a.gen
 	go func() {
 		fd, err := dialFD(&d, addr)
 		lp.l.Post(func() {
-			if a.state != attConnecting || a.ex.att != a {
+			if a.gen != gen || a.state != attConnecting || a.ex.att != a {
 				if fd >= 0 {
 					unix.Close(fd)
 				}
@@ -183,12 +195,11 @@ func (a *attempt) dialSlow() {
 				return
 			}
 			u := lp.newUpConn(fd, addr, a.ex.up.IdleTimeout)
-			if err := lp.l.Add(fd, evloop.Readable, u); err != nil {
+			if err := lp.l.Add(fd, connEvents, u); err != nil {
 				unix.Close(fd)
 				a.fail(&h1.ConnectError{Err: err})
 				return
 			}
-			u.events = evloop.Readable
 			a.use(u)
 			a.write()
 		})
@@ -240,9 +251,14 @@ func (lp *loop) takeIdle(addr string) *upConn {
 // OnEvent moves the attempt on, or closes an idle connection the
 // endpoint closed (or sent bytes nobody asked for on).
 func (u *upConn) OnEvent(fd int, ev evloop.Events) {
+	if ev&(evloop.Readable|evloop.Hangup) != 0 {
+		u.more = true
+	}
 	a := u.a
 	if a == nil {
-		u.close()
+		if u.more {
+			u.close()
+		}
 		return
 	}
 	switch a.state {
@@ -259,32 +275,20 @@ func (u *upConn) OnEvent(fd int, ev evloop.Events) {
 		a.armTimer(0)
 		a.write()
 	case attWriting:
-		a.write()
-	case attHead:
-		a.readHead()
-	case attRelay:
-		if a.paused {
-			if ev&evloop.Hangup != 0 {
-				// Level-triggered hang-ups cannot be masked: stop
-				// watching; what is left is read when the client drains.
-				u.lp.l.Remove(u.fd)
-				u.removed, u.events = true, 0
-			}
-			return
+		if ev&evloop.Writable != 0 {
+			a.write()
 		}
-		a.readBody()
-	default:
-		u.watch(0)
+	case attHead:
+		if u.more {
+			a.readHead()
+		}
+	case attRelay:
+		// Paused: what came is read when the client drains.
+		if u.more && !a.paused {
+			a.readBody()
+		}
 	}
-}
-
-func (u *upConn) watch(ev evloop.Events) {
-	if u.closed || u.removed || u.events == ev {
-		return
-	}
-	if u.lp.l.Modify(u.fd, ev) == nil {
-		u.events = ev
-	}
+	// attAnswered: the call decides; what came is read by the relay.
 }
 
 func (u *upConn) close() {
@@ -301,9 +305,7 @@ func (u *upConn) close() {
 			}
 		}
 	}
-	if !u.removed {
-		u.lp.l.Remove(u.fd)
-	}
+	u.lp.l.Remove(u.fd)
 	unix.Close(u.fd)
 }
 
@@ -311,10 +313,9 @@ func (u *upConn) close() {
 func (a *attempt) write() {
 	u := a.u
 	for a.wrote < len(a.req) {
-		n, err := unix.Write(u.fd, a.req[a.wrote:])
+		n, err := evloop.Write(u.fd, a.req[a.wrote:])
 		if err == unix.EAGAIN {
-			u.watch(evloop.Writable)
-			return
+			return // Writable comes
 		}
 		if err == unix.EINTR {
 			continue
@@ -327,8 +328,13 @@ func (a *attempt) write() {
 	}
 	a.state = attHead
 	a.armTimer(a.ex.up.ResponseHeaderTimeout)
-	u.watch(evloop.Readable)
-	a.readHead()
+	if u.more {
+		// Bytes came before the answer could have (a closing
+		// endpoint's EOF, say): see what they are.
+		a.readHead()
+	}
+	// Else the answer is told of (Readable): no read is spent to learn
+	// that it has not come yet.
 }
 
 // broken fails an attempt whose connection broke before any response
@@ -386,9 +392,14 @@ func (a *attempt) readHead() {
 			copy(grown, u.in)
 			u.in = grown
 		}
-		n, err := unix.Read(u.fd, u.in[len(u.in):cap(u.in)])
+		if !u.more {
+			return // the rest is told of
+		}
+		room := cap(u.in) - len(u.in)
+		n, err := evloop.Read(u.fd, u.in[len(u.in):cap(u.in)])
 		switch {
 		case err == unix.EAGAIN:
+			u.more = false
 			return
 		case err == unix.EINTR:
 			continue
@@ -400,6 +411,7 @@ func (a *attempt) readHead() {
 			return
 		}
 		u.in = u.in[:len(u.in)+n]
+		u.more = n == room
 	}
 }
 
@@ -407,7 +419,12 @@ func (a *attempt) readHead() {
 // call; false when it was an interim answer (100) to skip.
 func (a *attempt) gotHead(end int) bool {
 	u := a.u
-	resp, err := h1.ParseResponseHead(u.in[:end], a.ex.req)
+	var ru *h1.Reuse
+	if !a.ex.parsedRu {
+		a.ex.parsedRu = true
+		ru = &a.ex.respRu
+	}
+	resp, err := h1.ParseResponseHeadReusing(u.in[:end], a.ex.req, ru)
 	if err != nil {
 		a.fail(err)
 		return true
@@ -431,11 +448,10 @@ func (a *attempt) gotHead(end int) bool {
 	default:
 		a.mode, a.reusable = bodyToClose, false
 	}
-	resp.Body = &respBody{a: a}
+	resp.Body = &a.body
 	a.resp = resp
 	a.state = attAnswered
 	a.armTimer(0)
-	u.watch(0)
 	a.ex.answered(resp, nil)
 	return true
 }
@@ -458,7 +474,7 @@ func (b *respBody) Close() error {
 // relay starts relaying the body to the client.
 func (a *attempt) relay() {
 	a.state = attRelay
-	if a.mode == bodyNone {
+	if a.mode == bodyNone || a.mode == bodyLength && a.left == 0 {
 		a.end(nil)
 		return
 	}
@@ -488,11 +504,17 @@ func (a *attempt) readBody() {
 		u.in = make([]byte, 0, 2*readChunk)
 	}
 	for a.state == attRelay && !a.paused {
-		n, err := unix.Read(u.fd, u.in[:cap(u.in)])
+		if !u.more {
+			// The rest is told of. Meanwhile the client has what came
+			// (a head waiting for its body's first bytes goes now).
+			a.ex.c.flush()
+			return
+		}
+		n, err := evloop.Read(u.fd, u.in[:cap(u.in)])
 		switch {
 		case err == unix.EAGAIN:
-			u.watch(evloop.Readable)
-			return
+			u.more = false
+			continue
 		case err == unix.EINTR:
 			continue
 		case err != nil:
@@ -506,6 +528,7 @@ func (a *attempt) readBody() {
 			}
 			return
 		}
+		u.more = n == cap(u.in)
 		if !a.feed(u.in[:n]) {
 			return
 		}
@@ -556,7 +579,6 @@ func (a *attempt) feed(b []byte) bool {
 	}
 	if len(a.ex.c.out) > 0 {
 		a.paused = true
-		a.u.watch(0)
 		a.ex.clientStalled()
 		return false
 	}
@@ -625,13 +647,14 @@ func (a *attempt) release(reusable bool) {
 	}
 	a.u, u.a = nil, nil
 	max := a.ex.up.MaxIdlePerEndpoint
-	if !reusable || u.removed || len(u.in) > 0 || lp.s.closing.Load() || max <= 0 || len(lp.pool[u.addr]) >= max {
+	if !reusable || u.more || len(u.in) > 0 || lp.s.closing.Load() || max <= 0 || len(lp.pool[u.addr]) >= max {
+		// (more: bytes or a hang-up came that were not read: not a
+		// connection to use again.)
 		u.close()
 		return
 	}
 	u.used = true
 	u.in = u.in[:0]
-	u.watch(evloop.Readable)
 	if u.idleFor > 0 {
 		lp.l.Arm(&u.idle, lp.now().Add(u.idleFor))
 	}
@@ -641,8 +664,7 @@ func (a *attempt) release(reusable bool) {
 // writeRequest is the request as it goes upstream, as proxy/h1's Client
 // writes it: the request line, Host, the header, and Content-Length for a
 // body (or 0 for a method that expects one), then the body.
-func writeRequest(r *http.Request, body []byte) []byte {
-	b := make([]byte, 0, 256+len(body))
+func writeRequest(b []byte, r *http.Request, body []byte) []byte {
 	b = append(b, r.Method...)
 	b = append(b, ' ')
 	b = append(b, h1.RequestURI(r)...)

@@ -49,7 +49,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// what they observe (observe.go).
 	scrubRequestHeader(r.Header)
 	st := new(reqState)
-	st.requestID(r.Header, w.Header())
+	st.requestID(r.Header, w.Header(), nil)
 	if t.accessLog || t.tracer != nil {
 		w, r = st.observe(t, w, r)
 	}
@@ -602,15 +602,23 @@ func prepareHeader(r *http.Request, vals *[3]string) {
 // 1-128 visible ASCII characters) or makes one, and sets it on both the
 // request (for the upstream) and the response (resp): every answer,
 // the proxy's own errors included, carries it. It is backed by
-// st.vals[2], and a made one by st.id.
-func (st *reqState) requestID(req, resp http.Header) {
+// st.vals[2], and a made one by buf (nil: st.id), written once: made
+// reports whether it was used. (resp may be nil.)
+func (st *reqState) requestID(req, resp http.Header, buf *[32]byte) (made bool) {
 	if id := req["X-Request-Id"]; len(id) == 1 && validRequestID(id[0]) {
 		st.vals[2] = id[0]
 	} else {
-		st.vals[2] = newRequestID(&st.id)
+		if buf == nil {
+			buf = &st.id
+		}
+		st.vals[2] = newRequestID(buf)
+		made = true
 	}
 	req["X-Request-Id"] = st.vals[2:3:3]
-	resp["X-Request-Id"] = st.vals[2:3:3]
+	if resp != nil {
+		resp["X-Request-Id"] = st.vals[2:3:3]
+	}
+	return made
 }
 
 // upgradeOf returns the protocol an HTTP/1.1 request asks to switch to, or
@@ -668,14 +676,30 @@ func newRequestID(b *[32]byte) string {
 func copyResponseHeader(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vv := range src {
-		switch k {
-		case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-			"Te", "Trailer", "Transfer-Encoding", "Upgrade":
-			continue
+		if !hopByHop(k, conn) {
+			dst[k] = vv
 		}
-		if len(conn) > 0 && httpguts.HeaderValuesContainsToken(conn, k) {
-			continue
-		}
-		dst[k] = vv
 	}
+}
+
+// dropHopByHop takes out of h, in place, the fields copyResponseHeader
+// leaves behind.
+func dropHopByHop(h http.Header) {
+	conn := h["Connection"]
+	for k := range h {
+		if hopByHop(k, conn) {
+			delete(h, k)
+		}
+	}
+}
+
+// hopByHop reports whether response field k is hop-by-hop, with conn the
+// response's Connection field (see copyResponseHeader).
+func hopByHop(k string, conn []string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return len(conn) > 0 && httpguts.HeaderValuesContainsToken(conn, k)
 }

@@ -107,8 +107,8 @@ func TestMadeRequestIDIsBackedByTheRequestsState(t *testing.T) {
 	var a, b reqState
 	r1 := httptest.NewRequest(http.MethodGet, "http://a/", nil)
 	r2 := httptest.NewRequest(http.MethodGet, "http://a/", nil)
-	a.requestID(r1.Header, http.Header{})
-	b.requestID(r2.Header, http.Header{})
+	a.requestID(r1.Header, http.Header{}, nil)
+	b.requestID(r2.Header, http.Header{}, nil)
 	id1, id2 := r1.Header.Get("X-Request-Id"), r2.Header.Get("X-Request-Id")
 	if len(id1) != 32 || strings.Trim(id1, "0123456789abcdef") != "" {
 		t.Fatalf("made request id %q, want 32 hex digits", id1)

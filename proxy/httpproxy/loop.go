@@ -23,7 +23,8 @@ import (
 // goroutine engine (Begin returns nil).
 type loopHandler struct{ h *Handler }
 
-// loopExchange is one request served on a loop.
+// loopExchange is one request served on a loop. A connection's requests
+// reuse one (Begin's prev).
 type loopExchange struct {
 	st    reqState
 	t     *Table
@@ -32,10 +33,19 @@ type loopExchange struct {
 	tr    *Transport
 	start time.Time
 	h     *Handler
+	// ids is where the request ids this exchange's requests make are
+	// written (see idSpace), ids[0] the next.
+	ids [][32]byte
 }
 
+// idSpace is how many request ids an exchange makes in one allocation. A
+// made id is a string over bytes written once and never again (the
+// state that made it is reused by the connection's next request, the
+// bytes are not): the access log, a limiter's key or a span may keep it.
+const idSpace = 64
+
 // Begin implements h1loop.Handler.
-func (lh loopHandler) Begin(r *http.Request, now time.Time) h1loop.Exchange {
+func (lh loopHandler) Begin(r *http.Request, now time.Time, prev h1loop.Exchange) h1loop.Exchange {
 	h := lh.h
 	if h.acmeHTTP.Load() != nil {
 		return nil
@@ -64,10 +74,18 @@ func (lh loopHandler) Begin(r *http.Request, now time.Time) h1loop.Exchange {
 	if !ok || tr.h1 == nil || tr.cfg.TLS != nil || rt.pipe.KeepsResponses() {
 		return nil
 	}
-	x := &loopExchange{t: t, rt: rt, tg: &rt.target, tr: tr, start: now, h: h}
+	x, _ := prev.(*loopExchange)
+	var ids [][32]byte
+	if x == nil {
+		x = new(loopExchange)
+	} else {
+		ids = x.ids
+		*x = loopExchange{}
+	}
+	*x = loopExchange{t: t, rt: rt, tg: &rt.target, tr: tr, start: now, h: h, ids: ids}
 	t.active.Add(1)
 	st := &x.st
-	st.requestID(r.Header, http.Header{})
+	x.requestID(r.Header)
 	x.tg.metrics.Start()
 	prepareHeader(r, &st.vals)
 	c := &st.call
@@ -78,6 +96,17 @@ func (lh loopHandler) Begin(r *http.Request, now time.Time) h1loop.Exchange {
 	delete(r.Header, "Connection")
 	delete(r.Header, "Upgrade")
 	return x
+}
+
+// requestID is reqState.requestID for a request on a loop: a made id is
+// written in x.ids, not in the state the next request reuses.
+func (x *loopExchange) requestID(req http.Header) {
+	if len(x.ids) == 0 {
+		x.ids = make([][32]byte, idSpace)
+	}
+	if x.st.requestID(req, nil, &x.ids[0]) {
+		x.ids = x.ids[1:]
+	}
 }
 
 // Call implements h1loop.Exchange.
@@ -94,14 +123,19 @@ func (x *loopExchange) Call() (*pipeline.Route, *pipeline.Call, h1loop.Upstream)
 	return x.tg.pipe, &x.st.call, up
 }
 
-// Respond implements h1loop.Exchange: the header respond would send.
+// Respond implements h1loop.Exchange: the header respond would send. It
+// is resp's own, hop-by-hop fields taken out, unless a rate limit's
+// fields are to go with it (the upstream's own win over those).
 func (x *loopExchange) Respond(resp *http.Response) http.Header {
 	c := &x.st.call
-	dst := make(http.Header, len(resp.Header)+1)
+	dst := resp.Header
 	if lim, ok := c.RateLimit(); ok {
+		dst = make(http.Header, len(resp.Header)+4)
 		lim.SetHeaders(dst)
+		copyResponseHeader(dst, resp.Header)
+	} else {
+		dropHopByHop(dst)
 	}
-	copyResponseHeader(dst, resp.Header)
 	if _, ok := dst["X-Request-Id"]; !ok {
 		dst["X-Request-Id"] = x.st.vals[2:3:3]
 	}

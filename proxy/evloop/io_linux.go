@@ -1,0 +1,56 @@
+//go:build linux
+
+package evloop
+
+import (
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Read reads from fd, a non-blocking descriptor, into p: unix.Read's
+// results (n, and EAGAIN when nothing is there), but through RawSyscall.
+// A non-blocking read never waits, so the runtime need not be told of it
+// (Syscall's entersyscall and exitsyscall, which let the scheduler hand
+// the processor away and take it back, cost more than the read itself on
+// loopback): issue 15's prototypes measured 10-20% more throughput for
+// the same forwarder. Never use it on a blocking descriptor.
+func Read(fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+	if e != 0 {
+		return 0, errnoErr(e)
+	}
+	return int(n), nil
+}
+
+// Write writes p to fd, a non-blocking descriptor, as Read reads: without
+// telling the runtime. It returns what one write(2) took (maybe less than
+// p, or EAGAIN when the socket's buffer is full).
+func Write(fd int, p []byte) (int, error) {
+	var ptr unsafe.Pointer
+	if len(p) > 0 {
+		ptr = unsafe.Pointer(&p[0])
+	}
+	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+	if e != 0 {
+		return 0, errnoErr(e)
+	}
+	return int(n), nil
+}
+
+// errnoErr returns the common errnos as the values callers compare with,
+// without boxing them again.
+func errnoErr(e syscall.Errno) error {
+	switch e {
+	case unix.EAGAIN:
+		return unix.EAGAIN
+	case unix.EINTR:
+		return unix.EINTR
+	}
+	return e
+}
