@@ -10,8 +10,10 @@
 #   SWITCHBOARD_BIN=/path/to/switchboard bench/run-http.sh  # skip the build
 #   TARGETS="nginx haproxy direct" bench/run-http.sh        # subset
 #   PROFILE=1 bench/run-http.sh                             # + CPU profile
+#   PROFILE=1 PROFILE_TARGET=switchboard-loop TARGETS=switchboard-loop ...  # of the event loop
 #   ROUTE=toolbox bench/run-http.sh                         # rewrites + 95/5 split
 #   TARGETS="switchboard switchboard-dash nginx" bench/run-http.sh  # dashboard open
+#   TARGETS="switchboard switchboard-loop nginx haproxy" bench/run-http.sh  # both engines
 #
 # Environment (all optional):
 #   ROUNDS=3          measurement rounds; each round measures every target
@@ -23,6 +25,8 @@
 #   TARGETS="switchboard nginx haproxy direct"   what to measure; also
 #                     switchboard-dash: switchboard while a dashboard polls
 #                     /api/v1/dashboard once a second, as an open /ui/ does;
+#                     switchboard-loop: the same routes on a second listener
+#                     of the same process with engine: eventloop;
 #                     with ROUTE=toolbox, switchboard-plain and nginx-plain:
 #                     the same servers' plain route, for the ratio
 #   ROUTE=plain       plain: one route to both backends. toolbox: the route
@@ -51,7 +55,8 @@
 # missing; builds switchboard; starts one nginx instance as the two backends
 # (127.0.0.1:19001 and :19002, `return 200 "ok\n"`), then the proxies, each
 # round-robin over both backends with upstream keep-alive:
-#   switchboard 127.0.0.1:18080 (admin 127.0.0.1:19901)
+#   switchboard 127.0.0.1:18080 (admin 127.0.0.1:19901; engine: eventloop
+#               listener of switchboard-loop 127.0.0.1:18083)
 #   nginx       127.0.0.1:18081
 #   haproxy     127.0.0.1:18082
 #   direct      127.0.0.1:19001 (the backend, no proxy)
@@ -86,6 +91,7 @@ NGINX_WORKERS=${NGINX_WORKERS:-1}
 HAPROXY_THREADS=${HAPROXY_THREADS:-2}
 PROFILE=${PROFILE:-0}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
+PROFILE_TARGET=${PROFILE_TARGET:-switchboard}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 SWITCHBOARD_BIN=${SWITCHBOARD_BIN:-}
 ENGINE=${ENGINE:-goroutine}
@@ -97,6 +103,7 @@ esac
 BACKEND1_PORT=19001
 BACKEND2_PORT=19002
 SB_PORT=18080
+SB_LOOP_PORT=18083
 SB_ADMIN_PORT=19901
 NGINX_PORT=18081
 HAPROXY_PORT=18082
@@ -119,9 +126,9 @@ for v in DURATION WARMUP; do
 	[[ ${!v} =~ ^[1-9][0-9]*[smh]?$ ]] || die "$v must look like 10s, 2m or 10, got '${!v}'"
 done
 for t in $TARGETS; do
-	case $t in switchboard | switchboard-dash | nginx | haproxy | direct) ;;
+	case $t in switchboard | switchboard-dash | switchboard-loop | nginx | haproxy | direct) ;;
 	switchboard-plain | nginx-plain) [[ $ROUTE == toolbox ]] || die "target $t needs ROUTE=toolbox" ;;
-	*) die "unknown target '$t' in TARGETS (known: switchboard switchboard-dash switchboard-plain nginx nginx-plain haproxy direct)" ;;
+	*) die "unknown target '$t' in TARGETS (known: switchboard switchboard-dash switchboard-loop switchboard-plain nginx nginx-plain haproxy direct)" ;;
 	esac
 done
 
@@ -245,6 +252,7 @@ measured_path() { if [[ $ROUTE == toolbox ]]; then echo /api/bench; else echo /;
 target_url() {
 	case $1 in
 	switchboard | switchboard-dash) echo "http://127.0.0.1:$SB_PORT$(measured_path)" ;;
+	switchboard-loop) echo "http://127.0.0.1:$SB_LOOP_PORT$(measured_path)" ;;
 	switchboard-plain) echo "http://127.0.0.1:$SB_PORT/plain" ;;
 	nginx) echo "http://127.0.0.1:$NGINX_PORT$(measured_path)" ;;
 	nginx-plain) echo "http://127.0.0.1:$NGINX_PORT/plain" ;;
@@ -278,6 +286,22 @@ run_wrk() {
 }
 
 declare -A NOT_MEASURED=()   # target -> reason
+declare -A TARGET_SID=()     # proxy (switchboard, nginx, haproxy) -> the session its processes run in
+
+# cpu_ticks TARGET: CPU time (user + system, in clock ticks) used so far by
+# the processes of the proxy TARGET runs on (start puts each in a session
+# of its own: nginx's worker is counted with its master); empty when unknown.
+cpu_ticks() {
+	local sid=${TARGET_SID[${1%%-*}]:-} p total=0
+	[[ -n $sid ]] || return 0
+	for p in $(ps -o pid= -s "$sid" 2>/dev/null); do
+		# Fields 14 and 15 of /proc/PID/stat, counted after the ")" that
+		# ends the command name (which may hold spaces).
+		total=$((total + $(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{print $12 + $13}' || echo 0)))
+	done
+	echo "$total"
+}
+CLK_TCK=$(getconf CLK_TCK)
 
 # ---------------------------------------------------------------- setup
 mkdir -p "$OUT_DIR"
@@ -298,7 +322,7 @@ check_ports_free "$BACKEND1_PORT" "$BACKEND2_PORT"
 
 # --- switchboard binary (build failures are reported, not fatal)
 SB_BIN=""
-if want switchboard || want switchboard-dash || want switchboard-plain; then
+if want switchboard || want switchboard-dash || want switchboard-plain || want switchboard-loop; then
 	if [[ -n $SWITCHBOARD_BIN ]]; then
 		if [[ -x $SWITCHBOARD_BIN ]]; then
 			SB_BIN=$SWITCHBOARD_BIN
@@ -417,6 +441,7 @@ EOF
 	else
 		start nginx "$RUN_DIR/nginx.log" \
 			nginx -p "$WORK/nginx" -e "$RUN_DIR/nginx-error.log" -c "$WORK/nginx/nginx.conf" -g 'daemon off;'
+		TARGET_SID[nginx]=$START_PID
 		{ wait_port nginx "$START_PID" "$NGINX_PORT" 10 && smoke nginx "$(target_url nginx)" &&
 			{ [[ $ROUTE != toolbox ]] || smoke nginx-plain "$(target_url nginx-plain)"; }; } ||
 			NOT_MEASURED[nginx]="did not start or answer: $(tail -n2 "$RUN_DIR/nginx-error.log" 2>/dev/null | tr '\n' ' ')(logs: $RUN_DIR/nginx.log, nginx-error.log)"
@@ -457,6 +482,7 @@ EOF
 	else
 		# -db: stay in the foreground, so the pid we hold is haproxy itself.
 		start haproxy "$RUN_DIR/haproxy.log" haproxy -db -f "$WORK/haproxy/haproxy.cfg"
+		TARGET_SID[haproxy]=$START_PID
 		{ wait_port haproxy "$START_PID" "$HAPROXY_PORT" 10 && smoke haproxy "$(target_url haproxy)"; } ||
 			NOT_MEASURED[haproxy]="did not start or answer: $(tail -n2 "$RUN_DIR/haproxy.log" | tr '\n' ' ')(log: $RUN_DIR/haproxy.log)"
 	fi
@@ -464,18 +490,11 @@ fi
 
 # --- switchboard
 SB_PID=""
-if { want switchboard || want switchboard-dash || want switchboard-plain; } && [[ -n $SB_BIN ]]; then
+if { want switchboard || want switchboard-dash || want switchboard-plain || want switchboard-loop; } && [[ -n $SB_BIN ]]; then
 	check_ports_free "$SB_PORT" "$SB_ADMIN_PORT"
 	mkdir -p "$WORK/switchboard"
-	cat >"$WORK/switchboard/switchboard.yaml" <<EOF
-admin: {listen: 127.0.0.1:$SB_ADMIN_PORT}
-log: {level: warn}
-listeners:
-  - name: bench
-    listen: 127.0.0.1:$SB_PORT
-    engine: $ENGINE
-    routes:
-$(if [[ $ROUTE == toolbox ]]; then cat <<EOT
+	sb_routes=$(
+		if [[ $ROUTE == toolbox ]]; then cat <<EOT
       - name: toolbox
         match: {path_prefix: /api/}
         split:
@@ -485,9 +504,27 @@ $(if [[ $ROUTE == toolbox ]]; then cat <<EOT
         request_headers: {set: {X-Client: "{client_ip}"}, remove: [X-Debug]}
         response_headers: {set: {X-Served-By: "{endpoint}"}}
 EOT
-fi)
+		fi
+		cat <<EOT
       - match: {path_prefix: /}
         upstream: backends
+EOT
+	)
+	sb_loop_listener=""
+	if want switchboard-loop; then
+		check_ports_free "$SB_LOOP_PORT"
+		sb_loop_listener=$(printf '  - name: bench-loop\n    listen: 127.0.0.1:%s\n    engine: eventloop\n    routes:\n%s' "$SB_LOOP_PORT" "$sb_routes")
+	fi
+	cat >"$WORK/switchboard/switchboard.yaml" <<EOF
+admin: {listen: 127.0.0.1:$SB_ADMIN_PORT}
+log: {level: warn}
+listeners:
+  - name: bench
+    listen: 127.0.0.1:$SB_PORT
+    engine: $ENGINE
+    routes:
+$sb_routes
+$sb_loop_listener
 upstreams:
   backends:
     balance: {policy: round_robin}
@@ -501,6 +538,7 @@ EOF
 	cp "$WORK/switchboard/switchboard.yaml" "$RUN_DIR/switchboard.yaml"
 	start switchboard "$RUN_DIR/switchboard.log" "$SB_BIN" serve --config "$WORK/switchboard/switchboard.yaml"
 	SB_PID=$START_PID
+	TARGET_SID[switchboard]=$START_PID
 	ready=0
 	for ((i = 0; i < 150; i++)); do # 15 s
 		if curl -fsS --max-time 1 -o /dev/null "http://127.0.0.1:$SB_ADMIN_PORT/readyz" 2>/dev/null; then
@@ -521,6 +559,10 @@ EOF
 	elif ! { wait_port switchboard "$SB_PID" "$SB_PORT" 10 && smoke switchboard "$(target_url switchboard)" &&
 		{ [[ $ROUTE != toolbox ]] || smoke switchboard-plain "$(target_url switchboard-plain)"; }; }; then
 		NOT_MEASURED[switchboard]="ready, but 127.0.0.1:$SB_PORT does not answer 200 ok; see $RUN_DIR/switchboard.log"
+	fi
+	if want switchboard-loop && [[ -z ${NOT_MEASURED[switchboard]:-} ]] &&
+		! smoke switchboard-loop "$(target_url switchboard-loop)"; then
+		NOT_MEASURED[switchboard-loop]="127.0.0.1:$SB_LOOP_PORT (engine: eventloop) does not answer 200 ok; see $RUN_DIR/switchboard.log"
 	fi
 	if [[ -n ${NOT_MEASURED[switchboard]:-} ]]; then
 		log "switchboard will NOT be measured: ${NOT_MEASURED[switchboard]}"
@@ -572,7 +614,7 @@ for t in "${ACTIVE[@]}"; do
 	run_wrk "$t" "$WARMUP" "$RUN_DIR/warmup-$t.txt" || log "warm-up of $t: wrk failed (see $RUN_DIR/warmup-$t.txt)"
 done
 
-echo "round,target,rps,p50_ms,p99_ms,non2xx,socket_errors,file" >"$RUN_DIR/results.csv"
+echo "round,target,rps,p50_ms,p99_ms,non2xx,socket_errors,file,cpu_us_per_req" >"$RUN_DIR/results.csv"
 declare -A FAILED_RUNS=()
 k=0
 for ((r = 0; r < ROUNDS; r++)); do
@@ -581,10 +623,18 @@ for ((r = 0; r < ROUNDS; r++)); do
 		k=$((k + 1))
 		f="$RUN_DIR/round$((r + 1))-$t.txt"
 		log "run $k/$total_runs: round $((r + 1)) $t"
+		ticks0=$(cpu_ticks "$t")
 		if run_wrk "$t" "$DURATION" "$f" && parsed=$(parse_wrk "$f"); then
+			ticks1=$(cpu_ticks "$t")
 			read -r rps p50 p99 non2xx sockerr <<<"$parsed"
-			echo "$((r + 1)),$t,$rps,$p50,$p99,$non2xx,$sockerr,$(basename "$f")" >>"$RUN_DIR/results.csv"
-			log "  $t: $rps req/s, p50 ${p50}ms, p99 ${p99}ms, non-2xx $non2xx, socket errors $sockerr"
+			cpu=""
+			if [[ -n $ticks0 && -n $ticks1 ]]; then
+				# The proxy's CPU time over the run, per request it served.
+				cpu=$(awk -v d="$((ticks1 - ticks0))" -v hz="$CLK_TCK" -v rps="$rps" -v s="$(dur_seconds "$DURATION")" \
+					'BEGIN {printf "%.1f", d / hz * 1e6 / (rps * s)}')
+			fi
+			echo "$((r + 1)),$t,$rps,$p50,$p99,$non2xx,$sockerr,$(basename "$f"),$cpu" >>"$RUN_DIR/results.csv"
+			log "  $t: $rps req/s, p50 ${p50}ms, p99 ${p99}ms, non-2xx $non2xx, socket errors $sockerr, proxy CPU ${cpu:-n/a} us/req"
 		else
 			FAILED_RUNS[$t]=$((${FAILED_RUNS[$t]:-0} + 1))
 			log "  $t: wrk run failed or printed no results; see $f"
@@ -603,7 +653,7 @@ if ((PROFILE)); then
 		# A plain background command (no function/subshell), so that $! is
 		# timeout itself, which passes a SIGTERM from cleanup on to wrk.
 		timeout --kill-after=5 "$((PROFILE_SECONDS + 33))" \
-			wrk "-t$THREADS" "-c$CONNS" "-d$((PROFILE_SECONDS + 3))s" --latency "$(target_url switchboard)" \
+			wrk "-t$THREADS" "-c$CONNS" "-d$((PROFILE_SECONDS + 3))s" --latency "$(target_url "$PROFILE_TARGET")" \
 			>"$RUN_DIR/profile-wrk.txt" 2>&1 </dev/null &
 		wrk_pid=$!
 		BG_PIDS+=("$wrk_pid")
@@ -651,16 +701,16 @@ status=0
 {
 	echo "### HTTP proxy (L7) — $(date +%Y-%m-%d), wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s)"
 	echo
-	echo "| target | req/s (median) | p50 ms | p99 ms | errors | vs nginx | req/s per round |"
-	echo "|---|---:|---:|---:|---:|---:|---|"
+	echo "| target | req/s (median) | p50 ms | p99 ms | errors | vs nginx | proxy CPU µs/req | req/s per round |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---|"
 	for t in $TARGETS; do
 		if [[ -n ${NOT_MEASURED[$t]:-} || -n ${NOT_MEASURED[${t%%-*}]:-} ]]; then
-			echo "| $t | — | — | — | — | — | not measured (see below) |"
+			echo "| $t | — | — | — | — | — | — | not measured (see below) |"
 			continue
 		fi
 		rps=$(csv_col "$t" 3 | median)
 		if [[ -z $rps ]]; then
-			echo "| $t | — | — | — | — | — | every run failed |"
+			echo "| $t | — | — | — | — | — | — | every run failed |"
 			continue
 		fi
 		p50=$(csv_col "$t" 4 | median)
@@ -671,12 +721,14 @@ status=0
 		if [[ -n $nginx_rps ]]; then
 			ratio=$(awk -v a="$rps" -v b="$nginx_rps" 'BEGIN {printf "%.2fx", a / b}')
 		fi
-		printf '| %s | %.0f | %.2f | %.2f | %s | %s | %s |\n' "$t" "$rps" "$p50" "$p99" "$errs" "$ratio" "$per_round"
+		cpu=$(csv_col "$t" 9 | awk NF | median)
+		printf '| %s | %.0f | %.2f | %.2f | %s | %s | %s | %s |\n' "$t" "$rps" "$p50" "$p99" "$errs" "$ratio" "${cpu:-n/a}" "$per_round"
 		((errs == 0)) || status=3
 	done
 	echo
 	echo "Medians over rounds; errors = non-2xx responses + socket errors, summed over rounds;"
 	echo "vs nginx = median req/s / nginx-as-proxy median req/s. \"direct\" is wrk against one backend, no proxy."
+	echo "proxy CPU = user + system CPU time of the proxy's processes over a run (/proc/PID/stat), per request served; median over rounds."
 	if ((${#NOT_MEASURED[@]} > 0 || ${#FAILED_RUNS[@]} > 0)); then
 		echo
 		for t in "${!NOT_MEASURED[@]}"; do echo "- **$t not measured**: ${NOT_MEASURED[$t]}"; done
