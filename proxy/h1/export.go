@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"net/http"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // HeadEnd returns the length of the message head (start line, field
@@ -108,4 +110,18 @@ func ParseResponseHeadReusing(head []byte, req *http.Request, ru *Reuse) (*http.
 // an answer to HEAD, 1xx, 204 and 304.
 func BodylessResponse(method string, code int) bool {
 	return method == http.MethodHead || code/100 == 1 || code == http.StatusNoContent || code == http.StatusNotModified
+}
+
+// HopByHopResponseField reports whether response field k (canonical) is
+// not to be relayed to the client (RFC 9110 7.6.1), with conn the
+// response's Connection field: Connection itself and every field it
+// names, the fields hop-by-hop by definition, and Proxy-Authenticate and
+// Proxy-Authorization, which are for the proxy, not the client.
+func HopByHopResponseField(k string, conn []string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return len(conn) > 0 && httpguts.HeaderValuesContainsToken(conn, k)
 }

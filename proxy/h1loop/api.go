@@ -31,11 +31,12 @@ type Exchange interface {
 	// the route's endpoints.
 	Call() (*pipeline.Route, *pipeline.Call, Upstream)
 	// Respond returns the header to send the client with resp, the
-	// call's answer: hop-by-hop fields removed, the front end's added.
-	// The loop sets the framing fields (Content-Length,
-	// Transfer-Encoding, Connection) itself. The header may be
-	// resp.Header, changed in place: a response the loop read is its
-	// own, and the loop is done with its header once the head is sent.
+	// call's answer, the front end's fields added. The loop leaves out
+	// hop-by-hop fields (h1.HopByHopResponseField) and sets the framing
+	// fields (Content-Length, Transfer-Encoding, Connection) itself.
+	// The header may be resp.Header, changed in place: resp is the
+	// loop's own (one it read, or a copy of one the pipeline made), and
+	// the loop is done with its header once the head is sent.
 	Respond(resp *http.Response) http.Header
 	// Fail returns the proxy's own answer to a call that ended with err.
 	// A status of pipeline.StatusClientClosed means no answer is sent.

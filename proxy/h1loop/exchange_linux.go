@@ -226,7 +226,11 @@ func (ex *exchange) relayMade(resp *http.Response) {
 				ex.finish()
 				return
 			}
-			hdr := ex.x.Respond(resp)
+			// The response is the pipeline's, maybe shared (a fallback
+			// step's): Respond gets a copy of it to change.
+			own := *resp
+			own.Header = resp.Header.Clone()
+			hdr := ex.x.Respond(&own)
 			ex.out = int64(len(b))
 			ex.report()
 			ex.writeHead(resp.StatusCode, resp.Status, hdr, int64(len(b)), false)
@@ -255,12 +259,12 @@ func (ex *exchange) writeHead(code int, status string, hdr http.Header, length i
 		b = append(b, status...)
 	}
 	b = append(b, "\r\n"...)
-	if length != -2 || code < 200 || code == http.StatusNoContent {
-		delete(hdr, "Content-Length")
-	}
-	delete(hdr, "Transfer-Encoding")
-	delete(hdr, "Connection")
+	keepLength := length == -2 && code >= 200 && code != http.StatusNoContent
+	conn := hdr["Connection"]
 	for k, vv := range hdr {
+		if k == "Content-Length" && !keepLength || h1.HopByHopResponseField(k, conn) {
+			continue // the loop frames the answer itself
+		}
 		for _, v := range vv {
 			b = append(b, k...)
 			b = append(b, ": "...)

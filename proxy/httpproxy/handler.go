@@ -676,30 +676,8 @@ func newRequestID(b *[32]byte) string {
 func copyResponseHeader(dst, src http.Header) {
 	conn := src["Connection"]
 	for k, vv := range src {
-		if !hopByHop(k, conn) {
+		if !h1.HopByHopResponseField(k, conn) {
 			dst[k] = vv
 		}
 	}
-}
-
-// dropHopByHop takes out of h, in place, the fields copyResponseHeader
-// leaves behind.
-func dropHopByHop(h http.Header) {
-	conn := h["Connection"]
-	for k := range h {
-		if hopByHop(k, conn) {
-			delete(h, k)
-		}
-	}
-}
-
-// hopByHop reports whether response field k is hop-by-hop, with conn the
-// response's Connection field (see copyResponseHeader).
-func hopByHop(k string, conn []string) bool {
-	switch k {
-	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-		"Te", "Trailer", "Transfer-Encoding", "Upgrade":
-		return true
-	}
-	return len(conn) > 0 && httpguts.HeaderValuesContainsToken(conn, k)
 }

@@ -124,8 +124,9 @@ func (x *loopExchange) Call() (*pipeline.Route, *pipeline.Call, h1loop.Upstream)
 }
 
 // Respond implements h1loop.Exchange: the header respond would send. It
-// is resp's own, hop-by-hop fields taken out, unless a rate limit's
-// fields are to go with it (the upstream's own win over those).
+// is resp's own (the loop leaves hop-by-hop fields out as it writes it),
+// unless a rate limit's fields are to go with it (the upstream's own win
+// over those).
 func (x *loopExchange) Respond(resp *http.Response) http.Header {
 	c := &x.st.call
 	dst := resp.Header
@@ -133,8 +134,6 @@ func (x *loopExchange) Respond(resp *http.Response) http.Header {
 		dst = make(http.Header, len(resp.Header)+4)
 		lim.SetHeaders(dst)
 		copyResponseHeader(dst, resp.Header)
-	} else {
-		dropHopByHop(dst)
 	}
 	if _, ok := dst["X-Request-Id"]; !ok {
 		dst["X-Request-Id"] = x.st.vals[2:3:3]
