@@ -458,7 +458,9 @@ func (b *respBody) Close() error {
 // relay starts relaying the body to the client.
 func (a *attempt) relay() {
 	a.state = attRelay
-	if a.mode == bodyNone {
+	if a.mode == bodyNone || a.mode == bodyLength && a.left == 0 {
+		// No body byte to wait for: a Content-Length of 0 ends here,
+		// or the exchange would wait on the endpoint's next bytes.
 		a.end(nil)
 		return
 	}
