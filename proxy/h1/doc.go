@@ -9,7 +9,7 @@
 //
 // Server parses the common request head itself (parseRequestHead: an
 // origin-form target net/url keeps as it is, HTTP/1.0 or 1.1, token field
-// names and clean values without obs-fold, exactly one valid Host, at
+// names and clean values without obs-fold, exactly one valid non-empty Host, at
 // most one Content-Length of plain digits, no Transfer-Encoding, Trailer
 // or Pragma, the whole head within the read buffer) into the
 // *http.Request http.ReadRequest would make of it, in three allocations:

@@ -18,7 +18,7 @@ func HeadEnd(b []byte) int { return headEnd(b) }
 // it, with the server's fast parser: ok is false for every head the fast
 // path does not take (see the package doc: anything but an origin-form
 // target, HTTP/1.0 or 1.1, token names and clean values, exactly one valid
-// Host, at most one plain Content-Length, no Transfer-Encoding, Trailer or
+// non-empty Host, at most one plain Content-Length, no Transfer-Encoding, Trailer or
 // Pragma). A caller that gets false gives the same bytes to Server (an
 // event loop hands the connection over), which parses them with
 // http.ReadRequest and its checks: so what this accepts is a strict subset

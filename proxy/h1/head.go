@@ -32,10 +32,10 @@ import (
 // body that reads the same bytes and ends the same way. Anything else
 // (chunking, absolute-form or asterisk targets, escapes or other bytes in
 // the path that net/url would rewrite, other versions, obs-fold, a field
-// name outside the token characters, a missing, repeated or malformed
-// Host, repeated or unusual Content-Length, Trailer, Pragma, and on the
-// response side 1xx, 204, 304, HEAD, Connection: close, a body read to
-// the close) is left to http.ReadRequest or http.ReadResponse and the
+// name outside the token characters, a missing, empty, repeated or
+// malformed Host, repeated or unusual Content-Length, Trailer, Pragma,
+// and on the response side 1xx, 204, 304, HEAD, Connection: close, a
+// body read to the close) is left to http.ReadRequest or http.ReadResponse and the
 // checks after them, unchanged. So a fast path can never accept what the
 // standard parser refuses, nor read a message another way;
 // FuzzRequestHeadMatchesNetHTTP and FuzzResponseHeadMatchesNetHTTP hold
@@ -268,7 +268,10 @@ func parseRequestHead(head []byte, br *bufio.Reader, ru *Reuse) (req *http.Reque
 			return nil, fr, false
 		}
 	}
-	if hv := fs[host]; !httpguts.ValidHostHeader(string(head[hv.val:hv.end])) {
+	// An empty Host is valid syntax, but the server's checks refuse it
+	// on HTTP/1.1 (as a missing one): left to them, so that what the fast
+	// path takes needs no check on Host after it (ParseRequestHead).
+	if hv := fs[host]; hv.val == hv.end || !httpguts.ValidHostHeader(string(head[hv.val:hv.end])) {
 		return nil, fr, false
 	}
 

@@ -1,27 +1,42 @@
 package h1loop
 
-import "errors"
+import (
+	"errors"
+
+	"golang.org/x/net/http/httpguts"
+)
 
 // chunkScanner finds the end of a chunked body (RFC 9112 7.1) in the
 // bytes that pass through it, which go on as they came: the loop relays
 // an upstream's chunked body to an HTTP/1.1 client without re-framing it,
 // and needs only to know where it ends (after the last chunk and the
 // trailer section) so that the connection can serve the next exchange.
+//
+// It takes no framing net/http's chunked reader refuses (the goroutine
+// engine reads upstream bodies with it), because the bytes go on to the
+// client unchanged: a line ending that is not CRLF, a size line with
+// anything but white space after the size and before a chunk extension,
+// and a trailer line that is not a field line (a token, a colon, a value
+// of field-value bytes) are errors (FuzzChunkScannerAgreesWithNetHTTP).
 type chunkScanner struct {
-	state   uint8
-	size    int64 // the chunk's size, then what is left of its data
-	digits  int
-	lineLen int // trailer lines: bytes of the current line before CR/LF
+	state  uint8
+	size   int64 // the chunk's size, then what is left of its data
+	digits int
 }
 
 const (
-	chSize    = iota // the chunk size's hex digits
-	chExt            // chunk extensions up to CR
-	chSizeLF         // the LF ending the size line
-	chData           // the chunk's data
-	chDataCR         // the CR after the data
-	chDataLF         // the LF after the data
-	chTrailer        // trailer lines, up to an empty one
+	chSize         = iota // the chunk size's hex digits
+	chSizeOWS             // white space after the size, up to CR
+	chExt                 // chunk extensions up to CR
+	chSizeLF              // the LF ending the size line
+	chData                // the chunk's data
+	chDataCR              // the CR after the data
+	chDataLF              // the LF after the data
+	chTrailer             // the start of a trailer line, or of the empty one
+	chTrailerName         // a trailer field's name, up to its colon
+	chTrailerValue        // a trailer field's value, up to CR
+	chTrailerLF           // the LF ending a trailer field line
+	chEndLF               // the LF ending the empty line: the body's last byte
 	chDone
 )
 
@@ -43,9 +58,23 @@ func (s *chunkScanner) scan(b []byte) (n int, done bool, err error) {
 				}
 				s.size = s.size<<4 | int64(hexVal(c))
 				s.digits++
-			case s.digits > 0 && (c == ';' || c == ' ' || c == '\t'):
+			case s.digits > 0 && c == ';':
 				s.state = chExt
+			case s.digits > 0 && (c == ' ' || c == '\t'):
+				s.state = chSizeOWS
 			case s.digits > 0 && c == '\r':
+				s.state = chSizeLF
+			default:
+				return n, false, errBadChunk
+			}
+			n++
+		case chSizeOWS:
+			// net/http trims white space at the end of the size line,
+			// then cuts it at the first ';': a size followed by white
+			// space and then anything else is refused.
+			switch c {
+			case ' ', '\t':
+			case '\r':
 				s.state = chSizeLF
 			default:
 				return n, false, errBadChunk
@@ -85,18 +114,41 @@ func (s *chunkScanner) scan(b []byte) (n int, done bool, err error) {
 			s.state = chSize
 			n++
 		case chTrailer:
-			n++
-			switch c {
-			case '\n':
-				if s.lineLen == 0 {
-					s.state = chDone
-					return n, true, nil
-				}
-				s.lineLen = 0
-			case '\r':
+			switch {
+			case c == '\r':
+				s.state = chEndLF
+			case httpguts.IsTokenRune(rune(c)):
+				s.state = chTrailerName
 			default:
-				s.lineLen++
+				return n, false, errBadChunk
 			}
+			n++
+		case chTrailerName:
+			switch {
+			case c == ':':
+				s.state = chTrailerValue
+			case !httpguts.IsTokenRune(rune(c)):
+				return n, false, errBadChunk
+			}
+			n++
+		case chTrailerValue:
+			switch {
+			case c == '\r':
+				s.state = chTrailerLF
+			case c < ' ' && c != '\t' || c == 0x7f:
+				return n, false, errBadChunk
+			}
+			n++
+		case chTrailerLF, chEndLF:
+			if c != '\n' {
+				return n, false, errBadChunk
+			}
+			n++
+			if s.state == chEndLF {
+				s.state = chDone
+				return n, true, nil
+			}
+			s.state = chTrailer
 		case chDone:
 			return n, true, nil
 		}
@@ -106,7 +158,7 @@ func (s *chunkScanner) scan(b []byte) (n int, done bool, err error) {
 
 func (s *chunkScanner) endSizeLine() {
 	if s.size == 0 {
-		s.state, s.lineLen = chTrailer, 0
+		s.state = chTrailer
 	} else {
 		s.state = chData
 	}

@@ -6,7 +6,7 @@
 //
 // What it serves itself: an HTTP/1.1 request whose head proxy/h1's fast
 // parser takes (h1.ParseRequestHead: origin-form target, token names,
-// clean values, exactly one valid Host, at most one plain Content-Length,
+// clean values, exactly one valid non-empty Host, at most one plain Content-Length,
 // no Transfer-Encoding), within the header cap, with no Expect, no Upgrade,
 // not CONNECT, and a body of at most MaxBody bytes already in the read
 // buffer; and only when the Handler takes it (Handler.Begin returns an

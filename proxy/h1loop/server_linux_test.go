@@ -387,31 +387,6 @@ func TestRefusedConnectIs502(t *testing.T) {
 	}
 }
 
-// TestEmptyBodyResponseEndsAtOnce: a response with Content-Length: 0 is
-// answered without waiting for body bytes that never come, and the
-// connections (client and upstream) carry the next request.
-func TestEmptyBodyResponseEndsAtOnce(t *testing.T) {
-	f := newFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", "0")
-		w.Header().Set("X-Path", r.URL.Path)
-		w.Header().Set("X-Conn", r.RemoteAddr)
-	}), h1loop.Settings{}, h1loop.Upstream{MaxIdlePerEndpoint: 4, ResponseHeaderTimeout: 20 * time.Second})
-	c, br := f.dial()
-	var upConn string
-	for i := 0; i < 3; i++ {
-		fmt.Fprintf(c, "GET /e%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
-		resp, body := readResponse(t, br, "GET")
-		if resp.StatusCode != 200 || body != "" || resp.ContentLength != 0 || resp.Header.Get("X-Path") != fmt.Sprintf("/e%d", i) {
-			t.Fatalf("request %d: %d %q, Content-Length %d, header %v", i, resp.StatusCode, body, resp.ContentLength, resp.Header)
-		}
-		if i == 0 {
-			upConn = resp.Header.Get("X-Conn")
-		} else if got := resp.Header.Get("X-Conn"); got != upConn {
-			t.Fatalf("request %d came over upstream connection %s, the first over %s", i, got, upConn)
-		}
-	}
-}
-
 // TestReusedHeadersDoNotLeakBetweenRequests: a connection's requests
 // reuse its header maps; a field one request (or its response) had is
 // not seen by the next.

@@ -475,6 +475,8 @@ func (b *respBody) Close() error {
 func (a *attempt) relay() {
 	a.state = attRelay
 	if a.mode == bodyNone || a.mode == bodyLength && a.left == 0 {
+		// No body byte to wait for: a Content-Length of 0 ends here,
+		// or the exchange would wait on the endpoint's next bytes.
 		a.end(nil)
 		return
 	}
