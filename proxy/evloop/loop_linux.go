@@ -26,6 +26,10 @@ const (
 	// Hangup: the peer closed or the connection failed (never asked for:
 	// always told).
 	Hangup Events = unix.EPOLLHUP | unix.EPOLLERR
+	// PeerClosed (part of Readable): the peer closed its side. With
+	// Edge it is told once, maybe with the last bytes: a handler must
+	// then read on until the end (a read of 0), a short read included.
+	PeerClosed Events = unix.EPOLLRDHUP
 	// Edge asks to be told of changes only (EPOLLET): a handler is called
 	// when bytes come or room frees up, not again while they wait. It
 	// must then read until a read comes back short (or EAGAIN), or

@@ -30,8 +30,10 @@ type conn struct {
 	eof    bool      // the client closed its side: serve what is in, then close
 	closed bool
 	// more: the socket may hold bytes not read yet (a read filled the
-	// buffer, or bytes came while a request was served).
-	more bool
+	// buffer, or bytes came while a request was served). closing: the
+	// client closed its side (PeerClosed, told once): read on to the
+	// end.
+	more, closing bool
 	// headStart is when the first byte of the pending head came.
 	headStart time.Time
 
@@ -71,6 +73,7 @@ func (c *conn) OnEvent(fd int, ev evloop.Events) {
 	}
 	if ev&(evloop.Readable|evloop.Hangup) != 0 {
 		c.more = true
+		c.closing = c.closing || ev&(evloop.PeerClosed|evloop.Hangup) != 0
 	}
 	if c.ex != nil {
 		if ev&evloop.Hangup != 0 {
@@ -115,8 +118,9 @@ func (c *conn) read() {
 		c.in = c.in[:len(c.in)+n]
 		// A read that did not fill the buffer took all the socket had:
 		// the next bytes will be told of (Edge), and no read is spent
-		// to learn that there are none yet.
-		c.more = n == room
+		// to learn that there are none yet. (Not the end, when the
+		// client closed: that is not told again.)
+		c.more = n == room || c.closing
 	}
 	c.serve()
 }
@@ -130,7 +134,7 @@ func (c *conn) serve() {
 	}
 	st := c.settings()
 	if len(c.in) == 0 {
-		if c.more {
+		if c.more && !c.eof {
 			c.read()
 			return
 		}
@@ -148,7 +152,7 @@ func (c *conn) serve() {
 			c.handOff()
 			return
 		}
-		if c.more {
+		if c.more && !c.eof {
 			c.read()
 			return
 		}

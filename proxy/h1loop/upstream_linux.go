@@ -53,9 +53,9 @@ type upConn struct {
 	idle    evloop.Timer
 	idleFor time.Duration
 	used    bool // it served an exchange before: a broken reuse may be replayed
-	// more: the socket may hold bytes not read yet (see conn.more).
-	more   bool
-	closed bool
+	// more, closing: as conn's.
+	more, closing bool
+	closed        bool
 }
 
 // attempt is one exchange with an endpoint.
@@ -253,6 +253,7 @@ func (lp *loop) takeIdle(addr string) *upConn {
 func (u *upConn) OnEvent(fd int, ev evloop.Events) {
 	if ev&(evloop.Readable|evloop.Hangup) != 0 {
 		u.more = true
+		u.closing = u.closing || ev&(evloop.PeerClosed|evloop.Hangup) != 0
 	}
 	a := u.a
 	if a == nil {
@@ -411,7 +412,7 @@ func (a *attempt) readHead() {
 			return
 		}
 		u.in = u.in[:len(u.in)+n]
-		u.more = n == room
+		u.more = n == room || u.closing
 	}
 }
 
@@ -530,7 +531,7 @@ func (a *attempt) readBody() {
 			}
 			return
 		}
-		u.more = n == cap(u.in)
+		u.more = n == cap(u.in) || u.closing
 		if !a.feed(u.in[:n]) {
 			return
 		}
