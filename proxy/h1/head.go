@@ -421,6 +421,9 @@ func contentLength(v []byte) (n int64, ok bool) {
 // (ASCII case-insensitive), as httpguts.HeaderValuesContainsToken reads
 // it.
 func hasToken(v []byte, tok string) bool {
+	if len(v) == len("keep-alive") && asciiEqualFold(v, "keep-alive") {
+		return tok == "keep-alive" // the common Connection value, in one comparison
+	}
 	for len(v) > 0 {
 		t, rest, _ := bytes.Cut(v, []byte{','})
 		if asciiEqualFold(bytes.Trim(t, " \t"), tok) {

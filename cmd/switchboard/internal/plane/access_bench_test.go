@@ -73,7 +73,7 @@ func BenchmarkAccessControl(b *testing.B) {
 // same run, is the reference).
 func TestAccessControlAllocations(t *testing.T) {
 	be := rawBackend(t)
-	p := startProxy(t, accessBenchYAML(t, be))
+	p := startProxy(t, onGoroutineEngine(accessBenchYAML(t, be)))
 	c, err := net.Dial("tcp", p.srv.Addr("web"))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,14 @@ func onEventLoop(yaml string) string {
 	return strings.Replace(yaml, "    listen: 127.0.0.1:0\n", "    listen: 127.0.0.1:0\n    engine: eventloop\n", 1)
 }
 
+// onGoroutineEngine pins listener web of a configuration to the goroutine
+// engine (SWITCHBOARD_TEST_ENGINE leaves a listener that names its engine
+// alone): the tests that weigh a feature's allocations against the plain
+// route's weigh both on the engine that serves the feature.
+func onGoroutineEngine(yaml string) string {
+	return strings.Replace(yaml, "    listen: 127.0.0.1:0\n", "    listen: 127.0.0.1:0\n    engine: goroutine\n", 1)
+}
+
 // BenchmarkProxyHTTP1EventLoop is BenchmarkProxyHTTP1 on a listener with
 // engine: eventloop: compare the two in one run.
 func BenchmarkProxyHTTP1EventLoop(b *testing.B) {

@@ -31,7 +31,7 @@ const rewriteBenchRoutes = `
 // nothing; strip_prefix one, the rewritten request.
 func TestRewrittenRequestAllocations(t *testing.T) {
 	be := rawBackend(t)
-	p := startProxy(t, rewriteYAML(`
+	p := startProxy(t, onGoroutineEngine(rewriteYAML(`
       - match: {path_prefix: /literal/}
         upstream: app
         request_headers: {set: {X-Env: prod}, remove: [X-Debug]}
@@ -39,7 +39,7 @@ func TestRewrittenRequestAllocations(t *testing.T) {
       - match: {path_prefix: /placeholders/}
         upstream: app
         request_headers: {set: {X-Client: "{client_ip}", X-Env: prod}}
-        response_headers: {set: {X-Served-By: "{endpoint}"}}`+rewriteBenchRoutes, be))
+        response_headers: {set: {X-Served-By: "{endpoint}"}}`+rewriteBenchRoutes, be)))
 	addr := p.srv.Addr("web")
 	plain, literal, placeholders, rewrite := allocsPerGet(t, addr, "/bench"), allocsPerGet(t, addr, "/literal/x"),
 		allocsPerGet(t, addr, "/placeholders/x"), allocsPerGet(t, addr, "/api/bench")
