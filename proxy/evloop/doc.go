@@ -17,15 +17,25 @@
 // once and rely on load to keep them busy; HAProxy's busy-polling option
 // spins instead of sleeping. Poll, yield, block sits between the two.)
 //
-// Listeners are one per loop on a shared port (SO_REUSEPORT, ListenReusePort):
-// the kernel spreads new connections over the loops, and a connection and
-// the upstream connections of its exchanges stay on the loop that
-// accepted it, as in nginx's workers.
+// Connections are registered once, for Readable|Writable|Edge: a loop
+// is told when bytes come or room frees up, and a handler remembers
+// whether it stopped before a socket was empty, so no epoll_ctl is spent
+// per exchange; the non-blocking reads and writes go through RawSyscall
+// (Read, Write), without the runtime's system-call bookkeeping. Soon runs
+// work once the handler running now has returned (a connection serves
+// its next request from there, after the stack of the last one has
+// unwound, so that it can reuse its state).
 //
-// Status: the loop, its timers and task hand-off, and the listeners. The
-// HTTP/1.1 front end on top of them (heads parsed with proxy/h1's parsers,
-// pipeline steps driven with pipeline.Route.Begin) is not written yet; on
-// systems other than Linux New reports ErrUnavailable.
+// The HTTP engine (proxy/h1loop) has every loop accept from one listening
+// socket, each loop watching it with EPOLLEXCLUSIVE so that a new
+// connection wakes one loop, as nginx does by default since 1.11.3
+// (accept_mutex off). ListenReusePort makes a socket per loop
+// (SO_REUSEPORT) instead, which the kernel balances by a hash of the
+// addresses; the engine does not use it, because a listener keeps one
+// socket through hot reload and a switch of engine (closing one of a
+// SO_REUSEPORT group resets the connections in its accept queue), and on
+// these 2-core machines there is one loop (GOMAXPROCS-1) for it to
+// balance. On systems other than Linux New reports ErrUnavailable.
 package evloop
 
 import "errors"
