@@ -45,6 +45,9 @@ type exchange struct {
 	bodyErr    error
 	closeAfter bool
 
+	// cancel ends the call's own context, when offLoop made one.
+	cancel context.CancelFunc
+
 	// reqBuf backs the request as it goes upstream (writeRequest).
 	reqBuf []byte
 	// respRu is the first response head's header map, reused from one
@@ -97,6 +100,7 @@ func (ex *exchange) step(s pipeline.Step) {
 		ex.c.lp.l.Arm(&ex.timer, ex.call.WaitUntil())
 	case pipeline.StepBlock:
 		ex.blocked = true
+		ex.offLoop()
 		l := ex.c.lp.l
 		go func() {
 			s := ex.call.Block()
@@ -108,6 +112,22 @@ func (ex *exchange) step(s pipeline.Step) {
 	case pipeline.StepDone:
 		ex.answer()
 	}
+}
+
+// offLoop readies the exchange for work on other goroutines (a blocking
+// step, a response the pipeline made): the call gets a context of its own,
+// ended when the exchange ends (a hedge's losing attempt may still run
+// then, on the connection's context it would never end), and the
+// exchange's state is not reused by the connection's next request, which
+// such a straggler may still read (finish).
+func (ex *exchange) offLoop() {
+	if ex.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(ex.c.ctx)
+	ex.cancel = cancel
+	ex.call.Req = ex.call.Req.WithContext(ctx)
+	ex.req = ex.call.Req
 }
 
 // resume goes on after a StepWait.
@@ -207,6 +227,7 @@ func (ex *exchange) answer() {
 // connection): its body is read whole on a goroutine.
 func (ex *exchange) relayMade(resp *http.Response) {
 	ex.blocked = true
+	ex.offLoop()
 	l := ex.c.lp.l
 	go func() {
 		b, err := io.ReadAll(resp.Body)
@@ -388,6 +409,14 @@ func (ex *exchange) finish() {
 	ex.report()
 	ex.call = nil
 	c.ex = nil
+	if ex.cancel != nil {
+		// Work went off the loop: end it, and give the next request
+		// state of its own (see offLoop).
+		ex.cancel()
+		c.lastX = nil
+		c.ru = h1.Reuse{Base: c.ru.Base}
+		ex.respRu = h1.Reuse{}
+	}
 	if ex.closeAfter || ex.gone {
 		c.close()
 		return

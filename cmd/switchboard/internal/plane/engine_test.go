@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,66 @@ func TestEventLoopListenerProxiesAndHandsOffWhatItDoesNotServe(t *testing.T) {
 	body, _ = io.ReadAll(resp.Body)
 	if string(body) != "POST /b hello" {
 		t.Fatalf("chunked upload after the hand-off: %q", body)
+	}
+}
+
+// TestEventLoopHedgedRequestThenKeepAlive: on the event-loop engine a
+// hedged request (its attempts run on a goroutine: a blocking step) is
+// answered by the winner and counted once, and the requests that follow
+// on the same connection each get their own answer.
+func TestEventLoopHedgedRequestThenKeepAlive(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event-loop engine is Linux only")
+	}
+	release := make(chan struct{})
+	defer close(release)
+	slow := newBackend(t, "slow", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hedged" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, "slow "+r.URL.Path+" "+r.Header.Get("X-N"))
+	})
+	fast := newBackend(t, "fast", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "fast "+r.URL.Path+" "+r.Header.Get("X-N"))
+	})
+	p := startProxy(t, onEventLoop(limitYAML(`        retry: {attempts: 2, hedge_after: 30ms}`, slow.addr()+"}, {address: "+fast.addr())))
+	c, err := net.Dial("tcp", p.srv.Addr("web"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c)
+	get := func(path, n string) string {
+		t.Helper()
+		io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\nX-N: "+n+"\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d %q", path, resp.StatusCode, b)
+		}
+		return string(b)
+	}
+	// Round robin sends the first attempt to slow, which holds /hedged:
+	// the hedge to fast wins.
+	if got := get("/hedged", "0"); got != "fast /hedged 0" {
+		t.Fatalf("hedged GET: %q, want the hedge's answer", got)
+	}
+	for i := 1; i <= 20; i++ {
+		n := strconv.Itoa(i)
+		got := get("/after/"+n, n)
+		if !strings.HasSuffix(got, " /after/"+n+" "+n) {
+			t.Fatalf("request %d after the hedge: %q", i, got)
+		}
+	}
+	if got := p.metric("switchboard_upstream_retries_total", map[string]string{"upstream": "app", "reason": "hedge"}); got != 1 {
+		t.Fatalf("hedges counted: %v, want 1", got)
 	}
 }
