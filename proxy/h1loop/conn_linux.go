@@ -94,9 +94,12 @@ func (c *conn) read() {
 	st := c.settings()
 	limit := st.MaxHeaderBytes + 4096 + st.MaxBody
 	for c.more && !c.eof && len(c.in) < limit {
-		if cap(c.in)-len(c.in) < readChunk/2 {
-			grown := make([]byte, len(c.in), max(2*cap(c.in), readChunk))
+		if cap(c.in) == 0 {
+			c.in = c.lp.buffer()
+		} else if cap(c.in)-len(c.in) < readChunk/2 {
+			grown := make([]byte, len(c.in), 2*cap(c.in))
 			copy(grown, c.in)
+			c.lp.release(c.in)
 			c.in = grown
 		}
 		room := cap(c.in) - len(c.in)
@@ -142,6 +145,10 @@ func (c *conn) serve() {
 			c.close()
 			return
 		}
+		// Waiting for the next request: the buffer is the loop's
+		// until it comes.
+		c.lp.release(c.in)
+		c.in = nil
 		c.armWait()
 		return
 	}
@@ -326,6 +333,8 @@ func (c *conn) close() {
 	c.lp.l.Disarm(&c.timer)
 	c.lp.l.Remove(c.fd)
 	unix.Close(c.fd)
+	c.lp.release(c.in)
+	c.in = nil
 	delete(c.lp.conns, c)
 	c.lp.s.connGone()
 }

@@ -199,6 +199,30 @@ type loop struct {
 	// The Date field's value, made once a second.
 	date    []byte
 	dateSec int64
+	// free holds read buffers of client connections that wait for their
+	// next request: an idle keep-alive connection holds none.
+	free [][]byte
+}
+
+// maxFreeBuffers bounds the read buffers a loop keeps for later.
+const maxFreeBuffers = 256
+
+// buffer returns an empty read buffer of readChunk bytes' capacity.
+func (lp *loop) buffer() []byte {
+	if n := len(lp.free); n > 0 {
+		b := lp.free[n-1]
+		lp.free[n-1] = nil
+		lp.free = lp.free[:n-1]
+		return b
+	}
+	return make([]byte, 0, readChunk)
+}
+
+// release keeps b, a read buffer nothing refers to any more, for later.
+func (lp *loop) release(b []byte) {
+	if cap(b) == readChunk && len(lp.free) < maxFreeBuffers {
+		lp.free = append(lp.free, b[:0])
+	}
 }
 
 // dateValue is the Date field's value for now, the loop's clock: made
