@@ -34,18 +34,33 @@ func ParseRequestHead(head []byte) (req *http.Request, ok bool) {
 
 // Reuse is what a caller that has one message at a time in hand (an event
 // loop's connection, serving its requests in turn) keeps from one parse to
-// the next, so that a fast-path parse costs one allocation, the message's
-// own: the header map is Reuse's, emptied and filled again, and a request
-// is made as a copy of Base, which gives it Base's context without the
-// copy Request.WithContext makes. A message parsed with a Reuse is valid
-// until the next parse with the same Reuse: the caller must be done with
-// its header by then. (The strings in it are the message's own and stay
-// valid: only the map is reused.) The zero Reuse is ready to use.
+// the next. The header map is Reuse's, emptied and filled again. A request
+// costs one allocation, its own (its strings may be kept by anything: a
+// limiter's key, a log line), and is made as a copy of Base, which gives
+// it Base's context without the copy Request.WithContext makes. A response
+// costs none: it lives in Reuse's memory, strings included (see
+// ParseResponseHeadReusing). A message parsed with a Reuse is valid until
+// the next parse with the same Reuse. The zero Reuse is ready to use.
 type Reuse struct {
 	// Base is the request each parsed request starts as a copy of; nil:
 	// none (the context is then Background).
 	Base *http.Request
 	h    http.Header
+	resp *respBox
+}
+
+// respBox is the allocation a response parsed with ru lives in: ru's own
+// when ru is not nil (ParseResponseHeadReusing), emptied, else a new one.
+func (ru *Reuse) respBox() *respBox {
+	if ru == nil {
+		return new(respBox)
+	}
+	if ru.resp == nil {
+		ru.resp = new(respBox)
+	} else {
+		*ru.resp = respBox{}
+	}
+	return ru.resp
 }
 
 // header is the map to fill, nil when ru is nil.
@@ -83,8 +98,14 @@ func ParseResponseHead(head []byte, req *http.Request) (*http.Response, error) {
 	return ParseResponseHeadReusing(head, req, nil)
 }
 
-// ParseResponseHeadReusing is ParseResponseHead filling ru's header map
-// on the fast path (nil: a new map); ru.Base is not used. See Reuse.
+// ParseResponseHeadReusing is ParseResponseHead with ru's header map and
+// ru's allocation for the response itself (ru.Base is not used): a parse
+// on the fast path costs nothing, but unlike a request's, the response's
+// strings (Status, the header's values) are over ru's memory too, so they
+// change at the next parse with ru: the caller must be done with all of
+// them by then, and must not hand them to anything that keeps them.
+// (h1loop relays a response's head and forgets it; a load report read from
+// it is parsed at once.)
 func ParseResponseHeadReusing(head []byte, req *http.Request, ru *Reuse) (*http.Response, error) {
 	if resp, ok := parseResponseHead(head, req, nil, ru); ok {
 		resp.Body = http.NoBody

@@ -144,8 +144,9 @@ func kindOf(name []byte) fieldKind {
 // (as net/textproto writes them): every string of a parsed head is a slice
 // of it, so the head's text costs at most one allocation. When the head
 // fits in buf, the string is made over buf, which costs none: buf is part
-// of the message's own allocation, written here once and never again
-// (the message is never reused), so the string stays immutable.
+// of the message's own allocation, written here once and never again, so
+// the string stays immutable (but for a response parsed with a Reuse,
+// whose memory is the Reuse's: see ParseResponseHeadReusing).
 func headText(head []byte, fs []fieldPos, buf []byte) string {
 	if len(head) > len(buf) {
 		buf = make([]byte, len(head))
@@ -384,7 +385,7 @@ func parseResponseHead(head []byte, req *http.Request, br *bufio.Reader, ru *Reu
 	}
 
 	// Accepted.
-	box := new(respBox)
+	box := ru.respBox()
 	s := headText(head, fs, box.text[:])
 	r := &box.resp
 	r.Status = s[len(proto):len(line)]

@@ -80,7 +80,6 @@ func (lh loopHandler) Begin(r *http.Request, now time.Time, prev h1loop.Exchange
 		x = new(loopExchange)
 	} else {
 		ids = x.ids
-		*x = loopExchange{}
 	}
 	*x = loopExchange{t: t, rt: rt, tg: &rt.target, tr: tr, start: now, h: h, ids: ids}
 	t.active.Add(1)
