@@ -76,11 +76,12 @@ type Listener struct {
 	// Default true.
 	H2C *bool `yaml:"h2c"`
 	// Engine is the HTTP/1.1 engine serving a listener without tls:
-	// goroutine (the default: a goroutine per connection) or eventloop
-	// (Linux: per-core event loops serve the common request themselves
-	// and hand every other connection to the goroutine engine; see
-	// docs/architecture.md). The engine of a running listener changes on
-	// restart, not on reload.
+	// eventloop (Linux: per-core event loops serve the common request
+	// themselves and hand every other connection to the goroutine
+	// engine; see docs/architecture.md), goroutine (a goroutine per
+	// connection, on every system), or auto (the default): the event
+	// loop on Linux for a listener without tls, else the goroutine
+	// engine. See EventLoop.
 	Engine string `yaml:"engine"`
 	// RedirectHTTPS answers every request of a listener without tls with
 	// a 308 redirect to the same URL over https, instead of routing it.
