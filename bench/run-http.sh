@@ -58,7 +58,9 @@
 #                     with an N-byte body (bench/upload.lua, the body made
 #                     once per wrk thread); each backend reads the whole
 #                     body, then answers 200 "ok\n". nginx's
-#                     client_max_body_size is set to N (backends and proxy);
+#                     client_max_body_size is set to N (backends and proxy),
+#                     and nginx-as-proxy streams the body upstream
+#                     (proxy_request_buffering off, as the others do);
 #                     switchboard's max_body_bytes and HAProxy have no cap
 #                     by default. Smoke tests stay GETs
 #   ACCESS_LOG=0      1: every proxy logs every request, unbuffered, to a
@@ -77,7 +79,9 @@
 # missing; builds switchboard; starts one nginx instance as the two backends
 # (127.0.0.1:19001 and :19002, `return 200 "ok\n"` or RESPONSE_BYTES), then
 # the proxies, each round-robin over both backends with upstream keep-alive
-# (an idle pool of max(64, CONNS) connections in nginx and switchboard):
+# (an idle pool of max(64, CONNS) connections in nginx and switchboard;
+# worker_connections 4096, or 8 x CONNS in the backends and 4 x CONNS in
+# nginx-as-proxy when more):
 #   switchboard 127.0.0.1:18080 (admin 127.0.0.1:19901; engine: eventloop
 #               listener of switchboard-loop 127.0.0.1:18083)
 #   nginx       127.0.0.1:18081
@@ -159,6 +163,15 @@ done
 # reopens upstream connections under CONNS concurrent requests (HAProxy's
 # pool has no cap).
 UPSTREAM_IDLE=$((CONNS > 64 ? CONNS : 64))
+# worker_connections of the backends: every proxy stays up for the whole
+# run, each holding its idle pool to them (switchboard up to CONNS per
+# backend, nginx CONNS, HAProxy as many as it opened), and direct adds
+# CONNS: 8 x CONNS leaves room, so that the backends never close idle
+# connections ("worker_connections are not enough, reusing connections")
+# under whichever target runs. nginx-as-proxy: a client and an upstream
+# connection per request, plus its idle pool.
+BACKEND_WORKER_CONNS=$((8 * CONNS > 4096 ? 8 * CONNS : 4096))
+PROXY_WORKER_CONNS=$((4 * CONNS > 4096 ? 4 * CONNS : 4096))
 for v in DURATION WARMUP; do
 	[[ ${!v} =~ ^[1-9][0-9]*[smh]?$ ]] || die "$v must look like 10s, 2m or 10, got '${!v}'"
 done
@@ -429,7 +442,7 @@ cat >"$WORK/backend/nginx.conf" <<EOF
 worker_processes 1;
 pid $WORK/backend/nginx.pid;
 error_log $RUN_DIR/backend-error.log warn;
-events { worker_connections 4096; }
+events { worker_connections $BACKEND_WORKER_CONNS; }
 http {
     access_log off;
     keepalive_requests 1000000;
@@ -469,7 +482,7 @@ if want nginx || want nginx-plain; then
 worker_processes $NGINX_WORKERS;
 pid $WORK/nginx/nginx.pid;
 error_log $RUN_DIR/nginx-error.log warn;
-events { worker_connections 4096; }
+events { worker_connections $PROXY_WORKER_CONNS; }
 http {
     $(if ((ACCESS_LOG)); then echo "access_log $RUN_DIR/nginx-access.log combined;"; else echo "access_log off;"; fi)
 $(if ((UPLOAD_BYTES > 0)); then cat <<EOT
@@ -606,6 +619,8 @@ EOT
 	# max_body_bytes stays at its default, 0: no cap, whatever UPLOAD_BYTES is.
 	sb_listener_opts=""
 	((ACCESS_LOG == 0)) || sb_listener_opts=$'\n    access_log: true'
+	sb_pool="" # the idle pool per endpoint: the default, 64, unless CONNS is larger
+	((UPSTREAM_IDLE == 64)) || sb_pool=$'\n'"    max_idle_per_endpoint: $UPSTREAM_IDLE"
 	sb_loop_listener=""
 	if want switchboard-loop; then
 		check_ports_free "$SB_LOOP_PORT"
@@ -623,13 +638,11 @@ $sb_routes
 $sb_loop_listener
 upstreams:
   backends:
-    balance: {policy: round_robin}
-$( ((UPSTREAM_IDLE == 64)) || echo "    max_idle_per_endpoint: $UPSTREAM_IDLE")
+    balance: {policy: round_robin}$sb_pool
     targets:
       - {address: 127.0.0.1:$BACKEND1_PORT}
       - {address: 127.0.0.1:$BACKEND2_PORT}
-  canary:
-$( ((UPSTREAM_IDLE == 64)) || echo "    max_idle_per_endpoint: $UPSTREAM_IDLE")
+  canary:$sb_pool
     targets:
       - {address: 127.0.0.1:$BACKEND2_PORT}
 EOF
@@ -702,8 +715,8 @@ done
 	if ((RESPONSE_BYTES == 0)); then backend_does='GET: return 200 "ok\n"'; else backend_does="GET: a $RESPONSE_BYTES-byte static file (sendfile)"; fi
 	((UPLOAD_BYTES == 0)) || backend_does="$backend_does; POST: the whole $UPLOAD_BYTES-byte body read (mirror), then 200 \"ok\\n\""
 	echo "- requests: $(if ((UPLOAD_BYTES)); then echo "POST with a $UPLOAD_BYTES-byte body (bench/upload.lua)"; else echo GET; fi)"
-	echo "- backends: 1 nginx, worker_processes 1, 2 server blocks (127.0.0.1:$BACKEND1_PORT, :$BACKEND2_PORT), $backend_does, no access log"
-	echo "- nginx-as-proxy: worker_processes $NGINX_WORKERS, upstream keepalive $UPSTREAM_IDLE$( ((UPLOAD_BYTES == 0)) || echo ", proxy_request_buffering off, client_max_body_size $UPLOAD_BYTES"); HAProxy: nbthread $HAPROXY_THREADS, maxconn 4096, http-reuse always; switchboard: max_idle_per_endpoint $UPSTREAM_IDLE, max_body_bytes 0 (no cap)"
+	echo "- backends: 1 nginx, worker_processes 1, worker_connections $BACKEND_WORKER_CONNS, 2 server blocks (127.0.0.1:$BACKEND1_PORT, :$BACKEND2_PORT), $backend_does, no access log"
+	echo "- nginx-as-proxy: worker_processes $NGINX_WORKERS, worker_connections $PROXY_WORKER_CONNS, upstream keepalive $UPSTREAM_IDLE$( ((UPLOAD_BYTES == 0)) || echo ", proxy_request_buffering off, client_max_body_size $UPLOAD_BYTES"); HAProxy: nbthread $HAPROXY_THREADS, maxconn 4096, http-reuse always; switchboard: max_idle_per_endpoint $UPSTREAM_IDLE, max_body_bytes 0 (no cap)"
 	if ((ACCESS_LOG)); then
 		echo "- access logs (unbuffered, a write per line): nginx access_log combined -> nginx-access.log; HAProxy option httplog, log stdout format raw -> haproxy.log; switchboard access_log: true, log level info, text -> switchboard.log (both listeners)"
 	else
