@@ -62,7 +62,8 @@
 #                     and nginx-as-proxy streams the body upstream
 #                     (proxy_request_buffering off, as the others do);
 #                     switchboard's max_body_bytes and HAProxy have no cap
-#                     by default. Smoke tests stay GETs
+#                     by default. Smoke tests stay GETs (so with both set,
+#                     RESPONSE_BYTES shapes only the smoke tests' answers)
 #   ACCESS_LOG=0      1: every proxy logs every request, unbuffered, to a
 #                     file in the run dir: nginx `access_log` (combined,
 #                     a write per line) -> nginx-access.log; HAProxy
@@ -841,7 +842,8 @@ nginx_rps=$(csv_col nginx 3 | median)
 status=0
 {
 	workload=""
-	((RESPONSE_BYTES == 0)) || workload="$workload, $RESPONSE_BYTES-byte responses"
+	# The POSTs of UPLOAD_BYTES are answered "ok\n"; RESPONSE_BYTES is what GETs get.
+	((RESPONSE_BYTES == 0 || UPLOAD_BYTES > 0)) || workload="$workload, $RESPONSE_BYTES-byte responses"
 	((UPLOAD_BYTES == 0)) || workload="$workload, $UPLOAD_BYTES-byte POST bodies"
 	((ACCESS_LOG == 0)) || workload="$workload, access log on"
 	echo "### HTTP proxy (L7) — $(date +%Y-%m-%d), wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s)$workload"
