@@ -50,11 +50,39 @@
 #   SKIP_INSTALL=0    1: never call apt-get; fail if a tool is missing
 #   ENGINE=goroutine  switchboard's listener engine: goroutine (the default)
 #                     or eventloop (Linux: the event-loop front end)
+#   RESPONSE_BYTES=0  0: the backends answer `return 200 "ok\n"`. N (at
+#                     least 3, e.g. 16384): they answer every GET with a
+#                     static file of exactly N bytes ("ok\n", then "x"s),
+#                     text/plain, from the backend nginx (sendfile on)
+#   UPLOAD_BYTES=0    0: wrk sends GETs. N (e.g. 1048576): wrk sends POSTs
+#                     with an N-byte body (bench/upload.lua, the body made
+#                     once per wrk thread); each backend reads the whole
+#                     body, then answers 200 "ok\n". nginx's
+#                     client_max_body_size is set to N (backends and proxy),
+#                     and nginx-as-proxy streams the body upstream
+#                     (proxy_request_buffering off, as the others do);
+#                     switchboard's max_body_bytes and HAProxy have no cap
+#                     by default. Smoke tests stay GETs (so with both set,
+#                     RESPONSE_BYTES shapes only the smoke tests' answers)
+#   ACCESS_LOG=0      1: every proxy logs every request, unbuffered, to a
+#                     file in the run dir: nginx `access_log` (combined,
+#                     a write per line) -> nginx-access.log; HAProxy
+#                     `option httplog`, `log stdout format raw` -> haproxy.log;
+#                     switchboard `access_log: true` on its listeners with
+#                     `log: {level: info}` -> switchboard.log (stderr). The
+#                     backends never log. The report's footer gives each
+#                     log's lines and size
+#                     (with ACCESS_LOG=1 or bodies over 64 KiB, the
+#                     eventloop listener hands its connections to the
+#                     goroutine engine: see docs/architecture.md)
 #
 # What it does: installs wrk, nginx, haproxy (and curl) with apt-get if any is
 # missing; builds switchboard; starts one nginx instance as the two backends
-# (127.0.0.1:19001 and :19002, `return 200 "ok\n"`), then the proxies, each
-# round-robin over both backends with upstream keep-alive:
+# (127.0.0.1:19001 and :19002, `return 200 "ok\n"` or RESPONSE_BYTES), then
+# the proxies, each round-robin over both backends with upstream keep-alive
+# (an idle pool of max(64, CONNS) connections in nginx and switchboard;
+# worker_connections 4096, or 8 x CONNS in the backends and 4 x CONNS in
+# nginx-as-proxy when more):
 #   switchboard 127.0.0.1:18080 (admin 127.0.0.1:19901; engine: eventloop
 #               listener of switchboard-loop 127.0.0.1:18083)
 #   nginx       127.0.0.1:18081
@@ -95,6 +123,9 @@ PROFILE_TARGET=${PROFILE_TARGET:-switchboard}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 SWITCHBOARD_BIN=${SWITCHBOARD_BIN:-}
 ENGINE=${ENGINE:-goroutine}
+RESPONSE_BYTES=${RESPONSE_BYTES:-0}
+UPLOAD_BYTES=${UPLOAD_BYTES:-0}
+ACCESS_LOG=${ACCESS_LOG:-0}
 case $ENGINE in
 goroutine | eventloop) ;;
 *) echo "ENGINE must be goroutine or eventloop, got '$ENGINE'" >&2; exit 1 ;;
@@ -122,6 +153,26 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for v in ROUNDS CONNS THREADS PROFILE_SECONDS NGINX_WORKERS HAPROXY_THREADS; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
 done
+for v in RESPONSE_BYTES UPLOAD_BYTES; do
+	[[ ${!v} =~ ^(0|[1-9][0-9]{0,9})$ ]] || die "$v must be 0 or a positive integer (bytes, below 10^10), got '${!v}'"
+done
+((RESPONSE_BYTES == 0 || RESPONSE_BYTES >= 3)) ||
+	die "RESPONSE_BYTES must be 0 (\"ok\\n\") or at least 3 (the body starts with \"ok\\n\"), got '$RESPONSE_BYTES'"
+[[ $ACCESS_LOG == 0 || $ACCESS_LOG == 1 ]] || die "ACCESS_LOG must be 0 or 1, got '$ACCESS_LOG'"
+# The idle keep-alive pool to the backends, per nginx worker and per
+# switchboard endpoint: 64, or CONNS when more, so that no proxy closes and
+# reopens upstream connections under CONNS concurrent requests (HAProxy's
+# pool has no cap).
+UPSTREAM_IDLE=$((CONNS > 64 ? CONNS : 64))
+# worker_connections of the backends: every proxy stays up for the whole
+# run, each holding its idle pool to them (switchboard up to CONNS per
+# backend, nginx CONNS, HAProxy as many as it opened), and direct adds
+# CONNS: 8 x CONNS leaves room, so that the backends never close idle
+# connections ("worker_connections are not enough, reusing connections")
+# under whichever target runs. nginx-as-proxy: a client and an upstream
+# connection per request, plus its idle pool.
+BACKEND_WORKER_CONNS=$((8 * CONNS > 4096 ? 8 * CONNS : 4096))
+PROXY_WORKER_CONNS=$((4 * CONNS > 4096 ? 4 * CONNS : 4096))
 for v in DURATION WARMUP; do
 	[[ ${!v} =~ ^[1-9][0-9]*[smh]?$ ]] || die "$v must look like 10s, 2m or 10, got '${!v}'"
 done
@@ -200,16 +251,19 @@ install_tools() {
 }
 
 # ---------------------------------------------------------------- helpers
-# smoke NAME URL: one GET must return 200 "ok"; a few more should reach both
-# backends (each backend answers with its own X-Backend header).
+# smoke NAME URL: one GET must return 200 with a body whose first line is
+# "ok", of the size the backends send (3 or RESPONSE_BYTES); a few more
+# should reach both backends (each backend answers with its own X-Backend
+# header).
 smoke() {
-	local name=$1 url=$2 body seen="" i b
-	body=$(curl -sS --max-time 5 -o - -w '\n%{http_code}' "$url" 2>&1) || {
-		log "$name: GET $url failed: $body"
+	local name=$1 url=$2 body seen="" i b want_size=3
+	((RESPONSE_BYTES == 0)) || want_size=$RESPONSE_BYTES
+	body=$(curl -sS --max-time 5 -o - -w '\n%{http_code} %{size_download}' "$url" 2>&1) || {
+		log "$name: GET $url failed: $(head -c 300 <<<"$body")"
 		return 1
 	}
-	if [[ $(tail -n1 <<<"$body") != 200 || $(head -n1 <<<"$body") != ok ]]; then
-		log "$name: GET $url: expected 200 \"ok\", got: $(tr '\n' ' ' <<<"$body")"
+	if [[ $(tail -n1 <<<"$body") != "200 $want_size" || $(head -n1 <<<"$body") != ok ]]; then
+		log "$name: GET $url: expected 200 and $want_size bytes starting \"ok\", got (status, size): $(tail -n1 <<<"$body"), body: $(head -c 100 <<<"$body" | tr '\n' ' ')"
 		return 1
 	fi
 	for ((i = 0; i < 8; i++)); do
@@ -261,13 +315,23 @@ target_url() {
 	esac
 }
 
+# wrk_args TARGET DURATION: wrk's arguments for one run (one per line):
+# GETs, or with UPLOAD_BYTES POSTs of that many bytes (bench/upload.lua).
+wrk_args() {
+	printf '%s\n' "-t$THREADS" "-c$CONNS" "-d$2" --latency
+	((UPLOAD_BYTES == 0)) || printf '%s\n' -s "$SCRIPT_DIR/upload.lua"
+	target_url "$1"
+	((UPLOAD_BYTES == 0)) || printf '%s\n' -- "$UPLOAD_BYTES"
+}
+
 # run_wrk TARGET DURATION OUTFILE: one bounded wrk run; fails if wrk fails.
 run_wrk() {
-	local target=$1 dur=$2 outfile=$3 limit
+	local target=$1 dur=$2 outfile=$3 limit args
 	limit=$(($(dur_seconds "$dur") + 30))
+	mapfile -t args < <(wrk_args "$target" "$dur")
 	{
 		echo "# target=$target url=$(target_url "$target") $(date -Is)"
-		echo "# wrk -t$THREADS -c$CONNS -d$dur --latency $(target_url "$target")"
+		echo "# wrk ${args[*]}"
 	} >"$outfile"
 	local poller=""
 	if [[ $target == switchboard-dash ]]; then
@@ -280,7 +344,7 @@ run_wrk() {
 	fi
 	local rc=0
 	timeout --kill-after=5 "$limit" \
-		wrk "-t$THREADS" "-c$CONNS" "-d$dur" --latency "$(target_url "$target")" >>"$outfile" 2>&1 || rc=$?
+		wrk "${args[@]}" >>"$outfile" 2>&1 || rc=$?
 	if [[ -n $poller ]]; then kill "$poller" 2>/dev/null || true; wait "$poller" 2>/dev/null || true; fi
 	return $rc
 }
@@ -345,28 +409,58 @@ if want switchboard || want switchboard-dash || want switchboard-plain || want s
 fi
 
 # --- backends: one nginx, one worker, two server blocks
-mkdir -p "$WORK/backend/logs"
+mkdir -p "$WORK/backend/logs" "$WORK/backend/www"
+# What a backend does with a request: GET -> `return 200 "ok\n"`, or with
+# RESPONSE_BYTES the file body.txt: "ok\n" and "x"s, exactly that long.
+backend_get='location / { return 200 "ok\n"; }'
+if ((RESPONSE_BYTES > 0)); then
+	{ printf 'ok\n'; head -c "$((RESPONSE_BYTES - 3))" /dev/zero | tr '\0' x; } >"$WORK/backend/www/body.txt"
+	[[ $(stat -c %s "$WORK/backend/www/body.txt") == "$RESPONSE_BYTES" ]] ||
+		die "could not write the $RESPONSE_BYTES-byte response body $WORK/backend/www/body.txt"
+	backend_get="location / { root $WORK/backend/www; try_files /body.txt =404; }"
+fi
+# With UPLOAD_BYTES, a POST (whatever its path) is rewritten to /_upload,
+# where the mirror module reads the whole body (mirror_request_body is on
+# by default; its subrequest to /_sink is a 204 nobody waits for), the
+# static module then refuses a POST of the (empty) file _upload with 405,
+# and error_page turns that into 200 "ok\n". nginx has no plainer way to read
+# a body before answering: `return` answers at once and discards the body
+# afterwards, and a client still sending meets a response to a request it
+# has not finished — not what an upload endpoint does.
+backend_post=""
+if ((UPLOAD_BYTES > 0)); then
+	: >"$WORK/backend/www/_upload"
+	backend_post="client_max_body_size $UPLOAD_BYTES;
+        client_body_buffer_size $UPLOAD_BYTES;
+        if (\$request_method = POST) { rewrite ^ /_upload last; }
+        location = /_upload { root $WORK/backend/www; mirror /_sink; error_page 405 =200 @ok; }
+        location = /_sink { internal; return 204; }
+        location @ok { return 200 \"ok\\n\"; }"
+fi
 cat >"$WORK/backend/nginx.conf" <<EOF
 # Backends for the L7 benchmark: two servers, one worker process in all, so
 # that the backends take about one core's share at most.
 worker_processes 1;
 pid $WORK/backend/nginx.pid;
 error_log $RUN_DIR/backend-error.log warn;
-events { worker_connections 4096; }
+events { worker_connections $BACKEND_WORKER_CONNS; }
 http {
     access_log off;
     keepalive_requests 1000000;
     keepalive_timeout 120s;
     default_type text/plain;
+$( ((RESPONSE_BYTES == 0)) || printf '    sendfile on;\n    open_file_cache max=16;\n')
     server {
         listen 127.0.0.1:$BACKEND1_PORT reuseport backlog=4096;
         add_header X-Backend b1;
-        location / { return 200 "ok\n"; }
+        $backend_get
+        $backend_post
     }
     server {
         listen 127.0.0.1:$BACKEND2_PORT reuseport backlog=4096;
         add_header X-Backend b2;
-        location / { return 200 "ok\n"; }
+        $backend_get
+        $backend_post
     }
 }
 EOF
@@ -389,22 +483,29 @@ if want nginx || want nginx-plain; then
 worker_processes $NGINX_WORKERS;
 pid $WORK/nginx/nginx.pid;
 error_log $RUN_DIR/nginx-error.log warn;
-events { worker_connections 4096; }
+events { worker_connections $PROXY_WORKER_CONNS; }
 http {
-    access_log off;
+    $(if ((ACCESS_LOG)); then echo "access_log $RUN_DIR/nginx-access.log combined;"; else echo "access_log off;"; fi)
+$(if ((UPLOAD_BYTES > 0)); then cat <<EOT
+    # Request bodies are streamed to the backend as they come, as
+    # switchboard and HAProxy do, not first spooled to a file.
+    client_max_body_size $UPLOAD_BYTES;
+    proxy_request_buffering off;
+EOT
+fi)
     keepalive_requests 1000000;
     keepalive_timeout 120s;
     upstream backends {
         server 127.0.0.1:$BACKEND1_PORT;
         server 127.0.0.1:$BACKEND2_PORT;
-        keepalive 64;
+        keepalive $UPSTREAM_IDLE;
         keepalive_requests 1000000;
         keepalive_timeout 120s;
     }
 $(if [[ $ROUTE == toolbox ]]; then cat <<EOT
     upstream canary {
         server 127.0.0.1:$BACKEND2_PORT;
-        keepalive 64;
+        keepalive $UPSTREAM_IDLE;
         keepalive_requests 1000000;
         keepalive_timeout 120s;
     }
@@ -456,10 +557,16 @@ if want haproxy; then
 global
     nbthread $HAPROXY_THREADS
     maxconn 4096
-    # no 'log' lines: no logging
+$(if ((ACCESS_LOG)); then
+	echo "    # -db keeps stdout, which start sends to haproxy.log: no syslog daemon."
+	echo "    log stdout format raw local0"
+else
+	echo "    # no 'log' lines: no logging"
+fi)
 
 defaults
     mode http
+$( ((ACCESS_LOG == 0)) || printf '    log global\n    option httplog\n')
     timeout connect 5s
     timeout client 60s
     timeout server 60s
@@ -510,28 +617,33 @@ EOT
         upstream: backends
 EOT
 	)
+	# max_body_bytes stays at its default, 0: no cap, whatever UPLOAD_BYTES is.
+	sb_listener_opts=""
+	((ACCESS_LOG == 0)) || sb_listener_opts=$'\n    access_log: true'
+	sb_pool="" # the idle pool per endpoint: the default, 64, unless CONNS is larger
+	((UPSTREAM_IDLE == 64)) || sb_pool=$'\n'"    max_idle_per_endpoint: $UPSTREAM_IDLE"
 	sb_loop_listener=""
 	if want switchboard-loop; then
 		check_ports_free "$SB_LOOP_PORT"
-		sb_loop_listener=$(printf '  - name: bench-loop\n    listen: 127.0.0.1:%s\n    engine: eventloop\n    routes:\n%s' "$SB_LOOP_PORT" "$sb_routes")
+		sb_loop_listener=$(printf '  - name: bench-loop\n    listen: 127.0.0.1:%s\n    engine: eventloop%s\n    routes:\n%s' "$SB_LOOP_PORT" "$sb_listener_opts" "$sb_routes")
 	fi
 	cat >"$WORK/switchboard/switchboard.yaml" <<EOF
 admin: {listen: 127.0.0.1:$SB_ADMIN_PORT}
-log: {level: warn}
+log: {level: $(if ((ACCESS_LOG)); then echo info; else echo warn; fi)}
 listeners:
   - name: bench
     listen: 127.0.0.1:$SB_PORT
-    engine: $ENGINE
+    engine: $ENGINE$sb_listener_opts
     routes:
 $sb_routes
 $sb_loop_listener
 upstreams:
   backends:
-    balance: {policy: round_robin}
+    balance: {policy: round_robin}$sb_pool
     targets:
       - {address: 127.0.0.1:$BACKEND1_PORT}
       - {address: 127.0.0.1:$BACKEND2_PORT}
-  canary:
+  canary:$sb_pool
     targets:
       - {address: 127.0.0.1:$BACKEND2_PORT}
 EOF
@@ -600,8 +712,17 @@ done
 	fi
 	echo "- switchboard tree: $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD 2>/dev/null || echo ' (uncommitted changes)')"
 	echo "- wrk settings: -t$THREADS -c$CONNS -d$DURATION --latency, $ROUNDS round(s), warm-up $WARMUP per target"
-	echo "- backends: 1 nginx, worker_processes 1, 2 server blocks (127.0.0.1:$BACKEND1_PORT, :$BACKEND2_PORT), return 200 \"ok\\n\""
-	echo "- nginx-as-proxy: worker_processes $NGINX_WORKERS, upstream keepalive 64; HAProxy: nbthread $HAPROXY_THREADS, http-reuse always"
+	echo "- options: RESPONSE_BYTES=$RESPONSE_BYTES UPLOAD_BYTES=$UPLOAD_BYTES ACCESS_LOG=$ACCESS_LOG ROUTE=$ROUTE"
+	if ((RESPONSE_BYTES == 0)); then backend_does='GET: return 200 "ok\n"'; else backend_does="GET: a $RESPONSE_BYTES-byte static file (sendfile)"; fi
+	((UPLOAD_BYTES == 0)) || backend_does="$backend_does; POST: the whole $UPLOAD_BYTES-byte body read (mirror), then 200 \"ok\\n\""
+	echo "- requests: $(if ((UPLOAD_BYTES)); then echo "POST with a $UPLOAD_BYTES-byte body (bench/upload.lua)"; else echo GET; fi)"
+	echo "- backends: 1 nginx, worker_processes 1, worker_connections $BACKEND_WORKER_CONNS, 2 server blocks (127.0.0.1:$BACKEND1_PORT, :$BACKEND2_PORT), $backend_does, no access log"
+	echo "- nginx-as-proxy: worker_processes $NGINX_WORKERS, worker_connections $PROXY_WORKER_CONNS, upstream keepalive $UPSTREAM_IDLE$( ((UPLOAD_BYTES == 0)) || echo ", proxy_request_buffering off, client_max_body_size $UPLOAD_BYTES"); HAProxy: nbthread $HAPROXY_THREADS, maxconn 4096, http-reuse always; switchboard: max_idle_per_endpoint $UPSTREAM_IDLE, max_body_bytes 0 (no cap)"
+	if ((ACCESS_LOG)); then
+		echo "- access logs (unbuffered, a write per line): nginx access_log combined -> nginx-access.log; HAProxy option httplog, log stdout format raw -> haproxy.log; switchboard access_log: true, log level info, text -> switchboard.log (both listeners)"
+	else
+		echo "- access logs: off in every proxy"
+	fi
 } >"$RUN_DIR/machine.md"
 
 # ---------------------------------------------------------------- measure
@@ -652,9 +773,9 @@ if ((PROFILE)); then
 		prof_url="http://127.0.0.1:$SB_ADMIN_PORT/debug/pprof/profile?seconds=$PROFILE_SECONDS"
 		# A plain background command (no function/subshell), so that $! is
 		# timeout itself, which passes a SIGTERM from cleanup on to wrk.
+		mapfile -t prof_args < <(wrk_args "$PROFILE_TARGET" "$((PROFILE_SECONDS + 3))s")
 		timeout --kill-after=5 "$((PROFILE_SECONDS + 33))" \
-			wrk "-t$THREADS" "-c$CONNS" "-d$((PROFILE_SECONDS + 3))s" --latency "$(target_url "$PROFILE_TARGET")" \
-			>"$RUN_DIR/profile-wrk.txt" 2>&1 </dev/null &
+			wrk "${prof_args[@]}" >"$RUN_DIR/profile-wrk.txt" 2>&1 </dev/null &
 		wrk_pid=$!
 		BG_PIDS+=("$wrk_pid")
 		sleep 1
@@ -693,13 +814,39 @@ if ((PROFILE)); then
 fi
 
 # ---------------------------------------------------------------- report
+# access_log_summary: one line per running proxy: its access log, the
+# request lines in it and its size, so a reader sees that each one logged.
+access_log_summary() {
+	local proxy file pattern lines bytes
+	for proxy in nginx haproxy switchboard; do
+		[[ -n ${TARGET_SID[$proxy]:-} ]] || continue
+		case $proxy in
+		nginx) file=nginx-access.log pattern='' ;;
+		haproxy) file=haproxy.log pattern='"(GET|POST) ' ;; # its stdout: also start-up messages
+		switchboard) file=switchboard.log pattern='msg=access' ;; # its stderr: also other log lines
+		esac
+		if [[ ! -f $RUN_DIR/$file ]]; then
+			echo "- $proxy: no $file"
+			continue
+		fi
+		if [[ -n $pattern ]]; then lines=$(grep -Ec "$pattern" "$RUN_DIR/$file" || true); else lines=$(wc -l <"$RUN_DIR/$file"); fi
+		bytes=$(stat -c %s "$RUN_DIR/$file")
+		echo "- $proxy: $lines request lines, $(awk -v b="$bytes" 'BEGIN {printf "%.1f MiB", b / 1048576}') ($file)"
+	done
+}
+
 csv_col() { # TARGET COLUMN -> values of that column for that target
 	awk -F, -v t="$1" -v c="$2" 'NR > 1 && $2 == t {print $c}' "$RUN_DIR/results.csv"
 }
 nginx_rps=$(csv_col nginx 3 | median)
 status=0
 {
-	echo "### HTTP proxy (L7) — $(date +%Y-%m-%d), wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s)"
+	workload=""
+	# The POSTs of UPLOAD_BYTES are answered "ok\n"; RESPONSE_BYTES is what GETs get.
+	((RESPONSE_BYTES == 0 || UPLOAD_BYTES > 0)) || workload="$workload, $RESPONSE_BYTES-byte responses"
+	((UPLOAD_BYTES == 0)) || workload="$workload, $UPLOAD_BYTES-byte POST bodies"
+	((ACCESS_LOG == 0)) || workload="$workload, access log on"
+	echo "### HTTP proxy (L7) — $(date +%Y-%m-%d), wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS round(s)$workload"
 	echo
 	echo "| target | req/s (median) | p50 ms | p99 ms | errors | vs nginx | proxy CPU µs/req | req/s per round |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---|"
@@ -734,6 +881,12 @@ status=0
 		for t in "${!NOT_MEASURED[@]}"; do echo "- **$t not measured**: ${NOT_MEASURED[$t]}"; done
 		for t in "${!FAILED_RUNS[@]}"; do echo "- **$t**: ${FAILED_RUNS[$t]} of $ROUNDS runs failed (see raw outputs)"; done
 		status=3
+	fi
+	if ((ACCESS_LOG)); then
+		echo
+		echo "Access logs after the run (warm-ups, smoke tests and every round included):"
+		echo
+		access_log_summary
 	fi
 	machine_footer
 } >"$RUN_DIR/results.md"
