@@ -8,14 +8,22 @@
 // hand work to a loop with Post (a blocking pipeline step's result, say),
 // which wakes it through an eventfd.
 //
-// Each iteration polls without blocking first, then yields the processor
-// (runtime.Gosched) and polls again, and only then blocks in epoll_wait
-// until the next timer: issue 15's prototypes measured a loop that blocked
-// at once losing 20-30% of its throughput, because a thread blocked in a
-// system call lets the scheduler's monitor hand its processor away, and
-// getting one back costs more than the wait saved. (gnet and evio block at
+// Each iteration polls without blocking first, and blocks in epoll_wait
+// (until the next timer) only when that finds nothing: issue 15's
+// prototypes measured a loop that blocked at once losing 20-30% of its
+// throughput, because a thread blocked in a system call lets the
+// scheduler's monitor hand its processor away, and getting one back costs
+// more than the wait saved. The prototypes also yielded the processor
+// (runtime.Gosched) between the two polls; on this loop, locked to its
+// thread, that cost more than it saved: a yielded goroutine locked to a
+// thread goes to the global run queue, wakes an idle processor's thread
+// (futex), and is handed back to its own thread. Measured with
+// bench/run-http.sh (switchboard-loop against nginx, 2026-12-02, two
+// rounds each): 12.3 and 11.2 µs of CPU per request with the yield, 9.9
+// and 10.3 without; with 16 KiB responses, where the loop waits more
+// often, 22.4 and 25.0 against 15.5 and 15.2. (gnet and evio block at
 // once and rely on load to keep them busy; HAProxy's busy-polling option
-// spins instead of sleeping. Poll, yield, block sits between the two.)
+// spins instead of sleeping.)
 //
 // Connections are registered once, for Readable|Writable|Edge: a loop
 // is told when bytes come or room frees up, and a handler remembers

@@ -223,14 +223,9 @@ func (l *Loop) Run() error {
 	return nil
 }
 
-// poll waits for events: without blocking, then again after yielding the
-// processor, and only then blocking until the next timer (see the package
-// doc for why).
+// poll waits for events: without blocking first, and only then blocking
+// until the next timer (see the package doc for why).
 func (l *Loop) poll() (int, error) {
-	if n, err := l.wait(0); n != 0 || err != nil {
-		return n, err
-	}
-	runtime.Gosched()
 	if n, err := l.wait(0); n != 0 || err != nil {
 		return n, err
 	}
