@@ -299,6 +299,9 @@ func (c *Change) Commit() {
 			s.retire(l.handler.tbl.Load())
 			s.log.Info("listener removed, draining", "listener", name, "listen", l.addr)
 			l.loop.stop() // refuse new connections now; drain the rest below
+			if l.ev != nil {
+				stopAccepting(l.ev) // its duplicate of the socket too
+			}
 			s.draining.Add(1)
 			go func() {
 				defer s.draining.Done()
@@ -339,6 +342,9 @@ func (s *Server) switchEngine(l *listener, st serverSettings, drain time.Duratio
 	old := l.ev
 	l.ev = nil
 	l.loop.start()
+	// Once the change is committed, no new connection reaches the old
+	// loops (the drain below starts on its own goroutine).
+	stopAccepting(old)
 	s.log.Info("listener engine changed", "listener", l.name, "from", config.EngineEventLoop, "to", config.EngineGoroutine)
 	s.draining.Add(1)
 	go func() {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package plane_test
 
 import (
@@ -8,10 +10,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,6 +155,35 @@ func (rc *probeConn) closedByProxy(what string) {
 	}
 }
 
+// closedNow reports whether the proxy has closed the connection, without
+// waiting: what it sent is read and dropped, then the socket has its
+// end (or a reset), or nothing yet (still open).
+func (rc *probeConn) closedNow() bool {
+	rc.t.Helper()
+	if rc.br.Buffered() > 0 {
+		rc.br.Discard(rc.br.Buffered())
+	}
+	raw, err := rc.c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	closed := false
+	buf := make([]byte, 4096)
+	raw.Read(func(fd uintptr) bool {
+		for {
+			n, _, err := syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
+			switch {
+			case err == syscall.EAGAIN || err == syscall.EINTR:
+				return true // still open
+			case err != nil || n == 0:
+				closed = true
+				return true
+			}
+		}
+	})
+	return closed
+}
+
 // TestListenerEngineChangesOnReloadWithoutDroppingARequest reloads a
 // listener from engine: goroutine to eventloop and back, twice, while
 // four keep-alive clients send a steady stream of GETs. Every reload
@@ -171,9 +202,6 @@ func (rc *probeConn) closedByProxy(what string) {
 // eventloop and the following one back. The admin view's engine field
 // follows each reload.
 func TestListenerEngineChangesOnReloadWithoutDroppingARequest(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the event-loop engine is Linux only")
-	}
 	const (
 		clients   = 4
 		perClient = 80
@@ -316,4 +344,100 @@ func TestListenerEngineChangesOnReloadWithoutDroppingARequest(t *testing.T) {
 			t.Errorf("client %d connected %d times; want 1 (its goroutine-engine connection served across every reload)", n, d)
 		}
 	}
+}
+
+// TestEngineReloadsDuringDrainsAndShutdownWaitsForThem: a listener is
+// moved off the event loops while a request is in flight on them, back
+// on and off again while that drain still runs, and on once more. Each
+// drain lets its request finish (200, then the connection closes), the
+// loops started meanwhile serve, and Shutdown returns only once every
+// drain has ended: the request still held on the first loops is cut when
+// its drain's shutdown_timeout ends, before Shutdown returns.
+func TestEngineReloadsDuringDrainsAndShutdownWaitsForThem(t *testing.T) {
+	be := newHoldBackend(t, "a", "b")
+	// Long enough that the first drain is still running when Shutdown
+	// starts, even on a loaded -race run.
+	yaml := "shutdown_timeout: 5s\n" + upstreamYAML("", be.addr())
+	p := startProxy(t, withEngine(yaml, config.EngineEventLoop))
+	addr := p.srv.Addr("web")
+	reload := func(engine string) {
+		t.Helper()
+		cfg, err := config.Parse("reload.yaml", []byte(withEngine(yaml, engine)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.srv.Apply(cfg); err != nil {
+			t.Fatalf("reload to engine %s: %v", engine, err)
+		}
+	}
+	failed := func() string { return "" }
+
+	first := dialProbe(t, addr)
+	first.get("/first")
+	first.send("/held-a", "a")
+	be.waitHeld(t, "a", 1, failed)
+	reload(config.EngineGoroutine) // the first loops drain, "a" in flight
+
+	reload(config.EngineEventLoop)
+	second := dialProbe(t, addr)
+	second.get("/second")
+	second.send("/held-b", "b")
+	be.waitHeld(t, "b", 1, failed)
+	reload(config.EngineGoroutine) // two drains now
+	reload(config.EngineEventLoop)
+	third := dialProbe(t, addr)
+	third.get("/third")
+
+	be.let("b")
+	if !second.answer("/held-b") {
+		t.Error("the request in flight on the second loops' drain was answered without Connection: close")
+	}
+	second.closedByProxy("the second loops' connection after its request in flight")
+	third.get("/third-again") // the loops now serving are untouched by the drains
+	if first.closedNow() {
+		t.Fatal("the first loops' connection closed while its request was held and its drain had time left")
+	}
+
+	p.srv.Shutdown()
+	if !first.closedNow() {
+		t.Error("Shutdown returned while the first loops' drain still held a connection open")
+	}
+	if !third.closedNow() {
+		t.Error("Shutdown returned with the current loops' idle connection open")
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Error("the socket still accepts after Shutdown")
+	}
+}
+
+// TestRemovedEventLoopListenerRefusesAtOnce: once a reload that removes
+// a listener on the event loops returns, its port refuses connections
+// (the loops' duplicate of the socket is closed too), while the
+// connection it served drains.
+func TestRemovedEventLoopListenerRefusesAtOnce(t *testing.T) {
+	be := newHoldBackend(t, "a")
+	yaml := upstreamYAML("", be.addr())
+	p := startProxy(t, withEngine(yaml, config.EngineEventLoop))
+	addr := p.srv.Addr("web")
+	old := dialProbe(t, addr)
+	old.get("/old")
+	old.send("/held", "a")
+	be.waitHeld(t, "a", 1, func() string { return "" })
+	cfg, err := config.Parse("reload.yaml", []byte(strings.Replace(yaml, "name: web\n", "name: other\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatalf("%s accepted a connection after its listener was removed", addr)
+	}
+	be.let("a")
+	if !old.answer("/held") {
+		t.Error("the request in flight on the removed listener was answered without Connection: close")
+	}
+	old.closedByProxy("the removed listener's connection after its request in flight")
 }
