@@ -173,7 +173,9 @@ func (rc *probeConn) closedNow() bool {
 		for {
 			n, _, err := syscall.Recvfrom(int(fd), buf, syscall.MSG_DONTWAIT)
 			switch {
-			case err == syscall.EAGAIN || err == syscall.EINTR:
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
 				return true // still open
 			case err != nil || n == 0:
 				closed = true
