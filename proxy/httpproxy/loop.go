@@ -222,6 +222,16 @@ func startEventLoop(l *listener, st serverSettings, log *slog.Logger) eventLoop 
 	return ev
 }
 
+// stopAccepting makes ev stop accepting before it returns (its idle
+// connections close too; the others go on): what Shutdown does before it
+// waits, which a context already ended makes it skip. A later Shutdown
+// (shutdownEventLoop) drains what is left.
+func stopAccepting(ev eventLoop) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ev.Shutdown(ctx)
+}
+
 // shutdownEventLoop drains ev for up to timeout, then closes what is
 // left; it reports whether the drain finished in time.
 func shutdownEventLoop(ev eventLoop, timeout time.Duration) bool {

@@ -270,14 +270,14 @@ func (c *Change) Commit() {
 		l := p.l
 		if l == nil {
 			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: &Handler{name: p.lc.Name, log: s.log}}
-			if p.lc.Engine == config.EngineEventLoop && p.tls == nil {
+			if wantsEventLoop(p) {
 				l.ev = startEventLoop(l, settings, s.log)
 			}
 			if l.ev == nil {
-				go p.loop.run()
+				p.loop.start()
 			}
-		} else if (p.lc.Engine == config.EngineEventLoop) != (l.ev != nil) {
-			s.log.Warn("a listener's engine changes on restart, not on reload", "listener", l.name, "engine", p.lc.Engine)
+		} else if wantsEventLoop(p) != (l.ev != nil) {
+			s.switchEngine(l, settings, c.drain)
 		}
 		l.tls.Swap(p.tls).replaced(p.tls)
 		if p.tls == nil || p.tls.files == nil {
@@ -299,6 +299,9 @@ func (c *Change) Commit() {
 			s.retire(l.handler.tbl.Load())
 			s.log.Info("listener removed, draining", "listener", name, "listen", l.addr)
 			l.loop.stop() // refuse new connections now; drain the rest below
+			if l.ev != nil {
+				stopAccepting(l.ev) // its duplicate of the socket too
+			}
 			s.draining.Add(1)
 			go func() {
 				defer s.draining.Done()
@@ -308,6 +311,64 @@ func (c *Change) Commit() {
 	}
 	s.commitACME(c.plans, next)
 	s.listeners = next
+}
+
+// wantsEventLoop reports whether plan p's listener is to run on the
+// event-loop engine.
+func wantsEventLoop(p plan) bool {
+	return p.lc.Engine == config.EngineEventLoop && p.tls == nil
+}
+
+// switchEngine moves kept listener l to the other engine without closing
+// its socket; s.mu is held. Nothing is refused: for a moment both
+// engines accept from the socket, then the old one stops. The old
+// engine's connections are served to their end: the goroutine engine's
+// stay on the listener's server, which both engines share; the event
+// loops drain in the background (their idle keep-alive connections
+// close at once, the others after the response under way), up to drain,
+// and Shutdown waits for them. When the event loops cannot start, the
+// goroutine engine goes on accepting (startEventLoop logs why).
+func (s *Server) switchEngine(l *listener, st serverSettings, drain time.Duration) {
+	if l.ev == nil {
+		ev := startEventLoop(l, st, s.log)
+		if ev == nil {
+			return
+		}
+		l.ev = ev
+		l.loop.pause()
+		s.log.Info("listener engine changed", "listener", l.name, "from", config.EngineGoroutine, "to", config.EngineEventLoop)
+		return
+	}
+	old := l.ev
+	l.ev = nil
+	l.loop.start()
+	// Once the change is committed, no new connection reaches the old
+	// loops (the drain below starts on its own goroutine).
+	stopAccepting(old)
+	s.log.Info("listener engine changed", "listener", l.name, "from", config.EngineEventLoop, "to", config.EngineGoroutine)
+	s.draining.Add(1)
+	go func() {
+		defer s.draining.Done()
+		if !shutdownEventLoop(old, drain) {
+			s.log.Warn("engine change: drain timeout reached, closed remaining event-loop connections", "listener", l.name, "timeout", drain)
+		}
+	}()
+}
+
+// Engine returns the HTTP/1.1 engine the named listener runs on now,
+// config.EngineGoroutine or config.EngineEventLoop ("" if there is no
+// such listener): the configured one, unless the event loops could not
+// start.
+func (s *Server) Engine(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch l := s.listeners[name]; {
+	case l == nil:
+		return ""
+	case l.ev != nil:
+		return config.EngineEventLoop
+	}
+	return config.EngineGoroutine
 }
 
 // Shutdown stops accepting on every listener, lets in-flight requests
@@ -472,27 +533,78 @@ func shutdownServer(srv server, timeout time.Duration) bool {
 	return true
 }
 
-// acceptLoop accepts on a socket and hands each connection to one of the
-// servers reading from it.
+// acceptLoop owns a listener's socket and the channel its connections
+// reach the listener's servers through. While the goroutine engine
+// serves, its accept goroutine (start) accepts and hands each connection
+// over; the event-loop engine's connections that it does not serve
+// itself come through the same channel.
 type acceptLoop struct {
 	ln    net.Listener
 	log   *slog.Logger
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
+	// cur is the accept goroutine running, nil when none is. start and
+	// pause are called with the server's mu held.
+	cur *acceptRun
+}
+
+// acceptRun is one run of the accept goroutine.
+type acceptRun struct {
+	pause chan struct{} // closed to make it return, the socket left open
+	ended chan struct{} // closed once it has returned
 }
 
 func newAcceptLoop(ln net.Listener, log *slog.Logger) *acceptLoop {
 	return &acceptLoop{ln: ln, log: log, conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
-func (a *acceptLoop) run() {
+// start runs the accept goroutine, unless it runs already.
+func (a *acceptLoop) start() {
+	if a.cur != nil {
+		return
+	}
+	r := &acceptRun{pause: make(chan struct{}), ended: make(chan struct{})}
+	a.cur = r
+	go func() {
+		defer close(r.ended)
+		a.run(r.pause)
+	}()
+}
+
+// pause stops the accept goroutine and returns once it has, without
+// closing the socket: connections that arrive meanwhile wait in its
+// backlog for whoever accepts next. A connection it accepted is handed
+// over first.
+func (a *acceptLoop) pause() {
+	r := a.cur
+	if r == nil {
+		return
+	}
+	a.cur = nil
+	close(r.pause)
+	// A deadline in the past wakes an Accept blocked on the socket (net's
+	// listeners all take one; h1loop.New, the only other acceptor, needs
+	// a *net.TCPListener).
+	d, ok := a.ln.(interface{ SetDeadline(time.Time) error })
+	if ok {
+		d.SetDeadline(time.Now())
+	}
+	<-r.ended
+	if ok {
+		d.SetDeadline(time.Time{})
+	}
+}
+
+func (a *acceptLoop) run(pause <-chan struct{}) {
 	var backoff time.Duration
 	for {
 		c, err := a.ln.Accept()
 		if err != nil {
 			select {
 			case <-a.done:
+				return
+			case <-pause:
 				return
 			default:
 			}
@@ -507,6 +619,9 @@ func (a *acceptLoop) run() {
 			select {
 			case <-t.C:
 			case <-a.done:
+				t.Stop()
+				return
+			case <-pause:
 				t.Stop()
 				return
 			}

@@ -264,9 +264,10 @@ func dialTLS(t testing.TB, addr string, protos ...string) *tls.Conn {
 	return c
 }
 
-// useTestEngine puts every http listener without tls of cfg on the engine
-// SWITCHBOARD_TEST_ENGINE names (eventloop), so that the proxy tests run
-// against it unchanged; unset, listeners keep the engine they name.
+// useTestEngine puts every http listener without tls of cfg that names
+// no engine on the engine SWITCHBOARD_TEST_ENGINE names (eventloop), so
+// that the proxy tests run against it unchanged; unset, listeners keep
+// the engine they name. A test that names an engine gets that one.
 func useTestEngine(cfg *config.Config) {
 	e := os.Getenv("SWITCHBOARD_TEST_ENGINE")
 	if e == "" {
@@ -274,7 +275,7 @@ func useTestEngine(cfg *config.Config) {
 	}
 	for i := range cfg.Listeners {
 		l := &cfg.Listeners[i]
-		if (l.Protocol == "" || l.Protocol == "http") && l.TLS == nil {
+		if (l.Protocol == "" || l.Protocol == "http") && l.TLS == nil && l.Engine == "" {
 			l.Engine = e
 		}
 	}

@@ -14,8 +14,11 @@ type ListenerView struct {
 	Protocol string `json:"protocol"`
 	Listen   string `json:"listen"`
 	// Addr is the bound address (the port chosen for port 0).
-	Addr     string      `json:"addr"`
-	TLS      bool        `json:"tls"`
+	Addr string `json:"addr"`
+	TLS  bool   `json:"tls"`
+	// Engine is the HTTP/1.1 engine an http listener runs on now:
+	// goroutine or eventloop.
+	Engine   string      `json:"engine,omitempty"`
 	Routes   []RouteView `json:"routes,omitempty"`
 	Upstream string      `json:"upstream,omitempty"` // a tcp listener's
 	Auto     bool        `json:"auto_routes,omitempty"`
@@ -56,6 +59,9 @@ func (p *Plane) Listeners() []ListenerView {
 			TLS: lc.TLS != nil, Upstream: lc.Upstream, Auto: lc.AutoRoutes}
 		if lv.Protocol == "" {
 			lv.Protocol = "http"
+		}
+		if lv.Protocol == "http" {
+			lv.Engine = p.http.Engine(lc.Name)
 		}
 		for _, rc := range lc.Routes {
 			rv := RouteView{Name: rc.Name, Host: rc.Match.Host, PathPrefix: rc.Match.PathPrefix, Methods: rc.Match.Methods, Upstream: rc.Upstream}
