@@ -4,6 +4,7 @@ package h1loop
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -116,5 +117,89 @@ func TestIdleConnectionsHoldNoReadBuffer(t *testing.T) {
 	}
 	if free != 1 {
 		t.Fatalf("the loop keeps %d buffers, want 1: one at a time was in use", free)
+	}
+}
+
+// TestDrainServesAConnectionWhoseFirstRequestIsOnItsWay: Shutdown closes
+// idle keep-alive connections at once, but not one that has sent nothing
+// yet (its request may be on its way, and a client does not retry a
+// first request that got a reset): that one's request is answered, with
+// Connection: close.
+func TestDrainServesAConnectionWhoseFirstRequestIsOnItsWay(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer be.Close()
+	u, err := upstream.New("be", upstream.Config{Targets: []endpoint.Spec{{Address: be.Listener.Addr().String()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	route, err := pipeline.New("r", pipeline.Config{Timeout: 10 * time.Second}, u, pipeline.HTTPTransport{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s, err := New(ln, plainHandler{route}, func(nc net.Conn) { nc.Close() }, Settings{ReadHeaderTimeout: 10 * time.Second}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lp := s.loops[0]
+	onLoop := func(fn func()) {
+		done := make(chan struct{})
+		lp.l.Post(func() { fn(); close(done) })
+		<-done
+	}
+	dial := func() (net.Conn, *bufio.Reader) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	used, usedR := dial()
+	defer used.Close()
+	io.WriteString(used, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, err := http.ReadResponse(usedR, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		io.ReadAll(resp.Body)
+	}
+	fresh, freshR := dial()
+	defer fresh.Close()
+	// Both are the loop's before the drain starts: the fresh one waits
+	// in the listener's queue once Dial returned, so the loop's next
+	// poll, after the first task, accepts it before the second runs.
+	onLoop(func() {})
+	var n int
+	onLoop(func() { n = len(lp.conns) })
+	if n != 2 {
+		t.Fatalf("%d connections on the loop, want 2", n)
+	}
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shut <- s.Shutdown(ctx)
+	}()
+	// The used idle connection is closed by the drain.
+	if _, err := usedR.ReadByte(); err == nil {
+		t.Fatal("the idle keep-alive connection got bytes, want it closed")
+	}
+	io.WriteString(fresh, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(freshR, nil)
+	if err != nil {
+		t.Fatalf("the connection whose first request came during the drain: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(b) != "ok" || !resp.Close {
+		t.Fatalf("during the drain: %d %q, close %v; want 200 ok with Connection: close", resp.StatusCode, b, resp.Close)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 }

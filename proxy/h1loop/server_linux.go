@@ -262,11 +262,27 @@ func (a *acceptor) OnEvent(fd int, ev evloop.Events) {
 	}
 }
 
+// freshGrace is how long a drain leaves a connection that has not sent
+// its first request (net/http waits as long): its request may be on its
+// way, and a client does not retry a first request that got a reset.
+const freshGrace = 5 * time.Second
+
 func (lp *loop) closeIdle() {
 	for c := range lp.conns {
-		if c.ex == nil && len(c.in) == 0 {
-			c.close()
+		if c.ex != nil || len(c.in) > 0 {
+			continue
 		}
+		if c.first && !c.eof {
+			// Served if its request comes (and closed after the
+			// answer, the server closing), else closed by its timer.
+			d := freshGrace
+			if rh := c.settings().ReadHeaderTimeout; rh > 0 && rh < d {
+				d = rh
+			}
+			lp.l.Arm(&c.timer, lp.now().Add(d))
+			continue
+		}
+		c.close()
 	}
 }
 
