@@ -17,8 +17,8 @@ type recordingHandler struct {
 }
 
 func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h *recordingHandler) WithGroup(string) slog.Handler           { return h }
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler            { return h }
 func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
 	<-h.gate
 	h.mu.Lock()
