@@ -46,6 +46,7 @@ type loopExchange struct {
 	log      *accessQueue
 	ttfb     time.Duration
 	degraded string
+	answer   int64 // the body bytes of the proxy's own answer (Fail)
 	// ids is where the request ids this exchange's requests make are
 	// written (see idSpace), ids[0] the next.
 	ids [][32]byte
@@ -193,6 +194,7 @@ func (x *loopExchange) Fail(err error) (int, http.Header, []byte) {
 	}
 	if x.log != nil {
 		x.noteDegraded(w.header)
+		x.answer = int64(w.body.Len())
 	}
 	return w.status, w.header, w.body.Bytes()
 }
@@ -207,6 +209,9 @@ func (x *loopExchange) Done(status int, in, out int64, bodyErr error) {
 	rm.Done(status, took.Seconds())
 	rm.Bytes(in, out)
 	if x.log != nil {
+		if status != pipeline.StatusClientClosed {
+			out += x.answer // as the goroutine engine's bytes_out, which counts the proxy's own answers
+		}
 		x.access(status, in, out, took)
 	}
 	x.t.active.Add(-1)
