@@ -309,3 +309,4 @@ func TestAccessLoggedRequestAllocations(t *testing.T) {
 // engine (the attributes past slog.Record's five inline ones, and the JSON
 // handler's).
 var maxAccessLoggedRequestAllocs = map[string]int{"goroutine": 10, "eventloop": 5}
+
