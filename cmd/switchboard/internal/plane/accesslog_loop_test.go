@@ -309,4 +309,3 @@ func TestAccessLoggedRequestAllocations(t *testing.T) {
 // engine (the attributes past slog.Record's five inline ones, and the JSON
 // handler's).
 var maxAccessLoggedRequestAllocs = map[string]int{"goroutine": 10, "eventloop": 5}
-
