@@ -11,9 +11,10 @@ import (
 // recordingHandler is a slog.Handler that keeps the records it handles;
 // each Handle first waits for gate to be closed (a stalled log writer).
 type recordingHandler struct {
-	gate <-chan struct{}
-	mu   sync.Mutex
-	recs []slog.Record
+	gate    <-chan struct{}
+	handled chan struct{} // a token per record handled, when not nil
+	mu      sync.Mutex
+	recs    []slog.Record
 }
 
 func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
@@ -24,6 +25,9 @@ func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	h.recs = append(h.recs, r)
 	h.mu.Unlock()
+	if h.handled != nil {
+		h.handled <- struct{}{}
+	}
 	return nil
 }
 
@@ -59,7 +63,7 @@ func TestAccessQueueKeepsOrderAndDropsWhenFullWithoutWaiting(t *testing.T) {
 	gate := make(chan struct{})
 	h := &recordingHandler{gate: gate}
 	const size = 4
-	q := newAccessQueue("web", slog.New(h), size)
+	q := newAccessQueue("web", slog.New(h), size, time.Millisecond)
 	// The writer takes the first record and stalls in Handle; size more
 	// fill the queue. Until the writer has taken the first, that one may
 	// still be in the queue: add until a drop is counted.
@@ -111,8 +115,8 @@ func TestAccessQueueKeepsOrderAndDropsWhenFullWithoutWaiting(t *testing.T) {
 // is called are all written before it returns.
 func TestAccessQueueCloseWritesWhatIsQueued(t *testing.T) {
 	closing := make(chan struct{})
-	h := &recordingHandler{gate: closing} // the writer is stalled until close is called
-	q := newAccessQueue("web", slog.New(h), 16)
+	h := &recordingHandler{gate: closing}                  // the writer is stalled until close is called
+	q := newAccessQueue("web", slog.New(h), 16, time.Hour) // written by close, not by the interval
 	for i := range 10 {
 		q.add(numbered(i))
 	}
@@ -123,6 +127,31 @@ func TestAccessQueueCloseWritesWhatIsQueued(t *testing.T) {
 		t.Fatalf("close returned with %d of 10 queued lines written", len(recs))
 	}
 	for i, r := range recs {
+		if n := numberOf(r); n != int64(i) {
+			t.Fatalf("record %d written is line %d", i, n)
+		}
+	}
+}
+
+// TestAccessQueueWritesWithinItsInterval: queued lines are written by the
+// writer on its own (no close), in order.
+func TestAccessQueueWritesWithinItsInterval(t *testing.T) {
+	open := make(chan struct{})
+	close(open)
+	h := &recordingHandler{gate: open, handled: make(chan struct{}, 3)}
+	q := newAccessQueue("web", slog.New(h), 16, time.Millisecond)
+	defer q.close()
+	for i := range 3 {
+		q.add(numbered(i))
+	}
+	for i := range 3 {
+		select {
+		case <-h.handled:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 3 queued lines written after 10s", i)
+		}
+	}
+	for i, r := range h.records() {
 		if n := numberOf(r); n != int64(i) {
 			t.Fatalf("record %d written is line %d", i, n)
 		}

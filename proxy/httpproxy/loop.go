@@ -280,7 +280,7 @@ func startEventLoop(l *listener, st serverSettings, log *slog.Logger) eventLoop 
 			}
 		}()
 	}
-	q := newAccessQueue(l.name, l.handler.log, accessQueueSize)
+	q := newAccessQueue(l.name, l.handler.log, accessQueueSize, accessFlushEvery)
 	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, handoff, loopSettings(st), 0)
 	if err != nil {
 		q.close()
