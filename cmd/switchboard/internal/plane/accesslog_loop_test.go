@@ -3,15 +3,18 @@ package plane_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,9 +279,11 @@ func TestEventLoopServesAccessLoggedRequestsWhileTheLogStalls(t *testing.T) {
 }
 
 // TestAccessLoggedRequestAllocations reports the allocations of a
-// keep-alive GET on a listener with the access log on (a JSON log, as
-// `switchboard serve` writes, to io.Discard), on each engine; the lines
-// are written as they would be, so the count includes the log writer's.
+// keep-alive GET on a listener with the access log on, on each engine. The
+// log's handler takes the lines and drops them: what is counted is the
+// engines' own cost of a line (the writer's too, on the event loop), not
+// a log format's (slog's JSON handler adds two; under -race its pooled
+// buffers are dropped at random, and it adds more).
 func TestAccessLoggedRequestAllocations(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the event-loop engine is Linux only")
@@ -289,23 +294,59 @@ func TestAccessLoggedRequestAllocations(t *testing.T) {
 	be := rawBackend(t)
 	for _, engine := range []string{"goroutine", "eventloop"} {
 		t.Run(engine, func(t *testing.T) {
-			srv := plane.New(slog.New(slog.NewJSONHandler(io.Discard, nil)), prometheus.NewRegistry())
+			h := &takingHandler{}
+			srv := plane.New(slog.New(h), prometheus.NewRegistry())
 			if err := srv.Apply(loadYAML(t, accessEngineYAML(engine, be, deadAddr(t)))); err != nil {
 				t.Fatalf("apply: %v", err)
 			}
 			t.Cleanup(srv.Shutdown)
 			n := allocsPerGet(t, srv.Addr("web"), "/bench")
 			t.Logf("%.2f allocations per proxied request with the access log on (%s)", n, engine)
-			if max := maxAccessLoggedRequestAllocs[engine]; n > float64(max) {
+			max := maxAccessLoggedRequestAllocs[engine]
+			if raceEnabled() {
+				max++ // measured: one more with the race detector, on either engine
+			}
+			if n > float64(max) {
 				t.Errorf("a proxied GET with the access log on allocates %.2f times, want at most %d", n, max)
+			}
+			srv.Shutdown()
+			if h.access.Load() < 2200 {
+				t.Errorf("%d access lines written for 2200 requests", h.access.Load())
 			}
 		})
 	}
 }
 
+// takingHandler is a slog.Handler that counts the access lines it takes
+// and writes nothing.
+type takingHandler struct{ access atomic.Int64 }
+
+func (h *takingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *takingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *takingHandler) WithGroup(string) slog.Handler            { return h }
+func (h *takingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "access" {
+		h.access.Add(1)
+	}
+	return nil
+}
+
 // maxAccessLoggedRequestAllocs bounds TestAccessLoggedRequestAllocations
 // per engine: a request's own (7 on the goroutine engine, 2 on the event
-// loop: TestProxiedRequestAllocations) and the log line's three, on either
-// engine (the attributes past slog.Record's five inline ones, and the JSON
-// handler's).
-var maxAccessLoggedRequestAllocs = map[string]int{"goroutine": 10, "eventloop": 5}
+// loop: TestProxiedRequestAllocations) and the line's one, on either
+// engine (the attributes past slog.Record's five inline ones).
+var maxAccessLoggedRequestAllocs = map[string]int{"goroutine": 8, "eventloop": 3}
+
+// raceEnabled reports whether the test binary was built with -race.
+func raceEnabled() bool {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return false
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "-race" {
+			return s.Value == "true"
+		}
+	}
+	return false
+}
