@@ -24,8 +24,8 @@ import (
 )
 
 // accessEngineYAML is a listener on engine with the access log on, route
-// /dead to an upstream that refuses connections, and everything else to
-// app, which retries a 503.
+// /dead to an upstream that refuses connections, /maint to the same with a
+// static fallback step, and everything else to app, which retries a 503.
 func accessEngineYAML(engine, app, dead string) string {
 	return `admin: {enabled: false}
 listeners:
@@ -35,6 +35,12 @@ listeners:
     access_log: true
     routes:
       - {name: dead, match: {path_prefix: /dead}, upstream: dead}
+      - name: maint
+        match: {path_prefix: /maint}
+        upstream: dead
+        fallback:
+          on: [retries_exhausted]
+          steps: [{type: static, status: 200, headers: {Content-Type: text/plain}, body: "maintenance"}]
       - name: api
         match: {path_prefix: /}
         upstream: app
@@ -51,7 +57,8 @@ upstreams:
 // with engine: eventloop and on one with engine: goroutine are logged
 // with the same fields in the same order and the same values, but for
 // the times and the client's port: a 200, a GET retried once after a 503
-// (attempts 2), and a 502 from an upstream that refuses connections.
+// (attempts 2), a 502 from an upstream that refuses connections, and a
+// fallback step's answer to the same (degraded).
 func TestAccessLogLineIsTheSameOnBothEngines(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the event-loop engine is Linux only")
@@ -79,6 +86,7 @@ func TestAccessLogLineIsTheSameOnBothEngines(t *testing.T) {
 		{"/ok?x=1", 200, 1},
 		{"/retry", 200, 2},
 		{"/dead", 502, 1},
+		{"/maint", 200, 1},
 	}
 	lines := map[string][]map[string]any{}
 	raw := map[string][]string{}
@@ -119,12 +127,15 @@ func TestAccessLogLineIsTheSameOnBothEngines(t *testing.T) {
 		if e["status"] != float64(rq.status) || e["attempts"] != rq.attempts {
 			t.Errorf("event loop: GET %s logged status %v attempts %v, want %d, %v", rq.path, e["status"], e["attempts"], rq.status, rq.attempts)
 		}
+		if wantDegraded := map[bool]string{true: "static: retries_exhausted"}[rq.path == "/maint"]; e["degraded"] != wantDegraded {
+			t.Errorf("event loop: GET %s logged degraded %v, want %q", rq.path, e["degraded"], wantDegraded)
+		}
 		for _, m := range []map[string]any{g, e} {
 			if d, ok := m["duration_seconds"].(float64); !ok || d <= 0 {
 				t.Errorf("GET %s: duration_seconds %#v, want a positive number", rq.path, m["duration_seconds"])
 			}
 			ttfb, ok := m["upstream_ttfb_seconds"].(float64)
-			if !ok || (rq.status == 200) != (ttfb > 0) {
+			if !ok || (rq.path != "/dead" && rq.path != "/maint") != (ttfb > 0) {
 				t.Errorf("GET %s: upstream_ttfb_seconds %#v, want a positive number exactly when the upstream answered", rq.path, m["upstream_ttfb_seconds"])
 			}
 			host, _, err := net.SplitHostPort(m["remote"].(string))
