@@ -78,6 +78,7 @@ func (c *Call) attempt(n int, now time.Time) Step {
 			a.deadline = d
 		}
 	}
+	c.attempts++
 	if after := r.hedgeDelay(c, a, c.idempotent); after > 0 {
 		c.hedgeAfter = after
 		return c.block(blockHedge)

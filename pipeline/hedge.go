@@ -71,6 +71,7 @@ func (r *Route) hedge(c *Call, a *attempt, after time.Duration) (*http.Response,
 					r.m.retried(r.up.Name(), "hedge")
 					launch(second, time.Now())
 					pending++
+					c.attempts++
 				} else if err == nil {
 					second.Done(endpoint.Outcome{Canceled: true})
 				}

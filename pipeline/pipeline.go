@@ -321,6 +321,7 @@ type Call struct {
 	info       balance.Info
 	tried      []*endpoint.Endpoint
 	att        attempt       // the attempt in progress
+	attempts   int           // the attempts sent (Attempts)
 	hedgeAfter time.Duration // of the attempt about to be hedged
 	// err is the last attempt's error while its retry's backoff is
 	// waited, nil while a status's retry is, or the error the call failed
@@ -380,3 +381,9 @@ func (c *Call) Endpoint() *endpoint.Endpoint { return c.last }
 // Degraded reports whether a fallback step answered in place of the
 // upstream (the response carries fallback.HeaderDegraded).
 func (c *Call) Degraded() bool { return c.degraded }
+
+// Attempts is how many attempts the call has sent to its route's
+// upstream, retries and a hedge included, a fallback's backup step not: 0
+// for a call that never got to its upstream (refused by a limit or the
+// breaker). Both HTTP engines' access logs report it.
+func (c *Call) Attempts() int { return c.attempts }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/proxy/h1loop"
 )
@@ -15,13 +16,19 @@ import (
 // loopHandler is a listener's Handler as the event-loop engine
 // (proxy/h1loop) sees it. It serves on the loop what it can serve exactly
 // as ServeHTTP would, and nothing else: a request whose listener or route
-// uses a feature the loop does not implement (access log, tracing, HSTS,
+// uses a feature the loop does not implement (tracing, HSTS,
 // redirect_https, a client certificate header, ACME challenges, access
 // control, redirects, rewrites, compression, buffered bodies, splits and
 // mirrors, sticky sessions, a stale fallback), one that matches no route or needs a 400 or
 // 413, and one whose upstream is not cleartext HTTP/1.1 goes to the
 // goroutine engine (Begin returns nil).
-type loopHandler struct{ h *Handler }
+//
+// The access log's lines are made on the loop and written by the
+// listener's accessQueue, off the loop.
+type loopHandler struct {
+	h   *Handler
+	log *accessQueue
+}
 
 // loopExchange is one request served on a loop. A connection's requests
 // reuse one (Begin's prev).
@@ -33,6 +40,13 @@ type loopExchange struct {
 	tr    *Transport
 	start time.Time
 	h     *Handler
+	// log is the listener's access log queue when the access log is on
+	// (then the exchange observes its attempts' time to the response head
+	// and the degraded reason it answers with), else nil.
+	log      *accessQueue
+	ttfb     time.Duration
+	degraded string
+	answer   int64 // the body bytes of the proxy's own answer (Fail)
 	// ids is where the request ids this exchange's requests make are
 	// written (see idSpace), ids[0] the next.
 	ids [][32]byte
@@ -51,7 +65,7 @@ func (lh loopHandler) Begin(r *http.Request, now time.Time, prev h1loop.Exchange
 		return nil
 	}
 	t := h.tbl.Load()
-	if t.accessLog || t.tracer != nil || t.front != nil {
+	if t.tracer != nil || t.front != nil {
 		return nil
 	}
 	if t.maxBody > 0 && r.ContentLength > t.maxBody {
@@ -82,6 +96,9 @@ func (lh loopHandler) Begin(r *http.Request, now time.Time, prev h1loop.Exchange
 		ids = x.ids
 	}
 	*x = loopExchange{t: t, rt: rt, tg: &rt.target, tr: tr, start: now, h: h, ids: ids}
+	if t.accessLog && lh.log != nil && lh.log.enabled() {
+		x.log = lh.log
+	}
 	t.active.Add(1)
 	st := &x.st
 	x.requestID(r.Header)
@@ -116,10 +133,22 @@ func (x *loopExchange) Call() (*pipeline.Route, *pipeline.Call, h1loop.Upstream)
 		IdleTimeout: cfg.IdleTimeout, MaxIdlePerEndpoint: cfg.MaxIdlePerEndpoint,
 		MaxResponseHeaderBytes: int(cfg.MaxResponseHeaderBytes),
 	}
-	if x.tr.header != nil {
+	if x.log != nil {
+		up.Header = x // the access log's upstream_ttfb_seconds; passed on to tr.header
+	} else if x.tr.header != nil {
 		up.Header = x.tr.header
 	}
 	return x.tg.pipe, &x.st.call, up
+}
+
+// Observe takes an attempt's time to its response head, in seconds, for
+// the access log (the latest wins, as with the goroutine engine), and
+// passes it on to the upstream's time-to-first-byte series.
+func (x *loopExchange) Observe(seconds float64) {
+	x.ttfb = time.Duration(seconds * float64(time.Second))
+	if x.tr.header != nil {
+		x.tr.header.Observe(seconds)
+	}
 }
 
 // Respond implements h1loop.Exchange: the header respond would send. It
@@ -137,7 +166,18 @@ func (x *loopExchange) Respond(resp *http.Response) http.Header {
 	if _, ok := dst["X-Request-Id"]; !ok {
 		dst["X-Request-Id"] = x.st.vals[2:3:3]
 	}
+	if x.log != nil {
+		x.noteDegraded(dst)
+	}
 	return dst
+}
+
+// noteDegraded keeps the degraded reason of the answer's header hdr for
+// the access log (the loop reuses the header's map).
+func (x *loopExchange) noteDegraded(hdr http.Header) {
+	if v := hdr[fallback.HeaderDegraded]; len(v) > 0 {
+		x.degraded = v[0]
+	}
 }
 
 // Fail implements h1loop.Exchange: the answer failed would write.
@@ -151,17 +191,42 @@ func (x *loopExchange) Fail(err error) (int, http.Header, []byte) {
 	if res.status == pipeline.StatusClientClosed {
 		return res.status, nil, nil
 	}
+	if x.log != nil {
+		x.noteDegraded(w.header)
+		x.answer = int64(w.body.Len())
+	}
 	return w.status, w.header, w.body.Bytes()
 }
 
 // Done implements h1loop.Exchange: what serve and ServeHTTP do after the
 // answer.
 func (x *loopExchange) Done(status int, in, out int64, bodyErr error) {
-	x.st.call.Finish(status, bodyErr)
+	c := &x.st.call
+	c.Finish(status, bodyErr)
+	took := time.Since(x.start)
 	rm := x.tg.metrics
-	rm.Done(status, time.Since(x.start).Seconds())
+	rm.Done(status, took.Seconds())
 	rm.Bytes(in, out)
+	if x.log != nil {
+		if status != pipeline.StatusClientClosed {
+			out += x.answer // as the goroutine engine's bytes_out, which counts the proxy's own answers
+		}
+		x.access(status, in, out, took)
+	}
 	x.t.active.Add(-1)
+}
+
+// access queues the access log line of the exchange.
+func (x *loopExchange) access(status int, in, out int64, took time.Duration) {
+	c := &x.st.call
+	var buf accessAttrs
+	attrs := buf.fill(x.h, c.Req, x.rt, x.tg, c.Endpoint(), accessLine{
+		status: status, attempts: c.Attempts(), took: took, ttfb: x.ttfb,
+		in: in, out: out, requestID: x.st.vals[2], degraded: x.degraded,
+	})
+	r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
+	r.AddAttrs(attrs...)
+	x.log.add(r)
 }
 
 // answerWriter takes an answer the proxy makes (WriteError) for the loop
@@ -214,12 +279,29 @@ func startEventLoop(l *listener, st serverSettings, log *slog.Logger) eventLoop 
 			}
 		}()
 	}
-	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler}, handoff, loopSettings(st), 0)
+	q := newAccessQueue(l.name, l.handler.log, accessQueueSize, accessFlushEvery)
+	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, handoff, loopSettings(st), 0)
 	if err != nil {
+		q.close()
 		log.Error("event-loop engine unavailable, serving on the goroutine engine", "listener", l.name, "error", err)
 		return nil
 	}
-	return ev
+	return &loopEngine{Server: ev, log: q}
+}
+
+// loopEngine is a listener's event loops and the queue of their access log
+// lines, written out once the loops have stopped.
+type loopEngine struct {
+	*h1loop.Server
+	log *accessQueue
+}
+
+// Close closes the loops, then writes the access log lines they queued.
+// (A Shutdown is followed by a Close: shutdownEventLoop.)
+func (e *loopEngine) Close() error {
+	err := e.Server.Close()
+	e.log.close()
+	return err
 }
 
 // stopAccepting makes ev stop accepting before it returns (its idle

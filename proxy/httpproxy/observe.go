@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/fallback"
 	"github.com/switchboard-dev/switchboard/retry"
 )
@@ -95,9 +96,46 @@ func (h *Handler) observed(t *Table, st *reqState, w http.ResponseWriter, r *htt
 	}
 }
 
-// access writes the access log line of a request.
+// access writes the access log line of a request served by the
+// goroutine engine.
 func (h *Handler) access(st *reqState, w http.ResponseWriter, r *http.Request, rt *route, tg *target, res result, start time.Time) {
 	o := &st.obs
+	var degraded, traceID string
+	if v := w.Header()[fallback.HeaderDegraded]; len(v) > 0 {
+		degraded = v[0]
+	}
+	if o.span != nil {
+		traceID = o.span.SpanContext().TraceID().String()
+	}
+	var buf accessAttrs
+	attrs := buf.fill(h, r, rt, tg, res.ep, accessLine{
+		status: res.status, attempts: st.call.Attempts(), took: time.Since(start), ttfb: time.Duration(o.ttfb.Load()),
+		in: res.in, out: o.out.n, requestID: st.vals[2], degraded: degraded, traceID: traceID,
+	})
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs...)
+}
+
+// accessLine is what an engine knows of a request at its end for the
+// access log, beside the request and its route.
+type accessLine struct {
+	status    int
+	attempts  int
+	took      time.Duration // from the request's start to its answer
+	ttfb      time.Duration // the latest attempt's wait for its response head
+	in, out   int64         // body bytes read from the client, written to it
+	requestID string
+	degraded  string // the response's X-Switchboard-Degraded
+	traceID   string // "" without tracing
+}
+
+// accessAttrs backs the attributes of an access log line.
+type accessAttrs [20]slog.Attr
+
+// fill makes the attributes of the access log line of request r, answered
+// over route rt (nil: none matched) and target tg (nil: none) by endpoint
+// ep (nil: none): the one definition of the line's fields, in their order,
+// for both engines.
+func (a *accessAttrs) fill(h *Handler, r *http.Request, rt *route, tg *target, ep *endpoint.Endpoint, l accessLine) []slog.Attr {
 	routeName, upName, epAddr := "", "", ""
 	if rt != nil {
 		routeName = rt.name
@@ -105,17 +143,14 @@ func (h *Handler) access(st *reqState, w http.ResponseWriter, r *http.Request, r
 	if tg != nil && tg.pipe != nil { // nil: the route redirects
 		upName = tg.pipe.Upstream().Name()
 	}
-	if res.ep != nil {
-		epAddr = res.ep.Address()
+	if ep != nil {
+		epAddr = ep.Address()
 	}
-	var ua, degraded string
+	var ua string
 	if v := r.Header["User-Agent"]; len(v) > 0 {
 		ua = v[0]
 	}
-	if v := w.Header()[fallback.HeaderDegraded]; len(v) > 0 {
-		degraded = v[0]
-	}
-	attrs := [...]slog.Attr{
+	*a = accessAttrs{
 		slog.String("listener", h.name),
 		slog.String("remote", r.RemoteAddr),
 		slog.String("method", r.Method),
@@ -124,25 +159,25 @@ func (h *Handler) access(st *reqState, w http.ResponseWriter, r *http.Request, r
 		slog.String("query", r.URL.RawQuery),
 		slog.String("proto", r.Proto),
 		slog.String("user_agent", ua),
-		slog.Int("status", res.status),
+		slog.Int("status", l.status),
 		slog.String("route", routeName),
 		slog.String("upstream", upName),
 		slog.String("endpoint", epAddr),
-		slog.Int("attempts", int(o.attempts.Load())),
-		slog.Float64("duration_seconds", time.Since(start).Seconds()),
-		slog.Float64("upstream_ttfb_seconds", time.Duration(o.ttfb.Load()).Seconds()),
-		slog.Int64("bytes_in", res.in),
-		slog.Int64("bytes_out", o.out.n),
-		slog.String("request_id", st.vals[2]),
-		slog.String("degraded", degraded),
+		slog.Int("attempts", l.attempts),
+		slog.Float64("duration_seconds", l.took.Seconds()),
+		slog.Float64("upstream_ttfb_seconds", l.ttfb.Seconds()),
+		slog.Int64("bytes_in", l.in),
+		slog.Int64("bytes_out", l.out),
+		slog.String("request_id", l.requestID),
+		slog.String("degraded", l.degraded),
 		{}, // trace_id, with tracing on
 	}
-	n := len(attrs) - 1
-	if o.span != nil {
-		attrs[n] = slog.String("trace_id", o.span.SpanContext().TraceID().String())
+	n := len(a) - 1
+	if l.traceID != "" {
+		a[n] = slog.String("trace_id", l.traceID)
 		n++
 	}
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs[:n]...)
+	return a[:n]
 }
 
 // countingReader counts the bytes read through it: the request body as

@@ -1,0 +1,157 @@
+package httpproxy
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// accessQueueSize is how many access log lines a listener's event loops
+// may have waiting to be written. A line is about 300 bytes in the queue,
+// so the queue holds ~1.2 MB; at 100k requests a second it rides out a
+// writer stalled for ~40 ms.
+const accessQueueSize = 4096
+
+// accessFlushEvery is how long the writer lets lines gather before it
+// writes them: waking it for every line would cost a loop a goroutine
+// wake-up per request (measured: twice the time of a request with the log
+// off), waking it once per interval costs nothing per request.
+const accessFlushEvery = 10 * time.Millisecond
+
+// accessQueue writes the access log lines of a listener's event loops
+// without making a loop wait: a loop hands a finished record to the queue
+// (add), and one goroutine writes the records, every accessFlushEvery, in
+// the order they were added, through the listener's log handler (whose
+// write to stderr can block on a full pipe). When the queue is full the
+// line is dropped and counted, never waited for: a loop that waits for the
+// log stops serving every connection it holds, so a stalled log reader
+// would stall the proxy. The count of dropped lines is written to the log,
+// in its place in the order, once the writer catches up ("access log lines
+// dropped").
+//
+// close writes what is queued and stops the writer.
+type accessQueue struct {
+	name    string // the listener's
+	log     *slog.Logger
+	every   time.Duration
+	records chan slog.Record
+	// wake holds a token when lines wait for the writer: a loop wakes the
+	// writer only when it is idle.
+	wake    chan struct{}
+	dropped atomic.Int64 // since the writer last reported drops
+	total   atomic.Int64 // dropped ever
+	mu      sync.RWMutex // add (read) against close (write)
+	closed  bool
+	stop    chan struct{} // closed by close
+	done    chan struct{} // closed by the writer when it has written all
+}
+
+// newAccessQueue starts the writer of listener name's queue of size
+// records, which writes through log what gathered every interval.
+func newAccessQueue(name string, log *slog.Logger, size int, every time.Duration) *accessQueue {
+	q := &accessQueue{name: name, log: log, every: every, records: make(chan slog.Record, size),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go q.write()
+	return q
+}
+
+// enabled reports whether an access line would be written: the loop
+// builds none otherwise.
+func (q *accessQueue) enabled() bool {
+	return q.log.Handler().Enabled(context.Background(), slog.LevelInfo)
+}
+
+// add queues r, or drops it (counted) when the queue is full or closed.
+// It never blocks on the writer.
+func (q *accessQueue) add(r slog.Record) {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if q.closed {
+		q.drop()
+		return
+	}
+	select {
+	case q.records <- r:
+	default:
+		q.drop()
+	}
+	select {
+	case q.wake <- struct{}{}:
+	default: // the writer has been woken already
+	}
+}
+
+func (q *accessQueue) drop() {
+	q.dropped.Add(1)
+	q.total.Add(1)
+}
+
+// write is the writer: woken by a line, it waits q.every for more, then
+// writes all that is queued, in order; after close it writes the rest and
+// returns.
+func (q *accessQueue) write() {
+	defer close(q.done)
+	h := q.log.Handler()
+	ctx := context.Background()
+	timer := time.NewTimer(q.every)
+	timer.Stop()
+	for {
+		stopping := false
+		select {
+		case <-q.wake:
+			timer.Reset(q.every)
+			select {
+			case <-timer.C:
+			case <-q.stop:
+				timer.Stop()
+				stopping = true
+			}
+		case <-q.stop:
+			stopping = true
+		}
+		q.writeQueued(ctx, h)
+		if stopping {
+			return
+		}
+	}
+}
+
+// writeQueued writes the queued records, then how many were dropped, if
+// any.
+func (q *accessQueue) writeQueued(ctx context.Context, h slog.Handler) {
+	for {
+		select {
+		case r := <-q.records:
+			h.Handle(ctx, r)
+		default:
+			q.reportDrops(ctx, h)
+			return
+		}
+	}
+}
+
+// reportDrops writes how many lines were dropped since the last report,
+// if any.
+func (q *accessQueue) reportDrops(ctx context.Context, h slog.Handler) {
+	n := q.dropped.Swap(0)
+	if n == 0 {
+		return
+	}
+	r := slog.NewRecord(time.Now(), slog.LevelWarn, "access log lines dropped", 0)
+	r.AddAttrs(slog.String("listener", q.name), slog.Int64("dropped", n), slog.Int("queue", cap(q.records)))
+	h.Handle(ctx, r)
+}
+
+// close writes the queued records and stops the writer; lines added after
+// it are dropped. It returns once they are written.
+func (q *accessQueue) close() {
+	q.mu.Lock()
+	if !q.closed {
+		q.closed = true
+		close(q.stop)
+	}
+	q.mu.Unlock()
+	<-q.done
+}
