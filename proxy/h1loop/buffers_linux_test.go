@@ -203,3 +203,62 @@ func TestDrainServesAConnectionWhoseFirstRequestIsOnItsWay(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 }
+
+// TestForgetClosesTheIdleConnectionsToAnAddress: the loops' idle
+// connections to an endpoint that left its upstream are closed by Forget,
+// those to other endpoints kept.
+func TestForgetClosesTheIdleConnectionsToAnAddress(t *testing.T) {
+	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer be.Close()
+	addr := be.Listener.Addr().String()
+	u, err := upstream.New("be", upstream.Config{Targets: []endpoint.Spec{{Address: addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	route, err := pipeline.New("r", pipeline.Config{Timeout: 10 * time.Second}, u, pipeline.HTTPTransport{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	s, err := New(ln, plainHandler{route}, func(nc net.Conn) { nc.Close() }, Settings{}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	lp := s.loops[0]
+	idle := func(a string) (n int) {
+		done := make(chan struct{})
+		lp.l.Post(func() { n = len(lp.pool[a]); close(done) })
+		<-done
+		return n
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(resp.Body)
+	if n := idle(addr); n != 1 {
+		t.Fatalf("%d idle connections to the endpoint after a request, want 1", n)
+	}
+	s.Forget([]string{"127.0.0.1:1"})
+	if n := idle(addr); n != 1 {
+		t.Fatalf("forgetting another address left %d idle connections, want 1", n)
+	}
+	s.Forget([]string{addr})
+	// Forget's task runs before the one idle posts after it.
+	if n := idle(addr); n != 0 {
+		t.Fatalf("%d idle connections to a forgotten endpoint, want 0", n)
+	}
+}

@@ -131,6 +131,26 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
+// Forget closes the loops' idle connections to the endpoints at addrs,
+// which left their upstream (as h1.Client's Forget does): without it they
+// would stay open until their idle timeout. It does not wait.
+func (s *Server) Forget(addrs []string) {
+	if len(addrs) == 0 {
+		return
+	}
+	addrs = append([]string(nil), addrs...)
+	for _, lp := range s.loops {
+		lp.l.Post(func() {
+			for _, a := range addrs {
+				for _, u := range append([]*upConn(nil), lp.pool[a]...) {
+					u.close()
+				}
+				delete(lp.pool, a)
+			}
+		})
+	}
+}
+
 // Close closes every connection, client and upstream, and stops the
 // loops.
 func (s *Server) Close() error {

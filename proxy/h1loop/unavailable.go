@@ -25,3 +25,6 @@ func (s *Server) Shutdown(ctx context.Context) error { return nil }
 
 // Close does nothing.
 func (s *Server) Close() error { return nil }
+
+// Forget does nothing.
+func (s *Server) Forget(addrs []string) {}

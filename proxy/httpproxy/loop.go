@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/fallback"
@@ -176,7 +178,10 @@ func (x *loopExchange) Respond(resp *http.Response) http.Header {
 // the access log (the loop reuses the header's map).
 func (x *loopExchange) noteDegraded(hdr http.Header) {
 	if v := hdr[fallback.HeaderDegraded]; len(v) > 0 {
-		x.degraded = v[0]
+		// A copy: a response the loop read lives in the connection's
+		// memory (h1.Reuse), written over by the next one, and the log
+		// line is written later, on another goroutine.
+		x.degraded = strings.Clone(v[0])
 	}
 }
 
@@ -286,7 +291,46 @@ func startEventLoop(l *listener, st serverSettings, log *slog.Logger) eventLoop 
 		log.Error("event-loop engine unavailable, serving on the goroutine engine", "listener", l.name, "error", err)
 		return nil
 	}
-	return &loopEngine{Server: ev, log: q}
+	e := &loopEngine{Server: ev, log: q}
+	loopEngines.add(e)
+	return e
+}
+
+// loopEngines are the process's running event-loop engines: a Transport
+// whose endpoints leave their upstream has every loop close its idle
+// connections to them (their pools are the loops', keyed by address, not
+// the Transport's). One set for the process: a loop that had no
+// connection to a departed address does nothing, one whose other
+// upstream still has it redials.
+var loopEngines engineSet
+
+type engineSet struct {
+	mu sync.Mutex
+	m  map[*loopEngine]struct{}
+}
+
+func (s *engineSet) add(e *loopEngine) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[*loopEngine]struct{}{}
+	}
+	s.m[e] = struct{}{}
+}
+
+func (s *engineSet) remove(e *loopEngine) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, e)
+}
+
+// forget has every running loop close its idle connections to addrs.
+func (s *engineSet) forget(addrs []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for e := range s.m {
+		e.Forget(addrs)
+	}
 }
 
 // loopEngine is a listener's event loops and the queue of their access log
@@ -299,6 +343,7 @@ type loopEngine struct {
 // Close closes the loops, then writes the access log lines they queued.
 // (A Shutdown is followed by a Close: shutdownEventLoop.)
 func (e *loopEngine) Close() error {
+	loopEngines.remove(e)
 	err := e.Server.Close()
 	e.log.close()
 	return err

@@ -146,6 +146,7 @@ func (t *Transport) follow(s *endpoint.Set) {
 	}
 	t.last = s.All
 	if len(gone) > 0 {
+		loopEngines.forget(gone)
 		t.h1.Forget(gone)
 		if t.h1up != nil {
 			t.h1up.Forget(gone)
@@ -161,6 +162,15 @@ func (t *Transport) follow(s *endpoint.Set) {
 func (t *Transport) Close() {
 	if t.unsub != nil {
 		t.unsub()
+	}
+	if len(t.last) > 0 {
+		// The loops' idle connections to its endpoints, as its own
+		// below. (Another upstream with the same endpoint redials.)
+		addrs := make([]string, len(t.last))
+		for i, ep := range t.last {
+			addrs[i] = ep.Address()
+		}
+		loopEngines.forget(addrs)
 	}
 	if t.h1 != nil {
 		t.h1.Close()
