@@ -316,8 +316,8 @@ func (c *Change) Commit() {
 // wantsEventLoop reports whether plan p's listener is to run on the
 // event-loop engine: named, or by default (auto: config.Listener's
 // EventLoop) unless the loops would hand every request over (the
-// listener's own features that the loop does not have: tracing, an access
-// log, redirect_https), where the goroutine engine serves it without a
+// listener's own features that the loop does not have: tracing,
+// redirect_https), where the goroutine engine serves it without a
 // hand-off per connection.
 func wantsEventLoop(p plan) bool {
 	if p.tls != nil || !p.lc.EventLoop() {
@@ -327,7 +327,7 @@ func wantsEventLoop(p plan) bool {
 		return true
 	}
 	t := p.table
-	return t.tracer == nil && !t.accessLog && t.front == nil
+	return t.tracer == nil && t.front == nil
 }
 
 // switchEngine moves kept listener l to the other engine without closing
