@@ -25,8 +25,9 @@
 #   TARGETS="switchboard nginx haproxy direct"   what to measure; also
 #                     switchboard-dash: switchboard while a dashboard polls
 #                     /api/v1/dashboard once a second, as an open /ui/ does;
-#                     switchboard-loop: the same routes on a second listener
-#                     of the same process with engine: eventloop;
+#                     switchboard-loop, switchboard-goroutine: the same
+#                     routes on another listener of the same process, with
+#                     engine: eventloop, engine: goroutine;
 #                     with ROUTE=toolbox, switchboard-plain and nginx-plain:
 #                     the same servers' plain route, for the ratio
 #   ROUTE=plain       plain: one route to both backends. toolbox: the route
@@ -48,8 +49,9 @@
 #                     (-> bench/out/switchboard.cpu.pprof, bench/out/profile.txt)
 #   PROFILE_SECONDS=10
 #   SKIP_INSTALL=0    1: never call apt-get; fail if a tool is missing
-#   ENGINE=goroutine  switchboard's listener engine: goroutine (the default)
-#                     or eventloop (Linux: the event-loop front end)
+#   ENGINE=auto       switchboard's listener engine: auto (switchboard's
+#                     default: the event loop on Linux), eventloop or
+#                     goroutine
 #   RESPONSE_BYTES=0  0: the backends answer `return 200 "ok\n"`. N (at
 #                     least 3, e.g. 16384): they answer every GET with a
 #                     static file of exactly N bytes ("ok\n", then "x"s),
@@ -122,19 +124,20 @@ PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 PROFILE_TARGET=${PROFILE_TARGET:-switchboard}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 SWITCHBOARD_BIN=${SWITCHBOARD_BIN:-}
-ENGINE=${ENGINE:-goroutine}
+ENGINE=${ENGINE:-auto}
 RESPONSE_BYTES=${RESPONSE_BYTES:-0}
 UPLOAD_BYTES=${UPLOAD_BYTES:-0}
 ACCESS_LOG=${ACCESS_LOG:-0}
 case $ENGINE in
-goroutine | eventloop) ;;
-*) echo "ENGINE must be goroutine or eventloop, got '$ENGINE'" >&2; exit 1 ;;
+auto | goroutine | eventloop) ;;
+*) echo "ENGINE must be auto, goroutine or eventloop, got '$ENGINE'" >&2; exit 1 ;;
 esac
 
 BACKEND1_PORT=19001
 BACKEND2_PORT=19002
 SB_PORT=18080
 SB_LOOP_PORT=18083
+SB_GOROUTINE_PORT=18084
 SB_ADMIN_PORT=19901
 NGINX_PORT=18081
 HAPROXY_PORT=18082
@@ -177,9 +180,9 @@ for v in DURATION WARMUP; do
 	[[ ${!v} =~ ^[1-9][0-9]*[smh]?$ ]] || die "$v must look like 10s, 2m or 10, got '${!v}'"
 done
 for t in $TARGETS; do
-	case $t in switchboard | switchboard-dash | switchboard-loop | nginx | haproxy | direct) ;;
+	case $t in switchboard | switchboard-dash | switchboard-loop | switchboard-goroutine | nginx | haproxy | direct) ;;
 	switchboard-plain | nginx-plain) [[ $ROUTE == toolbox ]] || die "target $t needs ROUTE=toolbox" ;;
-	*) die "unknown target '$t' in TARGETS (known: switchboard switchboard-dash switchboard-loop switchboard-plain nginx nginx-plain haproxy direct)" ;;
+	*) die "unknown target '$t' in TARGETS (known: switchboard switchboard-dash switchboard-loop switchboard-goroutine switchboard-plain nginx nginx-plain haproxy direct)" ;;
 	esac
 done
 
@@ -307,6 +310,7 @@ target_url() {
 	case $1 in
 	switchboard | switchboard-dash) echo "http://127.0.0.1:$SB_PORT$(measured_path)" ;;
 	switchboard-loop) echo "http://127.0.0.1:$SB_LOOP_PORT$(measured_path)" ;;
+	switchboard-goroutine) echo "http://127.0.0.1:$SB_GOROUTINE_PORT$(measured_path)" ;;
 	switchboard-plain) echo "http://127.0.0.1:$SB_PORT/plain" ;;
 	nginx) echo "http://127.0.0.1:$NGINX_PORT$(measured_path)" ;;
 	nginx-plain) echo "http://127.0.0.1:$NGINX_PORT/plain" ;;
@@ -386,7 +390,7 @@ check_ports_free "$BACKEND1_PORT" "$BACKEND2_PORT"
 
 # --- switchboard binary (build failures are reported, not fatal)
 SB_BIN=""
-if want switchboard || want switchboard-dash || want switchboard-plain || want switchboard-loop; then
+if want switchboard || want switchboard-dash || want switchboard-plain || want switchboard-loop || want switchboard-goroutine; then
 	if [[ -n $SWITCHBOARD_BIN ]]; then
 		if [[ -x $SWITCHBOARD_BIN ]]; then
 			SB_BIN=$SWITCHBOARD_BIN
@@ -597,7 +601,7 @@ fi
 
 # --- switchboard
 SB_PID=""
-if { want switchboard || want switchboard-dash || want switchboard-plain || want switchboard-loop; } && [[ -n $SB_BIN ]]; then
+if { want switchboard || want switchboard-dash || want switchboard-plain || want switchboard-loop || want switchboard-goroutine; } && [[ -n $SB_BIN ]]; then
 	check_ports_free "$SB_PORT" "$SB_ADMIN_PORT"
 	mkdir -p "$WORK/switchboard"
 	sb_routes=$(
@@ -626,6 +630,10 @@ EOT
 	if want switchboard-loop; then
 		check_ports_free "$SB_LOOP_PORT"
 		sb_loop_listener=$(printf '  - name: bench-loop\n    listen: 127.0.0.1:%s\n    engine: eventloop%s\n    routes:\n%s' "$SB_LOOP_PORT" "$sb_listener_opts" "$sb_routes")
+	fi
+	if want switchboard-goroutine; then
+		check_ports_free "$SB_GOROUTINE_PORT"
+		sb_loop_listener+=$'\n'$(printf '  - name: bench-goroutine\n    listen: 127.0.0.1:%s\n    engine: goroutine%s\n    routes:\n%s' "$SB_GOROUTINE_PORT" "$sb_listener_opts" "$sb_routes")
 	fi
 	cat >"$WORK/switchboard/switchboard.yaml" <<EOF
 admin: {listen: 127.0.0.1:$SB_ADMIN_PORT}
@@ -675,6 +683,10 @@ EOF
 	if want switchboard-loop && [[ -z ${NOT_MEASURED[switchboard]:-} ]] &&
 		! smoke switchboard-loop "$(target_url switchboard-loop)"; then
 		NOT_MEASURED[switchboard-loop]="127.0.0.1:$SB_LOOP_PORT (engine: eventloop) does not answer 200 ok; see $RUN_DIR/switchboard.log"
+	fi
+	if want switchboard-goroutine && [[ -z ${NOT_MEASURED[switchboard]:-} ]] &&
+		! smoke switchboard-goroutine "$(target_url switchboard-goroutine)"; then
+		NOT_MEASURED[switchboard-goroutine]="127.0.0.1:$SB_GOROUTINE_PORT (engine: goroutine) does not answer 200 ok; see $RUN_DIR/switchboard.log"
 	fi
 	if [[ -n ${NOT_MEASURED[switchboard]:-} ]]; then
 		log "switchboard will NOT be measured: ${NOT_MEASURED[switchboard]}"
