@@ -40,18 +40,19 @@ func (x *plainExchange) Fail(err error) (int, http.Header, []byte) {
 }
 func (x *plainExchange) Done(status int, _, _ int64, err error) { x.call.Finish(status, err) }
 
-// TestIdleConnectionsHoldNoReadBuffer: a keep-alive connection waiting
-// for its next request has given its read buffer back to the loop, and
-// the next request takes one from there (a loop with many idle clients
-// holds one buffer per busy connection, not per connection).
-func TestIdleConnectionsHoldNoReadBuffer(t *testing.T) {
+// plainServer is a Server of one loop with settings st, forwarding every
+// request to a backend that answers "ok"; it returns the server, its
+// address and the backend's. Everything is closed when the test ends.
+func plainServer(t *testing.T, st Settings) (s *Server, addr, backend string) {
+	t.Helper()
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	defer be.Close()
-	u, err := upstream.New("be", upstream.Config{Targets: []endpoint.Spec{{Address: be.Listener.Addr().String()}}})
+	t.Cleanup(be.Close)
+	backend = be.Listener.Addr().String()
+	u, err := upstream.New("be", upstream.Config{Targets: []endpoint.Spec{{Address: backend}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer u.Close()
+	t.Cleanup(u.Close)
 	route, err := pipeline.New("r", pipeline.Config{Timeout: 10 * time.Second}, u, pipeline.HTTPTransport{})
 	if err != nil {
 		t.Fatal(err)
@@ -60,12 +61,21 @@ func TestIdleConnectionsHoldNoReadBuffer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	s, err := New(ln, plainHandler{route}, func(nc net.Conn) { nc.Close() }, Settings{}, 1)
+	t.Cleanup(func() { ln.Close() })
+	s, err = New(ln, plainHandler{route}, func(nc net.Conn) { nc.Close() }, st, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, ln.Addr().String(), backend
+}
+
+// TestIdleConnectionsHoldNoReadBuffer: a keep-alive connection waiting
+// for its next request has given its read buffer back to the loop, and
+// the next request takes one from there (a loop with many idle clients
+// holds one buffer per busy connection, not per connection).
+func TestIdleConnectionsHoldNoReadBuffer(t *testing.T) {
+	s, addr, _ := plainServer(t, Settings{})
 	lp := s.loops[0]
 	// state reads, on the loop, each client connection's read buffer
 	// capacity and how many buffers the loop keeps.
@@ -83,7 +93,7 @@ func TestIdleConnectionsHoldNoReadBuffer(t *testing.T) {
 	}
 	var conns []net.Conn
 	for i := 0; i < 3; i++ {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,27 +136,7 @@ func TestIdleConnectionsHoldNoReadBuffer(t *testing.T) {
 // first request that got a reset): that one's request is answered, with
 // Connection: close.
 func TestDrainServesAConnectionWhoseFirstRequestIsOnItsWay(t *testing.T) {
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	defer be.Close()
-	u, err := upstream.New("be", upstream.Config{Targets: []endpoint.Spec{{Address: be.Listener.Addr().String()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Close()
-	route, err := pipeline.New("r", pipeline.Config{Timeout: 10 * time.Second}, u, pipeline.HTTPTransport{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	s, err := New(ln, plainHandler{route}, func(nc net.Conn) { nc.Close() }, Settings{ReadHeaderTimeout: 10 * time.Second}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, addr, _ := plainServer(t, Settings{ReadHeaderTimeout: 10 * time.Second})
 	lp := s.loops[0]
 	onLoop := func(fn func()) {
 		done := make(chan struct{})
@@ -154,7 +144,7 @@ func TestDrainServesAConnectionWhoseFirstRequestIsOnItsWay(t *testing.T) {
 		<-done
 	}
 	dial := func() (net.Conn, *bufio.Reader) {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,28 +198,7 @@ func TestDrainServesAConnectionWhoseFirstRequestIsOnItsWay(t *testing.T) {
 // connections to an endpoint that left its upstream are closed by Forget,
 // those to other endpoints kept.
 func TestForgetClosesTheIdleConnectionsToAnAddress(t *testing.T) {
-	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	defer be.Close()
-	addr := be.Listener.Addr().String()
-	u, err := upstream.New("be", upstream.Config{Targets: []endpoint.Spec{{Address: addr}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer u.Close()
-	route, err := pipeline.New("r", pipeline.Config{Timeout: 10 * time.Second}, u, pipeline.HTTPTransport{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	s, err := New(ln, plainHandler{route}, func(nc net.Conn) { nc.Close() }, Settings{}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, laddr, addr := plainServer(t, Settings{})
 	lp := s.loops[0]
 	idle := func(a string) (n int) {
 		done := make(chan struct{})
@@ -237,7 +206,7 @@ func TestForgetClosesTheIdleConnectionsToAnAddress(t *testing.T) {
 		<-done
 		return n
 	}
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial("tcp", laddr)
 	if err != nil {
 		t.Fatal(err)
 	}
