@@ -69,7 +69,9 @@ func (ru *Reuse) header() http.Header {
 		return nil
 	}
 	if ru.h == nil {
-		ru.h = make(http.Header, maxFastFields)
+		// 8: a small map, whose clear (once per message) is cheap; a
+		// head with more fields grows it once.
+		ru.h = make(http.Header, 8)
 	}
 	return ru.h
 }

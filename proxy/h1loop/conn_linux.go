@@ -96,7 +96,7 @@ func (c *conn) read() {
 	for c.more && !c.eof && len(c.in) < limit {
 		if cap(c.in) == 0 {
 			c.in = c.lp.buffer()
-		} else if cap(c.in)-len(c.in) < readChunk/2 {
+		} else if cap(c.in)-len(c.in) < clientBuffer/2 {
 			grown := make([]byte, len(c.in), 2*cap(c.in))
 			copy(grown, c.in)
 			c.lp.release(c.in)

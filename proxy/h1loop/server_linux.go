@@ -39,7 +39,11 @@ type Server struct {
 const (
 	defaultMaxHeader = 1 << 20
 	defaultMaxBody   = 64 << 10
-	readChunk        = 16 << 10
+	readChunk        = 16 << 10 // an upstream connection's read buffer is twice this
+	// clientBuffer is a client connection's read buffer to begin with: a
+	// request head fits (nginx's client_header_buffer_size is 1 KiB); a
+	// larger head or a body grows it.
+	clientBuffer = 4 << 10
 )
 
 // New serves ln (a TCP listener; the caller keeps it, and closes it after
@@ -224,10 +228,12 @@ type loop struct {
 	free [][]byte
 }
 
-// maxFreeBuffers bounds the read buffers a loop keeps for later.
-const maxFreeBuffers = 256
+// maxFreeBuffers bounds the read buffers a loop keeps for later (4 MiB):
+// enough for a thousand connections' requests at once without making new
+// ones as they come and go.
+const maxFreeBuffers = 1024
 
-// buffer returns an empty read buffer of readChunk bytes' capacity.
+// buffer returns an empty read buffer of clientBuffer bytes' capacity.
 func (lp *loop) buffer() []byte {
 	if n := len(lp.free); n > 0 {
 		b := lp.free[n-1]
@@ -235,12 +241,12 @@ func (lp *loop) buffer() []byte {
 		lp.free = lp.free[:n-1]
 		return b
 	}
-	return make([]byte, 0, readChunk)
+	return make([]byte, 0, clientBuffer)
 }
 
 // release keeps b, a read buffer nothing refers to any more, for later.
 func (lp *loop) release(b []byte) {
-	if cap(b) == readChunk && len(lp.free) < maxFreeBuffers {
+	if cap(b) == clientBuffer && len(lp.free) < maxFreeBuffers {
 		lp.free = append(lp.free, b[:0])
 	}
 }
