@@ -54,3 +54,27 @@ func errnoErr(e syscall.Errno) error {
 	}
 	return e
 }
+
+// Writev writes a then b to fd, a non-blocking descriptor, in one
+// writev(2), as Write writes: a response head and its body go out
+// together without being copied into one buffer first. It returns how
+// many bytes of the two the call took.
+func Writev(fd int, a, b []byte) (int, error) {
+	var iov [2]unix.Iovec
+	n := 0
+	for _, p := range [2][]byte{a, b} {
+		if len(p) > 0 {
+			iov[n].Base = &p[0]
+			iov[n].SetLen(len(p))
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+	if e != 0 {
+		return 0, errnoErr(e)
+	}
+	return int(r), nil
+}

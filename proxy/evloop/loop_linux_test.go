@@ -338,3 +338,25 @@ func TestReadAndWriteAreNonBlockingSyscalls(t *testing.T) {
 		t.Fatalf("Write to a closed peer: %v, want EPIPE", err)
 	}
 }
+
+// TestWritevSendsBothSlicesInOrder: Writev takes a then b in one call, an
+// empty one skipped, and reports what the socket took.
+func TestWritevSendsBothSlicesInOrder(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	for _, tc := range []struct{ a, b string }{{"head ", "body"}, {"", "body"}, {"head", ""}} {
+		n, err := Writev(fds[1], []byte(tc.a), []byte(tc.b))
+		if err != nil || n != len(tc.a)+len(tc.b) {
+			t.Fatalf("Writev(%q, %q): %d, %v", tc.a, tc.b, n, err)
+		}
+		var buf [16]byte
+		m, _ := Read(fds[0], buf[:])
+		if got := string(buf[:m]); got != tc.a+tc.b {
+			t.Fatalf("read %q, want %q", got, tc.a+tc.b)
+		}
+	}
+}

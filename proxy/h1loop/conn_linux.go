@@ -254,6 +254,9 @@ func (c *conn) timedOut() {
 // keeps what the socket does not take. It reports false when the
 // connection broke (and is closed, or its exchange ended).
 func (c *conn) write(b []byte) bool {
+	if len(c.out) > 0 && len(b) >= writevAt {
+		return c.writev(b)
+	}
 	if len(c.out) > 0 {
 		c.out = append(c.out, b...)
 		return c.flush()
@@ -276,6 +279,33 @@ func (c *conn) write(b []byte) bool {
 		c.out = append(c.out[:0], b...)
 	}
 	return true
+}
+
+// writevAt is the size from which body bytes written after a pending
+// head go out with it in one writev rather than being copied after it.
+const writevAt = 2 << 10
+
+// writev writes what is pending then b in one call, keeping what the
+// socket does not take; false when the connection broke.
+func (c *conn) writev(b []byte) bool {
+	for {
+		n, err := evloop.Writev(c.fd, c.out, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err == unix.EAGAIN {
+			n = 0
+		} else if err != nil {
+			c.broke()
+			return false
+		}
+		if n < len(c.out) {
+			c.out = append(c.out[:copy(c.out, c.out[n:])], b...)
+		} else {
+			c.out = append(c.out[:0], b[n-len(c.out):]...)
+		}
+		return true
+	}
 }
 
 // flush writes what is pending; false when the connection broke. What
