@@ -141,6 +141,30 @@ func (l *Loop) Arm(t *Timer, at time.Time) { l.timers.arm(t, clock.Nanos(at)) }
 // Disarm stops t; a disarmed t is left alone.
 func (l *Loop) Disarm(t *Timer) { l.timers.disarm(t) }
 
+// SetDeadline sets d to at; the zero at clears it. See Deadline.
+func (l *Loop) SetDeadline(d *Deadline, at time.Time) {
+	if at.IsZero() {
+		d.at = 0
+		return
+	}
+	n := max(clock.Nanos(at), 1)
+	d.at = n
+	if d.t.Armed() && d.t.when <= n {
+		return // it fires first, and arms itself again for n
+	}
+	if d.t.Fire == nil {
+		d.l, d.t.Fire = l, d.due
+	}
+	l.timers.arm(&d.t, n)
+}
+
+// StopDeadline clears d and disarms its timer: for an owner that goes
+// away.
+func (l *Loop) StopDeadline(d *Deadline) {
+	d.at = 0
+	l.timers.disarm(&d.t)
+}
+
 // Runner is what Soon runs.
 type Runner interface{ RunSoon() }
 

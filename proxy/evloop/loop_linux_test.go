@@ -360,3 +360,51 @@ func TestWritevSendsBothSlicesInOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadlineFiresOnceAtItsLatestTime: a deadline moved later fires at
+// its last time, once; a cleared one does not fire; one moved earlier
+// fires at the earlier time.
+func TestDeadlineFiresOnceAtItsLatestTime(t *testing.T) {
+	l := start(t)
+	fired := make(chan time.Time, 4)
+	var d Deadline
+	d.Fire = func() { fired <- time.Now() }
+	var set time.Time
+	onLoop(t, l, func() {
+		l.SetDeadline(&d, l.Now().Add(20*time.Millisecond))
+		set = l.Now().Add(80 * time.Millisecond)
+		l.SetDeadline(&d, set) // later: the armed timer fires first and re-arms
+	})
+	select {
+	case at := <-fired:
+		if at.Before(set) {
+			t.Fatalf("fired %v before its deadline %v", at, set)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deadline did not fire")
+	}
+	// Cleared: nothing fires; moved earlier: it fires.
+	var e Deadline
+	e.Fire = func() { fired <- time.Time{} }
+	onLoop(t, l, func() {
+		l.SetDeadline(&e, l.Now().Add(10*time.Millisecond))
+		l.SetDeadline(&e, time.Time{})
+		l.SetDeadline(&d, l.Now().Add(time.Hour))
+		l.SetDeadline(&d, l.Now().Add(30*time.Millisecond))
+	})
+	select {
+	case at := <-fired:
+		if at.IsZero() {
+			t.Fatal("a cleared deadline fired")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the deadline moved earlier did not fire")
+	}
+	// Both timers are off the heap once spent.
+	onLoop(t, l, func() {})
+	var left int
+	onLoop(t, l, func() { left = len(l.timers.heap) })
+	if left != 0 || len(fired) != 0 {
+		t.Fatalf("%d timers armed, %d more fires; want none", left, len(fired))
+	}
+}

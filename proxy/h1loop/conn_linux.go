@@ -22,12 +22,12 @@ type conn struct {
 	lp     *loop
 	fd     int
 	remote string
-	in     []byte // read, not yet served (the next requests' bytes)
-	out    []byte // written by the loop, not yet taken by the socket
-	timer  evloop.Timer
-	ex     *exchange // the request being served, or nil
-	first  bool      // no request served yet
-	eof    bool      // the client closed its side: serve what is in, then close
+	in     []byte          // read, not yet served (the next requests' bytes)
+	out    []byte          // written by the loop, not yet taken by the socket
+	timer  evloop.Deadline // waiting for a request or its head, or for the client to read
+	ex     *exchange       // the request being served, or nil
+	first  bool            // no request served yet
+	eof    bool            // the client closed its side: serve what is in, then close
 	closed bool
 	// more: the socket may hold bytes not read yet (a read filled the
 	// buffer, or bytes came while a request was served). closing: the
@@ -189,7 +189,7 @@ func (c *conn) serve() {
 		return
 	}
 	c.lastX = x
-	c.lp.l.Disarm(&c.timer)
+	c.lp.l.SetDeadline(&c.timer, time.Time{})
 	c.in = c.in[:copy(c.in, c.in[n:])]
 	c.first = false
 	// While the request is served the loop reads nothing more from the
@@ -224,18 +224,18 @@ func (c *conn) armWait() {
 	if c.first && st.ReadHeaderTimeout > 0 {
 		d = st.ReadHeaderTimeout
 	}
+	at := time.Time{}
 	if d > 0 {
-		c.lp.l.Arm(&c.timer, c.lp.now().Add(d))
-	} else {
-		c.lp.l.Disarm(&c.timer)
+		at = c.lp.now().Add(d)
 	}
+	c.lp.l.SetDeadline(&c.timer, at)
 }
 
 // armHead times a head that is coming: the read-header timeout from its
 // first byte.
 func (c *conn) armHead(st *Settings) {
 	if st.ReadHeaderTimeout > 0 {
-		c.lp.l.Arm(&c.timer, c.headStart.Add(st.ReadHeaderTimeout))
+		c.lp.l.SetDeadline(&c.timer, c.headStart.Add(st.ReadHeaderTimeout))
 	}
 }
 
@@ -340,7 +340,7 @@ func (c *conn) broke() {
 // handOff gives the connection, its unserved bytes first, to the
 // goroutine engine.
 func (c *conn) handOff() {
-	c.lp.l.Disarm(&c.timer)
+	c.stopTimers()
 	c.cancel()
 	c.closed = true
 	delete(c.lp.conns, c)
@@ -353,6 +353,14 @@ func (c *conn) handOff() {
 	c.lp.s.handoff(nc)
 }
 
+// stopTimers disarms the connection's deadlines for good, its attempt's
+// included: a cleared deadline's timer stays armed until it fires, and
+// would hold the connection that long.
+func (c *conn) stopTimers() {
+	c.lp.l.StopDeadline(&c.timer)
+	c.lp.l.StopDeadline(&c.exs.atts.timer)
+}
+
 // close closes the connection.
 func (c *conn) close() {
 	if c.closed {
@@ -360,7 +368,7 @@ func (c *conn) close() {
 	}
 	c.closed = true
 	c.cancel()
-	c.lp.l.Disarm(&c.timer)
+	c.stopTimers()
 	c.lp.l.Remove(c.fd)
 	unix.Close(c.fd)
 	c.lp.release(c.in)

@@ -60,9 +60,11 @@ type exchange struct {
 // reset readies the connection's exchange for request req, which x
 // serves.
 func (ex *exchange) reset(c *conn, req *http.Request, x Exchange) *exchange {
-	gen, fire, afire := ex.atts.gen, ex.timer.Fire, ex.atts.timer.Fire
+	// The attempt's deadline is kept as it is: its timer may be armed
+	// (see evloop.Deadline).
+	gen, fire, adl := ex.atts.gen, ex.timer.Fire, ex.atts.timer
 	*ex = exchange{c: c, x: x, reqBuf: ex.reqBuf[:0], respRu: ex.respRu}
-	ex.atts.gen, ex.atts.timer.Fire = gen, afire
+	ex.atts.gen, ex.atts.timer = gen, adl
 	if fire == nil {
 		fire = ex.resume // made once: a method value costs an allocation
 	}
@@ -334,7 +336,7 @@ func (ex *exchange) clientDrained() {
 		ex.finish()
 		return
 	}
-	ex.c.lp.l.Disarm(&ex.c.timer)
+	ex.c.lp.l.SetDeadline(&ex.c.timer, time.Time{})
 	if ex.src != nil {
 		ex.src.resumeRelay()
 	}
@@ -344,7 +346,7 @@ func (ex *exchange) clientDrained() {
 // stops reading the upstream until it drains, for up to the idle timeout.
 func (ex *exchange) clientStalled() {
 	if d := ex.c.settings().IdleTimeout; d > 0 {
-		ex.c.lp.l.Arm(&ex.c.timer, ex.now().Add(d))
+		ex.c.lp.l.SetDeadline(&ex.c.timer, ex.now().Add(d))
 	}
 }
 
@@ -421,7 +423,7 @@ func (ex *exchange) finish() {
 		c.close()
 		return
 	}
-	c.lp.l.Disarm(&c.timer)
+	c.lp.l.SetDeadline(&c.timer, time.Time{})
 	// The next request (pipelined, in c.in, or to come) once the stack
 	// that finished this one has unwound: its frames may still look at
 	// the exchange the next request reuses.

@@ -305,7 +305,7 @@ func (lp *loop) closeIdle() {
 			if rh := c.settings().ReadHeaderTimeout; rh > 0 && rh < d {
 				d = rh
 			}
-			lp.l.Arm(&c.timer, lp.now().Add(d))
+			lp.l.SetDeadline(&c.timer, lp.now().Add(d))
 			continue
 		}
 		c.close()

@@ -67,7 +67,7 @@ type attempt struct {
 	wrote    int
 	u        *upConn
 	t0       time.Time
-	timer    evloop.Timer
+	timer    evloop.Deadline
 	state    attemptState
 	replayed bool
 
@@ -88,12 +88,13 @@ type attempt struct {
 // reset readies a for a new attempt of ex. The attempt it held before is
 // over (released: its timer disarmed, its connection given back).
 func (a *attempt) reset(ex *exchange, addr string, deadline time.Time, req []byte) *attempt {
-	gen, fire := a.gen+1, a.timer.Fire
-	*a = attempt{ex: ex, addr: addr, deadline: deadline, req: req, gen: gen}
-	if fire == nil {
-		fire = a.timedOut // made once: a method value costs an allocation
+	// The deadline is kept as it is: its timer may be armed (see
+	// evloop.Deadline).
+	gen, dl := a.gen+1, a.timer
+	*a = attempt{ex: ex, addr: addr, deadline: deadline, req: req, gen: gen, timer: dl}
+	if a.timer.Fire == nil {
+		a.timer.Fire = a.timedOut // made once: a method value costs an allocation
 	}
-	a.timer.Fire = fire
 	a.body.a = a
 	return a
 }
@@ -128,11 +129,7 @@ func (a *attempt) armTimer(d time.Duration) {
 			at = t
 		}
 	}
-	if at.IsZero() {
-		lp.l.Disarm(&a.timer)
-		return
-	}
-	lp.l.Arm(&a.timer, at)
+	lp.l.SetDeadline(&a.timer, at)
 }
 
 // dial connects to the endpoint without blocking: an IP address at once,
@@ -640,7 +637,7 @@ func (a *attempt) fail(err error) {
 // release gives the connection back to the pool (reusable) or closes it.
 func (a *attempt) release(reusable bool) {
 	lp := a.loop()
-	lp.l.Disarm(&a.timer)
+	lp.l.SetDeadline(&a.timer, time.Time{})
 	if a.state != attDone {
 		a.state = attDone
 	}
