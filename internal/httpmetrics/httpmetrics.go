@@ -26,6 +26,7 @@ type Metrics struct {
 	header        *prometheus.HistogramVec
 	coding        codingVecs
 	access        accessVecs
+	logDropped    *prometheus.CounterVec
 }
 
 // latencyBuckets are the buckets of every latency histogram of
@@ -66,10 +67,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Buckets: latencyBuckets,
 		}, []string{"upstream"}),
 		coding: newCodingVecs(),
+		logDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "switchboard_access_log_dropped_total",
+			Help: "Access log lines an event-loop listener dropped because its queue to the log writer was full (the loop never waits for the log), by listener.",
+		}, []string{"listener"}),
 	}
 	m.access = newAccessVecs()
 	reg.MustRegister(m.requests, m.duration, m.inflight, m.requestBytes, m.responseBytes, m.header,
-		m.coding.responses, m.coding.in, m.coding.out, m.access.denied, m.access.bcrypt)
+		m.coding.responses, m.coding.in, m.coding.out, m.access.denied, m.access.bcrypt, m.logDropped)
 	return m
 }
 
@@ -78,7 +83,16 @@ func New(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) Vecs() []*prometheus.MetricVec {
 	return append([]*prometheus.MetricVec{m.requests.MetricVec, m.duration.MetricVec, m.inflight.MetricVec,
 		m.requestBytes.MetricVec, m.responseBytes.MetricVec, m.header.MetricVec,
-		m.access.denied.MetricVec, m.access.bcrypt.MetricVec}, m.coding.vecs()...)
+		m.access.denied.MetricVec, m.access.bcrypt.MetricVec, m.logDropped.MetricVec}, m.coding.vecs()...)
+}
+
+// AccessLogDropped returns listener's count of dropped access log lines
+// (nil for a nil *Metrics).
+func (m *Metrics) AccessLogDropped(listener string) prometheus.Counter {
+	if m == nil {
+		return nil
+	}
+	return m.logDropped.WithLabelValues(listener)
 }
 
 // ResponseHeader returns the series of upstream's time to a response head

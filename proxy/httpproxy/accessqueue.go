@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // accessQueueSize is how many access log lines a listener's event loops
@@ -40,9 +42,10 @@ type accessQueue struct {
 	// wake holds a token when lines wait for the writer: a loop wakes the
 	// writer only when it is idle.
 	wake    chan struct{}
-	dropped atomic.Int64 // since the writer last reported drops
-	total   atomic.Int64 // dropped ever
-	mu      sync.RWMutex // add (read) against close (write)
+	dropped atomic.Int64       // since the writer last reported drops
+	total   atomic.Int64       // dropped ever
+	counter prometheus.Counter // switchboard_access_log_dropped_total's series, or nil
+	mu      sync.RWMutex       // add (read) against close (write)
 	closed  bool
 	stop    chan struct{} // closed by close
 	done    chan struct{} // closed by the writer when it has written all
@@ -86,6 +89,9 @@ func (q *accessQueue) add(r slog.Record) {
 func (q *accessQueue) drop() {
 	q.dropped.Add(1)
 	q.total.Add(1)
+	if q.counter != nil {
+		q.counter.Inc()
+	}
 }
 
 // write is the writer: woken by a line, it waits q.every for more, then

@@ -6,6 +6,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // recordingHandler is a slog.Handler that keeps the records it handles;
@@ -64,6 +67,8 @@ func TestAccessQueueKeepsOrderAndDropsWhenFullWithoutWaiting(t *testing.T) {
 	h := &recordingHandler{gate: gate}
 	const size = 4
 	q := newAccessQueue("web", slog.New(h), size, time.Millisecond)
+	m := NewMetrics(prometheus.NewRegistry())
+	q.counter = m.AccessLogDropped("web")
 	// The writer takes the first record and stalls in Handle; size more
 	// fill the queue. Until the writer has taken the first, that one may
 	// still be in the queue: add until a drop is counted.
@@ -108,6 +113,11 @@ func TestAccessQueueKeepsOrderAndDropsWhenFullWithoutWaiting(t *testing.T) {
 	q.add(numbered(99)) // after close: dropped, not a panic
 	if n := q.total.Load(); n != int64(added-kept)+1 {
 		t.Fatalf("a line added after close: %d dropped in all, want %d", n, added-kept+1)
+	}
+	var mm dto.Metric
+	q.counter.Write(&mm)
+	if got := mm.GetCounter().GetValue(); got != float64(added-kept+1) {
+		t.Fatalf("switchboard_access_log_dropped_total{listener=\"web\"} = %v, want %d", got, added-kept+1)
 	}
 }
 

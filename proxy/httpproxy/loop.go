@@ -272,7 +272,7 @@ func loopSettings(st serverSettings) h1loop.Settings {
 // connections they hand over go to the listener's server, as accepted
 // ones do. It returns nil (the goroutine engine then accepts) when the
 // loops cannot start.
-func startEventLoop(l *listener, st serverSettings, log *slog.Logger) eventLoop {
+func startEventLoop(l *listener, st serverSettings, log *slog.Logger, m *Metrics) eventLoop {
 	a := l.loop
 	handoff := func(nc net.Conn) {
 		// On a loop, which must not wait for the server to take it.
@@ -285,6 +285,7 @@ func startEventLoop(l *listener, st serverSettings, log *slog.Logger) eventLoop 
 		}()
 	}
 	q := newAccessQueue(l.name, l.handler.log, accessQueueSize, accessFlushEvery)
+	q.counter = m.AccessLogDropped(l.name)
 	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, handoff, loopSettings(st), 0)
 	if err != nil {
 		q.close()

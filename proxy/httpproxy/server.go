@@ -271,7 +271,7 @@ func (c *Change) Commit() {
 		if l == nil {
 			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: &Handler{name: p.lc.Name, log: s.log}}
 			if wantsEventLoop(p) {
-				l.ev = startEventLoop(l, settings, s.log)
+				l.ev = startEventLoop(l, settings, s.log, s.metrics)
 			}
 			if l.ev == nil {
 				p.loop.start()
@@ -341,7 +341,7 @@ func wantsEventLoop(p plan) bool {
 // goroutine engine goes on accepting (startEventLoop logs why).
 func (s *Server) switchEngine(l *listener, st serverSettings, drain time.Duration) {
 	if l.ev == nil {
-		ev := startEventLoop(l, st, s.log)
+		ev := startEventLoop(l, st, s.log, s.metrics)
 		if ev == nil {
 			return
 		}
