@@ -327,7 +327,11 @@ func (ex *exchange) bodyDone(err error) {
 	}
 	if len(ex.c.out) == 0 {
 		ex.finish()
+		return
 	}
+	// The client has yet to take the last bytes: it gets as long as a
+	// paused relay's client does.
+	ex.clientStalled()
 }
 
 // clientDrained is called when the client took all that was pending.
