@@ -440,3 +440,21 @@ func TestPipelinedHeadGetsItsOwnReadHeaderTimeout(t *testing.T) {
 		t.Fatalf("second: %d %q", resp.StatusCode, b)
 	}
 }
+
+// TestInformationalResponsesBeforeTheAnswerAreSkipped: interim answers
+// (102, 103 Early Hints) before the final one are skipped, as 100 is and
+// as proxy/h1's Client skips them, not taken for a broken upstream.
+func TestInformationalResponsesBeforeTheAnswerAreSkipped(t *testing.T) {
+	f := newFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusProcessing)
+		echoPath(w, r)
+	}), h1loop.Settings{}, h1loop.Upstream{MaxIdlePerEndpoint: 4})
+	c, br := f.dial()
+	io.WriteString(c, "GET /hints HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, body := readResponse(t, br, "GET")
+	if resp.StatusCode != 200 || body != "path=/hints" {
+		t.Fatalf("after interim answers: %d %q, want 200 %q", resp.StatusCode, body, "path=/hints")
+	}
+}
