@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+
+	"golang.org/x/sys/unix"
 )
 
 // Handoff moves fd, a connection served by the loop, to the goroutine
@@ -15,9 +17,12 @@ import (
 // socket's. It is how a request the loop does not serve itself (an
 // upgrade, Expect: 100-continue, a body too large or of unknown length)
 // goes on: proxy/h1's Server takes the net.Conn with the request's bytes
-// still to read. buffered is copied. Call it on the loop.
+// still to read. buffered is copied. Call it on the loop. When it fails,
+// fd is closed too (the caller must not close it again: its number may be
+// another file's by then).
 func (l *Loop) Handoff(fd int, buffered []byte) (net.Conn, error) {
 	if err := l.Remove(fd); err != nil {
+		unix.Close(fd)
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), "evloop-handoff")

@@ -408,3 +408,38 @@ func TestDeadlineFiresOnceAtItsLatestTime(t *testing.T) {
 		t.Fatalf("%d timers armed, %d more fires; want none", left, len(fired))
 	}
 }
+
+// TestHandoffClosesTheDescriptorWhenItFails: a Handoff that fails has
+// closed fd, whether the loop could not stop watching it or the runtime
+// could not take it (here: not a socket), so that its caller never closes
+// it a second time (by then its number may be another file's).
+func TestHandoffClosesTheDescriptorWhenItFails(t *testing.T) {
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	pipe := func() int {
+		var p [2]int
+		if err := unix.Pipe2(p[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(p[1]) })
+		return p[0]
+	}
+	watched := pipe()
+	if err := l.Add(watched, Readable, handlerFunc(func(int, Events) {})); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		fd   int
+	}{{"not a socket", watched}, {"not watched", pipe()}} {
+		if _, err := l.Handoff(c.fd, []byte("x")); err == nil {
+			t.Fatalf("%s: Handoff succeeded", c.name)
+		}
+		if _, err := unix.FcntlInt(uintptr(c.fd), unix.F_GETFD, 0); err != unix.EBADF {
+			t.Errorf("%s: after a failed Handoff the descriptor is %v, want closed (EBADF)", c.name, err)
+		}
+	}
+}

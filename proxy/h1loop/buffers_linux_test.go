@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +48,13 @@ func plainServer(t *testing.T, st Settings) (s *Server, addr, backend string) {
 	t.Helper()
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(be.Close)
-	backend = be.Listener.Addr().String()
+	s, addr = plainServerTo(t, st, be.Listener.Addr().String())
+	return s, addr, be.Listener.Addr().String()
+}
+
+// plainServerTo is plainServer forwarding to the backend at backend.
+func plainServerTo(t *testing.T, st Settings, backend string) (s *Server, addr string) {
+	t.Helper()
 	u, err := upstream.New("be", upstream.Config{Targets: []endpoint.Spec{{Address: backend}}})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +74,7 @@ func plainServer(t *testing.T, st Settings) (s *Server, addr, backend string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s, ln.Addr().String(), backend
+	return s, ln.Addr().String()
 }
 
 // TestIdleConnectionsHoldNoReadBuffer: a keep-alive connection waiting
@@ -229,5 +236,62 @@ func TestForgetClosesTheIdleConnectionsToAnAddress(t *testing.T) {
 	// Forget's task runs before the one idle posts after it.
 	if n := idle(addr); n != 0 {
 		t.Fatalf("%d idle connections to a forgotten endpoint, want 0", n)
+	}
+}
+
+// TestClientThatStopsReadingTheLastBytesIsTimedOut: a response whose
+// last bytes the client's socket cannot take waits for the client to read
+// them for at most the idle timeout, as one whose relay paused does: a
+// client that stops reading then cannot hold its connection (and the
+// loop's memory of the answer) for ever. The client pipelines requests
+// and reads nothing; the upstream writes each response in one write, so
+// that each comes in one read and its relay ends with the write that
+// finds the client full.
+func TestClientThatStopsReadingTheLastBytesIsTimedOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Length: 8192\r\n\r\n" + strings.Repeat("x", 8192))
+	go func() {
+		for {
+			uc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer uc.Close()
+				br := bufio.NewReader(uc)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if _, err := uc.Write(resp); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	s, addr := plainServerTo(t, Settings{IdleTimeout: 200 * time.Millisecond}, ln.Addr().String())
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	// More answers than the sockets' buffers hold (~16 MB).
+	if _, err := io.WriteString(c, strings.Repeat("GET / HTTP/1.1\r\nHost: x\r\n\r\n", 2000)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for s.conns.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection of a client that stopped reading is still open; want it closed after the idle timeout")
+		}
+		time.Sleep(10 * time.Millisecond) // polling: the client, which must not read, sees no event of the close
 	}
 }

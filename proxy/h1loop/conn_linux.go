@@ -347,8 +347,7 @@ func (c *conn) handOff() {
 	nc, err := c.lp.l.Handoff(c.fd, c.in)
 	c.lp.s.connGone()
 	if err != nil {
-		unix.Close(c.fd)
-		return
+		return // (the descriptor is closed)
 	}
 	c.lp.s.handoff(nc)
 }

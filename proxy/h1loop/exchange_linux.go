@@ -327,7 +327,11 @@ func (ex *exchange) bodyDone(err error) {
 	}
 	if len(ex.c.out) == 0 {
 		ex.finish()
+		return
 	}
+	// The client has yet to take the last bytes: it gets as long as a
+	// paused relay's client does.
+	ex.clientStalled()
 }
 
 // clientDrained is called when the client took all that was pending.
@@ -424,6 +428,10 @@ func (ex *exchange) finish() {
 		return
 	}
 	c.lp.l.SetDeadline(&c.timer, time.Time{})
+	// A next head already begun in c.in is read from now on (as net/http
+	// times a request's head from when it starts reading it), not from
+	// when its first bytes came: the exchange's time is not its own.
+	c.headStart = c.lp.now()
 	// The next request (pipelined, in c.in, or to come) once the stack
 	// that finished this one has unwound: its frames may still look at
 	// the exchange the next request reuses.

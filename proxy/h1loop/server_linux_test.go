@@ -409,3 +409,52 @@ func TestReusedHeadersDoNotLeakBetweenRequests(t *testing.T) {
 		t.Fatalf("second request: %q %v; want /2:0 and no field of the first", body, resp.Header)
 	}
 }
+
+// TestPipelinedHeadGetsItsOwnReadHeaderTimeout: the read-header timeout
+// of a pipelined request whose head came in part with the request before
+// it counts from when the loop turns to it (as net/http counts it from
+// when it starts reading a request), not from when its first bytes came:
+// a first request that took longer than the timeout does not get the
+// connection closed under the second.
+func TestPipelinedHeadGetsItsOwnReadHeaderTimeout(t *testing.T) {
+	const rht = 300 * time.Millisecond
+	f := newFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			<-time.After(3 * rht) // an upstream slower than the client's read-header timeout
+		}
+		echoPath(w, r)
+	}), h1loop.Settings{ReadHeaderTimeout: rht}, h1loop.Upstream{MaxIdlePerEndpoint: 4})
+	c, br := f.dial()
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHo")
+	if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != "path=/slow" {
+		t.Fatalf("first: %d %q", resp.StatusCode, body)
+	}
+	if _, err := io.WriteString(c, "st: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+	if err != nil {
+		t.Fatalf("the pipelined request whose head's rest came after the first answer: %v", err)
+	}
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 || string(b) != "path=/b" {
+		t.Fatalf("second: %d %q", resp.StatusCode, b)
+	}
+}
+
+// TestInformationalResponsesBeforeTheAnswerAreSkipped: interim answers
+// (102, 103 Early Hints) before the final one are skipped, as 100 is and
+// as proxy/h1's Client skips them, not taken for a broken upstream.
+func TestInformationalResponsesBeforeTheAnswerAreSkipped(t *testing.T) {
+	f := newFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.WriteHeader(http.StatusProcessing)
+		echoPath(w, r)
+	}), h1loop.Settings{}, h1loop.Upstream{MaxIdlePerEndpoint: 4})
+	c, br := f.dial()
+	io.WriteString(c, "GET /hints HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, body := readResponse(t, br, "GET")
+	if resp.StatusCode != 200 || body != "path=/hints" {
+		t.Fatalf("after interim answers: %d %q, want 200 %q", resp.StatusCode, body, "path=/hints")
+	}
+}

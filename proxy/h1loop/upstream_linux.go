@@ -379,7 +379,7 @@ func (a *attempt) readHead() {
 			if a.gotHead(end) {
 				return
 			}
-			continue // a 100 Continue skipped
+			continue // an interim answer skipped
 		}
 		if len(u.in) > maxHead {
 			a.fail(h1.ErrResponseHeaderTooLarge)
@@ -414,7 +414,7 @@ func (a *attempt) readHead() {
 }
 
 // gotHead parses the response head of length end and hands it to the
-// call; false when it was an interim answer (100) to skip.
+// call; false when it was an interim answer (1xx but 101) to skip.
 func (a *attempt) gotHead(end int) bool {
 	u := a.u
 	var ru *h1.Reuse
@@ -428,7 +428,9 @@ func (a *attempt) gotHead(end int) bool {
 		return true
 	}
 	u.in = u.in[:copy(u.in, u.in[end:])]
-	if resp.StatusCode == http.StatusContinue {
+	if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		// An interim answer (100, 102, 103 Early Hints): the final one
+		// follows, as proxy/h1's Client reads it.
 		return false
 	}
 	if resp.StatusCode < 200 {
