@@ -322,6 +322,10 @@ func (ex *exchange) bodyDone(err error) {
 		ex.closeAfter = true
 	}
 	ex.done = true
+	// The call ends before the client can have the answer's last bytes
+	// (report): here when nothing was written yet (a head with an empty
+	// body, sent by the flush below).
+	ex.report()
 	if !ex.c.flush() {
 		return
 	}
