@@ -4,12 +4,14 @@ package h1loop
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -293,5 +295,64 @@ func TestClientThatStopsReadingTheLastBytesIsTimedOut(t *testing.T) {
 			t.Fatal("the connection of a client that stopped reading is still open; want it closed after the idle timeout")
 		}
 		time.Sleep(10 * time.Millisecond) // polling: the client, which must not read, sees no event of the close
+	}
+}
+
+// TestUpstreamConnectionWhoseLastReadFilledTheBufferIsPooled: a response
+// that ends exactly at the end of a full read buffer leaves the socket
+// empty; its connection goes back to the pool (it was closed, as one that
+// may hold bytes nobody asked for), and the next request uses it.
+func TestUpstreamConnectionWhoseLastReadFilledTheBufferIsPooled(t *testing.T) {
+	const total = 2 * readChunk // an upstream connection's read buffer
+	head := "HTTP/1.1 200 OK\r\nContent-Length: 32726\r\n\r\n"
+	resp := append([]byte(head), bytes.Repeat([]byte("x"), total-len(head))...)
+	if len(head)+32726 != total {
+		t.Fatalf("response of %d bytes, want %d", len(head)+32726, total)
+	}
+	bl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bl.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := bl.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					c.Write(resp)
+				}
+			}()
+		}
+	}()
+	_, addr := plainServerTo(t, Settings{}, bl.Addr().String())
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for i := 0; i < 3; i++ {
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+		r, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := io.Copy(io.Discard, r.Body); n != 32726 {
+			t.Fatalf("request %d: %d body bytes, want 32726", i, n)
+		}
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Fatalf("the backend accepted %d connections for 3 requests, want 1: the pooled one reused", n)
 	}
 }

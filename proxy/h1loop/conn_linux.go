@@ -234,9 +234,11 @@ func (c *conn) armWait() {
 // armHead times a head that is coming: the read-header timeout from its
 // first byte.
 func (c *conn) armHead(st *Settings) {
+	at := time.Time{} // none: the idle timeout is for a wait between requests
 	if st.ReadHeaderTimeout > 0 {
-		c.lp.l.SetDeadline(&c.timer, c.headStart.Add(st.ReadHeaderTimeout))
+		at = c.headStart.Add(st.ReadHeaderTimeout)
 	}
+	c.lp.l.SetDeadline(&c.timer, at)
 }
 
 // timedOut closes a connection whose client was quiet too long: waiting

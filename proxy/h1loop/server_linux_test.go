@@ -458,3 +458,18 @@ func TestInformationalResponsesBeforeTheAnswerAreSkipped(t *testing.T) {
 		t.Fatalf("after interim answers: %d %q, want 200 %q", resp.StatusCode, body, "path=/hints")
 	}
 }
+
+// TestIdleTimeoutDoesNotCutAHeadInProgress: with no read-header timeout,
+// a head whose first bytes came is not held to the idle timeout, which is
+// for the wait between requests (as net/http's IdleTimeout).
+func TestIdleTimeoutDoesNotCutAHeadInProgress(t *testing.T) {
+	f := newFront(t, http.HandlerFunc(echoPath), h1loop.Settings{IdleTimeout: 100 * time.Millisecond}, h1loop.Upstream{MaxIdlePerEndpoint: 4})
+	c, br := f.dial()
+	io.WriteString(c, "GET /slow HTTP/1.1\r\n")
+	time.Sleep(300 * time.Millisecond) // the client is slow: three idle timeouts pass mid-head
+	io.WriteString(c, "Host: x\r\n\r\n")
+	resp, body := readResponse(t, br, "GET")
+	if resp.StatusCode != 200 || body != "path=/slow" {
+		t.Fatalf("%d %q, want the answer", resp.StatusCode, body)
+	}
+}

@@ -648,6 +648,15 @@ func (a *attempt) release(reusable bool) {
 		return
 	}
 	a.u, u.a = nil, nil
+	if reusable && u.more && !u.closing {
+		// The last read filled the buffer, so the socket may hold more,
+		// or be empty (the body ended there): one read tells. A byte
+		// there is one nobody asked for.
+		var probe [1]byte
+		if _, err := evloop.Read(u.fd, probe[:]); err == unix.EAGAIN {
+			u.more = false
+		}
+	}
 	max := a.ex.up.MaxIdlePerEndpoint
 	if !reusable || u.more || len(u.in) > 0 || lp.s.closing.Load() || max <= 0 || len(lp.pool[u.addr]) >= max {
 		// (more: bytes or a hang-up came that were not read: not a
