@@ -14,13 +14,10 @@ import (
 	"github.com/switchboard-dev/switchboard/proxy/h1"
 )
 
-// conn is a client connection on a loop. It is registered once, for
-// Readable|Writable|Edge: the loop is told when bytes come and when room
-// frees up, and the connection remembers (more) whether bytes may be
-// waiting that it has not read.
+// conn is a client connection on a loop, registered once (socket).
 type conn struct {
+	socket
 	lp     *loop
-	fd     int
 	remote string
 	in     []byte          // read, not yet served (the next requests' bytes)
 	out    []byte          // written by the loop, not yet taken by the socket
@@ -29,11 +26,6 @@ type conn struct {
 	first  bool            // no request served yet
 	eof    bool            // the client closed its side: serve what is in, then close
 	closed bool
-	// more: the socket may hold bytes not read yet (a read filled the
-	// buffer, or bytes came while a request was served). closing: the
-	// client closed its side (PeerClosed, told once): read on to the
-	// end.
-	more, closing bool
 	// headStart is when the first byte of the pending head came.
 	headStart time.Time
 
@@ -49,7 +41,7 @@ type conn struct {
 }
 
 func newConn(lp *loop, fd int, remote string) *conn {
-	c := &conn{lp: lp, fd: fd, remote: remote, first: true}
+	c := &conn{socket: socket{fd: fd}, lp: lp, remote: remote, first: true}
 	c.timer.Fire = c.timedOut
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ru.Base = new(http.Request).WithContext(c.ctx)
@@ -71,10 +63,7 @@ func (c *conn) OnEvent(fd int, ev evloop.Events) {
 			}
 		}
 	}
-	if ev&(evloop.Readable|evloop.Hangup) != 0 {
-		c.more = true
-		c.closing = c.closing || ev&(evloop.PeerClosed|evloop.Hangup) != 0
-	}
+	c.told(ev)
 	if c.ex != nil {
 		if ev&evloop.Hangup != 0 {
 			// The client went while its request was served.
@@ -102,28 +91,18 @@ func (c *conn) read() {
 			c.lp.release(c.in)
 			c.in = grown
 		}
-		room := cap(c.in) - len(c.in)
-		n, err := evloop.Read(c.fd, c.in[len(c.in):cap(c.in)])
-		if err == unix.EAGAIN {
-			c.more = false
+		n, err := c.socket.read(c.in[len(c.in):cap(c.in)])
+		if err != nil {
+			c.eof = true
 			break
 		}
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
-			c.eof, c.more = true, false
+		if n == 0 {
 			break
 		}
 		if len(c.in) == 0 {
 			c.headStart = c.lp.now()
 		}
 		c.in = c.in[:len(c.in)+n]
-		// A read that did not fill the buffer took all the socket had:
-		// the next bytes will be told of (Edge), and no read is spent
-		// to learn that there are none yet. (Not the end, when the
-		// client closed: that is not told again.)
-		c.more = n == room || c.closing
 	}
 	c.serve()
 }

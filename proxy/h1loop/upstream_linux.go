@@ -45,17 +45,15 @@ const (
 // in the loop's pool. Registered once, as client connections are
 // (connEvents).
 type upConn struct {
+	socket
 	lp      *loop
-	fd      int
 	addr    string
 	a       *attempt // nil: idle
 	in      []byte
 	idle    evloop.Timer
 	idleFor time.Duration
 	used    bool // it served an exchange before: a broken reuse may be replayed
-	// more, closing: as conn's.
-	more, closing bool
-	closed        bool
+	closed  bool
 }
 
 // attempt is one exchange with an endpoint.
@@ -227,7 +225,7 @@ func dialFD(d *net.Dialer, addr string) (int, error) {
 }
 
 func (lp *loop) newUpConn(fd int, addr string, idle time.Duration) *upConn {
-	u := &upConn{lp: lp, fd: fd, addr: addr, idleFor: idle}
+	u := &upConn{socket: socket{fd: fd}, lp: lp, addr: addr, idleFor: idle}
 	u.idle.Fire = u.close
 	return u
 }
@@ -248,10 +246,7 @@ func (lp *loop) takeIdle(addr string) *upConn {
 // OnEvent moves the attempt on, or closes an idle connection the
 // endpoint closed (or sent bytes nobody asked for on).
 func (u *upConn) OnEvent(fd int, ev evloop.Events) {
-	if ev&(evloop.Readable|evloop.Hangup) != 0 {
-		u.more = true
-		u.closing = u.closing || ev&(evloop.PeerClosed|evloop.Hangup) != 0
-	}
+	u.told(ev)
 	a := u.a
 	if a == nil {
 		if u.more {
@@ -393,23 +388,18 @@ func (a *attempt) readHead() {
 		if !u.more {
 			return // the rest is told of
 		}
-		room := cap(u.in) - len(u.in)
-		n, err := evloop.Read(u.fd, u.in[len(u.in):cap(u.in)])
+		n, err := u.socket.read(u.in[len(u.in):cap(u.in)])
 		switch {
-		case err == unix.EAGAIN:
-			u.more = false
+		case err == io.EOF:
+			a.broken(&net.OpError{Op: "read", Net: "tcp", Err: io.ErrUnexpectedEOF})
 			return
-		case err == unix.EINTR:
-			continue
 		case err != nil:
 			a.broken(&net.OpError{Op: "read", Net: "tcp", Err: err})
 			return
 		case n == 0:
-			a.broken(&net.OpError{Op: "read", Net: "tcp", Err: io.ErrUnexpectedEOF})
-			return
+			return // the rest is told of
 		}
 		u.in = u.in[:len(u.in)+n]
-		u.more = n == room || u.closing
 	}
 }
 
@@ -512,25 +502,21 @@ func (a *attempt) readBody() {
 			a.ex.c.flush()
 			return
 		}
-		n, err := evloop.Read(u.fd, u.in[:cap(u.in)])
+		n, err := u.socket.read(u.in[:cap(u.in)])
 		switch {
-		case err == unix.EAGAIN:
-			u.more = false
-			continue
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			a.end(&net.OpError{Op: "read", Net: "tcp", Err: err})
-			return
-		case n == 0:
+		case err == io.EOF:
 			if a.mode == bodyToClose {
 				a.end(nil)
 			} else {
 				a.end(io.ErrUnexpectedEOF)
 			}
 			return
+		case err != nil:
+			a.end(&net.OpError{Op: "read", Net: "tcp", Err: err})
+			return
+		case n == 0:
+			continue // nothing now: the client gets what came, the rest is told of
 		}
-		u.more = n == cap(u.in) || u.closing
 		if !a.feed(u.in[:n]) {
 			return
 		}
@@ -651,10 +637,10 @@ func (a *attempt) release(reusable bool) {
 	if reusable && u.more && !u.closing {
 		// The last read filled the buffer, so the socket may hold more,
 		// or be empty (the body ended there): one read tells. A byte
-		// there is one nobody asked for.
+		// there is one nobody asked for, and the end is the end.
 		var probe [1]byte
-		if _, err := evloop.Read(u.fd, probe[:]); err == unix.EAGAIN {
-			u.more = false
+		if n, err := u.socket.read(probe[:]); n != 0 || err != nil {
+			reusable = false
 		}
 	}
 	max := a.ex.up.MaxIdlePerEndpoint
