@@ -2,7 +2,11 @@
 
 package evloop
 
-import "github.com/switchboard-dev/switchboard/internal/clock"
+import (
+	"time"
+
+	"github.com/switchboard-dev/switchboard/internal/clock"
+)
 
 // Deadline is a Timer for a time that moves often and is rarely reached:
 // a connection's idle timeout, pushed back by every request, or an
@@ -35,4 +39,28 @@ func (d *Deadline) due() {
 		d.at = 0
 		d.Fire()
 	}
+}
+
+// SetDeadline sets d to at; the zero at clears it. See Deadline.
+func (l *Loop) SetDeadline(d *Deadline, at time.Time) {
+	if at.IsZero() {
+		d.at = 0
+		return
+	}
+	n := max(clock.Nanos(at), 1)
+	d.at = n
+	if d.t.Armed() && d.t.when <= n {
+		return // it fires first, and arms itself again for n
+	}
+	if d.t.Fire == nil {
+		d.l, d.t.Fire = l, d.due
+	}
+	l.timers.arm(&d.t, n)
+}
+
+// StopDeadline clears d and disarms its timer: for an owner that goes
+// away.
+func (l *Loop) StopDeadline(d *Deadline) {
+	d.at = 0
+	l.timers.disarm(&d.t)
 }

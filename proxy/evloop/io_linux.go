@@ -16,27 +16,20 @@ import (
 // the processor away and take it back, cost more than the read itself on
 // loopback): issue 15's prototypes measured 10-20% more throughput for
 // the same forwarder. Never use it on a blocking descriptor.
-func Read(fd int, p []byte) (int, error) {
-	var ptr unsafe.Pointer
-	if len(p) > 0 {
-		ptr = unsafe.Pointer(&p[0])
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, uintptr(fd), uintptr(ptr), uintptr(len(p)))
-	if e != 0 {
-		return 0, errnoErr(e)
-	}
-	return int(n), nil
-}
+func Read(fd int, p []byte) (int, error) { return rawIO(unix.SYS_READ, fd, p) }
 
 // Write writes p to fd, a non-blocking descriptor, as Read reads: without
 // telling the runtime. It returns what one write(2) took (maybe less than
 // p, or EAGAIN when the socket's buffer is full).
-func Write(fd int, p []byte) (int, error) {
+func Write(fd int, p []byte) (int, error) { return rawIO(unix.SYS_WRITE, fd, p) }
+
+// rawIO is read(2) or write(2) (trap) of p on fd through RawSyscall.
+func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 	var ptr unsafe.Pointer
 	if len(p) > 0 {
 		ptr = unsafe.Pointer(&p[0])
 	}
-	n, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(fd), uintptr(ptr), uintptr(len(p)))
+	n, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(ptr), uintptr(len(p)))
 	if e != 0 {
 		return 0, errnoErr(e)
 	}

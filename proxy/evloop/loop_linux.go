@@ -19,7 +19,7 @@ import (
 // Events is a set of readiness events of a file descriptor.
 type Events uint32
 
-// The events a handler asks for (Add, Modify) and is told of.
+// The events a handler asks for (Add) and is told of.
 const (
 	Readable Events = unix.EPOLLIN | unix.EPOLLRDHUP
 	Writable Events = unix.EPOLLOUT
@@ -107,17 +107,6 @@ func (l *Loop) Add(fd int, ev Events, h Handler) error {
 	return nil
 }
 
-// Modify changes the events fd is watched for: a connection whose client
-// reads slowly stops reading its upstream (drops Readable there) and
-// watches for Writable on the client instead.
-func (l *Loop) Modify(fd int, ev Events) error {
-	e := unix.EpollEvent{Events: uint32(ev), Fd: int32(fd)}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, fd, &e); err != nil {
-		return fmt.Errorf("evloop: changing the events of fd %d: %w", fd, err)
-	}
-	return nil
-}
-
 // Remove stops watching fd. Call it before closing fd: the descriptor's
 // number may be reused at once by the next accept or dial.
 func (l *Loop) Remove(fd int) error {
@@ -140,30 +129,6 @@ func (l *Loop) Arm(t *Timer, at time.Time) { l.timers.arm(t, clock.Nanos(at)) }
 
 // Disarm stops t; a disarmed t is left alone.
 func (l *Loop) Disarm(t *Timer) { l.timers.disarm(t) }
-
-// SetDeadline sets d to at; the zero at clears it. See Deadline.
-func (l *Loop) SetDeadline(d *Deadline, at time.Time) {
-	if at.IsZero() {
-		d.at = 0
-		return
-	}
-	n := max(clock.Nanos(at), 1)
-	d.at = n
-	if d.t.Armed() && d.t.when <= n {
-		return // it fires first, and arms itself again for n
-	}
-	if d.t.Fire == nil {
-		d.l, d.t.Fire = l, d.due
-	}
-	l.timers.arm(&d.t, n)
-}
-
-// StopDeadline clears d and disarms its timer: for an owner that goes
-// away.
-func (l *Loop) StopDeadline(d *Deadline) {
-	d.at = 0
-	l.timers.disarm(&d.t)
-}
 
 // Runner is what Soon runs.
 type Runner interface{ RunSoon() }
