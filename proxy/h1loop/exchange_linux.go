@@ -50,9 +50,10 @@ type exchange struct {
 
 	// reqBuf backs the request as it goes upstream (writeRequest).
 	reqBuf []byte
-	// respRu is the first response head's header map, reused from one
-	// exchange to the next; later attempts' heads get maps of their own
-	// (a dropped response may still be held by the call).
+	// respRu is the memory of the exchange's first response (its header
+	// map, its text: h1.Reuse), reused from one exchange to the next;
+	// later attempts' responses get their own (a dropped response may
+	// still be held by the call). parsedRu: the first one was parsed.
 	respRu   h1.Reuse
 	parsedRu bool
 }
@@ -210,9 +211,8 @@ func (ex *exchange) answer() {
 		hdr := ex.x.Respond(resp)
 		a.release(a.reusable)
 		ex.src = nil
-		ex.report()
 		ex.writeHead(resp.StatusCode, resp.Status, hdr, -2, false)
-		ex.bodyDone(nil)
+		ex.bodyDone(nil) // Done, then the head
 		return
 	case bodyLength:
 		ex.writeHead(resp.StatusCode, resp.Status, ex.x.Respond(resp), a.left, false)
