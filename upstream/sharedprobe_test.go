@@ -1,10 +1,12 @@
 package upstream_test
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,10 +15,23 @@ import (
 	"github.com/switchboard-dev/switchboard/upstream"
 )
 
-// probeLog records when a backend received each probe, by path.
+// probeLog records when a backend received each probe, by path, and
+// which of its connections are open.
 type probeLog struct {
-	mu sync.Mutex
-	at map[string][]time.Time
+	mu   sync.Mutex
+	at   map[string][]time.Time
+	srv  *httptest.Server
+	open atomic.Int64 // connections the backend has not yet closed
+}
+
+// settle closes the backend's connections and waits until each has ended,
+// its handler included: a probe written before its checker was stopped
+// (the check is cancelled mid-flight, but its bytes are already sent) has
+// been counted by then, and any later probe needs a new connection.
+func (l *probeLog) settle(t *testing.T) {
+	t.Helper()
+	l.srv.CloseClientConnections()
+	testutil.WaitFor(t, 10*time.Second, "the backend's connections to end", func() bool { return l.open.Load() == 0 })
 }
 
 func (l *probeLog) times(path string) []time.Time {
@@ -28,11 +43,21 @@ func (l *probeLog) times(path string) []time.Time {
 func probedBackend(t *testing.T) (string, *probeLog) {
 	t.Helper()
 	l := &probeLog{at: map[string][]time.Time{}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
 		l.at[r.URL.Path] = append(l.at[r.URL.Path], time.Now())
 		l.mu.Unlock()
 	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			l.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			l.open.Add(-1)
+		}
+	}
+	srv.Start()
+	l.srv = srv
 	t.Cleanup(srv.Close)
 	return strings.TrimPrefix(srv.URL, "http://"), l
 }
@@ -84,7 +109,9 @@ func TestUpstreamsOverOneBackendShareItsProbes(t *testing.T) {
 	b.Close()
 	c.Close()
 	// Close waits for the last subscriber's stream to end, so no probe can
-	// start after it; five intervals of quiet confirm it at the backend.
+	// start after it; five intervals of quiet confirm it at the backend,
+	// once the probes already on the wire have landed.
+	backend.settle(t)
 	seen, seenOther := len(backend.times("/healthz")), len(backend.times("/other"))
 	quiet := time.NewTimer(5 * interval)
 	defer quiet.Stop()
