@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -274,19 +273,9 @@ func loopSettings(st serverSettings) h1loop.Settings {
 // loops cannot start.
 func startEventLoop(l *listener, st serverSettings, log *slog.Logger, m *Metrics) eventLoop {
 	a := l.loop
-	handoff := func(nc net.Conn) {
-		// On a loop, which must not wait for the server to take it.
-		go func() {
-			select {
-			case a.conns <- nc:
-			case <-a.done:
-				nc.Close()
-			}
-		}()
-	}
 	q := newAccessQueue(l.name, l.handler.log, accessQueueSize, accessFlushEvery)
 	q.counter = m.AccessLogDropped(l.name)
-	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, handoff, loopSettings(st), 0)
+	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, a.deliver, loopSettings(st), 0)
 	if err != nil {
 		q.close()
 		log.Error("event-loop engine unavailable, serving on the goroutine engine", "listener", l.name, "error", err)

@@ -358,8 +358,10 @@ func (s *Server) switchEngine(l *listener, st serverSettings, drain time.Duratio
 	stopAccepting(old)
 	s.log.Info("listener engine changed", "listener", l.name, "from", config.EngineEventLoop, "to", config.EngineGoroutine)
 	s.draining.Add(1)
+	l.retired.Add(1)
 	go func() {
 		defer s.draining.Done()
+		defer l.retired.Done()
 		if !shutdownEventLoop(old, drain) {
 			s.log.Warn("engine change: drain timeout reached, closed remaining event-loop connections", "listener", l.name, "timeout", drain)
 		}
@@ -456,6 +458,9 @@ type listener struct {
 	ev       eventLoop
 	settings serverSettings
 	serving  sync.WaitGroup
+	// retired counts the event-loop engines a reload took off the
+	// socket that still drain: what they hand over goes to srv too.
+	retired sync.WaitGroup
 }
 
 // server is what a listener needs of an HTTP server: connServer.
@@ -525,6 +530,10 @@ func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
 	if l.ev != nil && !shutdownEventLoop(l.ev, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining event-loop connections", "listener", l.name, "timeout", timeout)
 	}
+	// What the loops (and those a reload retired) handed over while they
+	// drained has reached the server, whose drain below takes it in.
+	l.retired.Wait()
+	l.loop.finish()
 	l.tls.Load().replaced(nil) // stop watching its certificate files
 	if l.srv != nil && !shutdownServer(l.srv, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining connections", "listener", l.name, "timeout", timeout)
@@ -553,8 +562,17 @@ type acceptLoop struct {
 	ln    net.Listener
 	log   *slog.Logger
 	conns chan net.Conn
-	done  chan struct{}
+	done  chan struct{} // closed with the socket (stop)
 	once  sync.Once
+	// closed is closed once no connection can come through conns any
+	// more (finish): the socket is closed, the event loops have drained,
+	// and every connection on its way to the servers has reached one.
+	// Until then a server draining at shutdown still takes what the
+	// loops hand over: a connection whose first request came during the
+	// drain and needs the goroutine engine is served, not dropped.
+	closed     chan struct{}
+	closeOnce  sync.Once
+	delivering sync.WaitGroup // the accept goroutine and the loops' handoffs under way
 	// cur is the accept goroutine running, nil when none is. start and
 	// pause are called with the server's mu held.
 	cur *acceptRun
@@ -567,7 +585,7 @@ type acceptRun struct {
 }
 
 func newAcceptLoop(ln net.Listener, log *slog.Logger) *acceptLoop {
-	return &acceptLoop{ln: ln, log: log, conns: make(chan net.Conn), done: make(chan struct{})}
+	return &acceptLoop{ln: ln, log: log, conns: make(chan net.Conn), done: make(chan struct{}), closed: make(chan struct{})}
 }
 
 // start runs the accept goroutine, unless it runs already.
@@ -577,7 +595,9 @@ func (a *acceptLoop) start() {
 	}
 	r := &acceptRun{pause: make(chan struct{}), ended: make(chan struct{})}
 	a.cur = r
+	a.delivering.Add(1)
 	go func() {
+		defer a.delivering.Done()
 		defer close(r.ended)
 		a.run(r.pause)
 	}()
@@ -641,14 +661,15 @@ func (a *acceptLoop) run(pause <-chan struct{}) {
 		backoff = 0
 		select {
 		case a.conns <- c:
-		case <-a.done:
+		case <-a.closed:
 			c.Close()
 			return
 		}
 	}
 }
 
-// stop closes the socket: from then on connections are refused.
+// stop closes the socket: from then on connections are refused. The
+// connections accepted before go on to the servers until finish.
 func (a *acceptLoop) stop() {
 	a.once.Do(func() {
 		close(a.done)
@@ -656,8 +677,31 @@ func (a *acceptLoop) stop() {
 	})
 }
 
+// deliver hands nc, a connection an event loop does not serve itself, to
+// the listener's server, without making the loop wait for it.
+func (a *acceptLoop) deliver(nc net.Conn) {
+	a.delivering.Add(1)
+	go func() {
+		defer a.delivering.Done()
+		select {
+		case a.conns <- nc:
+		case <-a.closed:
+			nc.Close()
+		}
+	}()
+}
+
+// finish ends the stream of connections, once the socket is closed
+// (stop) and no event loop runs on it any more: it waits until every
+// connection on its way has reached a server, then tells the servers'
+// Accept that no more come.
+func (a *acceptLoop) finish() {
+	a.delivering.Wait()
+	a.closeOnce.Do(func() { close(a.closed) })
+}
+
 func (a *acceptLoop) handoff() *handoff {
-	return newHandoff(a.conns, a.done, a.ln.Addr())
+	return newHandoff(a.conns, a.closed, a.ln.Addr())
 }
 
 // handoff is the net.Listener one server sees of connections that several
@@ -665,7 +709,7 @@ func (a *acceptLoop) handoff() *handoff {
 // stopping the source.
 type handoff struct {
 	conns  <-chan net.Conn
-	done   <-chan struct{} // closed when the source stops
+	done   <-chan struct{} // closed when the source has no more
 	addr   net.Addr
 	closed chan struct{}
 	once   sync.Once

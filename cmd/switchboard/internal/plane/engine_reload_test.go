@@ -443,3 +443,45 @@ func TestRemovedEventLoopListenerRefusesAtOnce(t *testing.T) {
 	}
 	old.closedByProxy("the removed listener's connection after its request in flight")
 }
+
+// TestDrainingEventLoopHandsOverAFirstRequestToTheGoroutineEngine: a
+// connection the loops accepted before its listener was removed, whose
+// first request comes during the drain and is one the loops hand to the
+// goroutine engine (a body over 64 KiB), is answered: the handover still
+// reaches the listener's server, which drains after the loops.
+func TestDrainingEventLoopHandsOverAFirstRequestToTheGoroutineEngine(t *testing.T) {
+	be := newHoldBackend(t, "a")
+	yaml := "shutdown_timeout: 10s\n" + upstreamYAML("", be.addr())
+	p := startProxy(t, withEngine(yaml, config.EngineEventLoop))
+	addr := p.srv.Addr("web")
+	old := dialProbe(t, addr)
+	old.get("/old")
+	old.send("/held", "a") // keeps the loops draining
+	be.waitHeld(t, "a", 1, func() string { return "" })
+	fresh := dialProbe(t, addr)
+	// The listening queue is first in, first out: once a connection
+	// dialed after fresh is served, a loop has taken fresh.
+	dialProbe(t, addr).get("/after-fresh")
+
+	cfg, err := config.Parse("reload.yaml", []byte(strings.Replace(yaml, "name: web\n", "name: other\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	const size = 70 << 10
+	sent := make(chan error, 1)
+	go func() {
+		_, err := io.WriteString(fresh.c, fmt.Sprintf("POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("b", size)))
+		sent <- err
+	}()
+	fresh.answer("/upload")
+	if err := <-sent; err != nil {
+		t.Fatalf("sending the upload: %v", err)
+	}
+	be.let("a")
+	if !old.answer("/held") {
+		t.Error("the request in flight on the removed listener was answered without Connection: close")
+	}
+}
