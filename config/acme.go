@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // DefaultACMEDirectory is Let's Encrypt's production directory, the
@@ -174,14 +172,14 @@ func storageProblem(dir string) error {
 			}
 			return fmt.Errorf("cannot be created: %s is not a directory", p)
 		case err == nil:
-			if err := unix.Access(p, unix.W_OK|unix.X_OK); err != nil {
+			if err := dirWritable(p); err != nil {
 				if p == filepath.Clean(dir) {
 					return fmt.Errorf("is not writable: %v", err)
 				}
 				return fmt.Errorf("cannot be created: %s is not writable: %v", p, err)
 			}
 			return nil
-		case errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR):
+		case errors.Is(err, fs.ErrNotExist) || isNotDir(err):
 			parent := filepath.Dir(p)
 			if parent == p {
 				return err

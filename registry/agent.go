@@ -227,11 +227,7 @@ func (a *Agent) onSignal(ctx context.Context, sigs chan os.Signal) {
 	case sig := <-sigs:
 		a.log.Info("registry agent: signal received; deregistering", "signal", sig.String())
 		a.Close(context.Background())
-		// Close stopped our notification; with no other handler, Go's
-		// default for the signal (exit) is back in place.
-		if s, ok := sig.(syscall.Signal); ok {
-			syscall.Kill(os.Getpid(), s)
-		}
+		reraise(sig)
 	}
 }
 

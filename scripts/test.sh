@@ -68,6 +68,12 @@ go vet ./...
 say "staticcheck"
 staticcheck ./...
 
+# The library and the binary build beyond Linux (the event-loop engine and
+# splice are Linux's; elsewhere the portable paths serve): keep it so.
+say "go build for darwin and windows"
+GOOS=darwin go build ./... || die "go build ./... fails for darwin"
+GOOS=windows go build ./... || die "go build ./... fails for windows"
+
 say "go test -race"
 go test -race -count=1 -timeout 14m ./...
 

@@ -173,9 +173,7 @@ func (s *EtcdServer) start() error {
 	logBuf := &limitedBuffer{max: 64 << 10}
 	cmd.Stdout = logBuf
 	cmd.Stderr = logBuf
-	// Its own process group, so that a Ctrl-C of `go test` does not reach
-	// it before our cleanup does.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}

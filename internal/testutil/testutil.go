@@ -84,7 +84,14 @@ func ServeTCP(t testing.TB, serve func(net.Conn)) string {
 // next listener anywhere, which turns a "dead" endpoint live).
 func DeadAddr(t testing.TB) string {
 	t.Helper()
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	// Under ForkLock, as the net package does: a process started by
+	// another test meanwhile inherits no descriptor.
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -288,14 +288,6 @@ func (pc *pconn) alive() bool {
 	return pc.peekOK
 }
 
-// peekFD is pc.peek: one non-blocking peek at the connection's socket.
-// Only EAGAIN (nothing to read, still open) makes the connection usable.
-func (pc *pconn) peekFD(fd uintptr) bool {
-	_, _, err := syscall.Recvfrom(int(fd), pc.peekBuf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	pc.peekOK = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
-	return true
-}
-
 // takeRawConn records conn's raw connection for alive.
 func (pc *pconn) takeRawConn() {
 	conn := pc.conn
