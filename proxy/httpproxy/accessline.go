@@ -52,15 +52,18 @@ type accessOutput struct {
 	json  bool
 	w     io.Writer
 	level slog.Leveler
-	// encoders are the goroutine engine's: one line's encoder and buffer
-	// for the time of a request's write.
-	encoders sync.Pool
+	// mu holds enc, the goroutine engine's encoder, and its buffer for the
+	// time of a line's encoding and write. (The handler holds its lock
+	// for the write too; a sync.Pool of encoders would cost allocations
+	// whenever it drops one, as under -race.)
+	mu  sync.Mutex
+	enc lineEncoder
 }
 
 // newAccessOutput checks al and returns its output; the zero AccessLog
 // returns nil (the logger's path).
 func newAccessOutput(al AccessLog) (*accessOutput, error) {
-	if al == (AccessLog{}) {
+	if al.Format == "" && al.Writer == nil && al.Level == nil {
 		return nil, nil
 	}
 	o := &accessOutput{w: al.Writer, level: al.Level}
@@ -77,7 +80,7 @@ func newAccessOutput(al AccessLog) (*accessOutput, error) {
 	if o.level == nil {
 		o.level = slog.LevelInfo
 	}
-	o.encoders.New = func() any { return &lineEncoder{json: o.json} }
+	o.enc.json = o.json
 	return o, nil
 }
 
@@ -90,17 +93,19 @@ func (o *accessOutput) enabled() bool {
 // write writes the line of l at time now, at once, in one Write (as the
 // handler does): the goroutine engine's way.
 func (o *accessOutput) write(now time.Time, l *accessLine) {
-	e := o.encoders.Get().(*lineEncoder)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := &o.enc
 	e.buf = e.appendAccess(e.buf[:0], now, l)
 	o.w.Write(e.buf)
-	if cap(e.buf) <= maxPooledLine {
-		o.encoders.Put(e)
+	if cap(e.buf) > maxKeptLine {
+		e.buf = nil
 	}
 }
 
-// maxPooledLine is the largest buffer an encoder goes back to the pool
-// with: a line with a huge path or user agent is not kept.
-const maxPooledLine = 4 << 10
+// maxKeptLine is the largest buffer the goroutine engine's encoder keeps
+// for the next line: one that a huge path or user agent grew goes.
+const maxKeptLine = 4 << 10
 
 // lineEncoder writes log lines exactly as slog's TextHandler (json false)
 // or JSONHandler (json true) write a Record of the same time, level,
@@ -112,6 +117,9 @@ const maxPooledLine = 4 << 10
 type lineEncoder struct {
 	json bool
 	buf  []byte // the goroutine engine's line; the queue's are the queue's
+	// fields takes a line's attributes; the encoder's own, so that the
+	// array it has for the logger's path costs no clearing per line.
+	fields accessFields
 
 	// The last second formatted: its Unix time and location, and the
 	// text of its date and time of day ("2006-01-02T15:04:05") and of its
@@ -124,9 +132,18 @@ type lineEncoder struct {
 
 // appendAccess appends the access line of l, logged at now, to b.
 func (e *lineEncoder) appendAccess(b []byte, now time.Time, l *accessLine) []byte {
-	w := accessFields{e: e, b: e.begin(b, now, slog.LevelInfo, "access")}
-	l.fields(&w)
+	w := e.start(b, now, slog.LevelInfo, "access")
+	l.fields(w)
 	return w.end()
+}
+
+// start begins a line of the given time, level and message, appended to
+// b; the attributes follow through the returned accessFields, and its end
+// returns the line.
+func (e *lineEncoder) start(b []byte, t time.Time, level slog.Level, msg string) *accessFields {
+	w := &e.fields
+	w.e, w.b = e, e.begin(b, t, level, msg)
+	return w
 }
 
 // begin appends what a handler writes before the attributes: the time,
@@ -181,14 +198,23 @@ func (e *lineEncoder) appendTime(b []byte, t time.Time) []byte {
 	return append(b, e.zone...)
 }
 
-// accessFields takes a line's attributes, after begin: appended to b by
-// e, or, with e nil, to attrs as the slog.Attrs a handler would be given.
-// (One type for both, not an interface: the line's fields are then
-// written with no allocation whichever way they go.)
+// accessFields takes a line's attributes: appended to b by e (after
+// lineEncoder.start), or, with e nil, to attrs, as the slog.Attrs a
+// handler is given (then attrs[:n] are the line's). One type for both,
+// not an interface, and an array of its own, not a slice of the caller's:
+// the attributes then cost no allocation whichever way they go (escape
+// analysis would move whatever a *accessFields points to to the heap).
 type accessFields struct {
 	e     *lineEncoder
 	b     []byte
-	attrs []slog.Attr
+	attrs [20]slog.Attr
+	n     int
+}
+
+// attr adds a to the attributes.
+func (w *accessFields) attr(a slog.Attr) {
+	w.attrs[w.n] = a
+	w.n++
 }
 
 // key appends the separator and key k.
@@ -207,7 +233,7 @@ func (w *accessFields) key(k string) {
 func (w *accessFields) str(k, v string) {
 	switch {
 	case w.e == nil:
-		w.attrs = append(w.attrs, slog.String(k, v))
+		w.attr(slog.String(k, v))
 	case w.e.json:
 		w.key(k)
 		w.b = appendJSONString(w.b, v)
@@ -219,7 +245,7 @@ func (w *accessFields) str(k, v string) {
 
 func (w *accessFields) int(k string, v int64) {
 	if w.e == nil {
-		w.attrs = append(w.attrs, slog.Int64(k, v))
+		w.attr(slog.Int64(k, v))
 		return
 	}
 	w.key(k)
@@ -230,7 +256,7 @@ func (w *accessFields) int(k string, v int64) {
 func (w *accessFields) seconds(k string, d time.Duration) {
 	switch {
 	case w.e == nil:
-		w.attrs = append(w.attrs, slog.Float64(k, d.Seconds()))
+		w.attr(slog.Float64(k, d.Seconds()))
 	case w.e.json:
 		w.key(k)
 		w.b = appendJSONFloat(w.b, d.Seconds())
@@ -240,12 +266,14 @@ func (w *accessFields) seconds(k string, d time.Duration) {
 	}
 }
 
-// end closes the encoded line.
+// end closes the encoded line and returns it.
 func (w *accessFields) end() []byte {
+	b := w.b
+	w.b = nil
 	if w.e.json {
-		return append(w.b, '}', '\n')
+		return append(b, '}', '\n')
 	}
-	return append(w.b, '\n')
+	return append(b, '\n')
 }
 
 // appendTextString appends s as TextHandler writes a string: as it is,

@@ -20,9 +20,9 @@ func viaHandler(t testing.TB, json bool, now time.Time, l *accessLine) []byte {
 	if json {
 		h = slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo})
 	}
-	var buf accessAttrs
+	var w accessFields
 	r := slog.NewRecord(now, slog.LevelInfo, "access", 0)
-	r.AddAttrs(buf.fill(l)...)
+	r.AddAttrs(l.attrs(&w)...)
 	if err := h.Handle(context.Background(), r); err != nil {
 		t.Fatalf("slog handler: %v", err)
 	}
@@ -204,9 +204,9 @@ func BenchmarkAccessLine(b *testing.B) {
 		b.Run(formatName(json)+"/slog", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				var buf accessAttrs
+				var w accessFields
 				r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
-				r.AddAttrs(buf.fill(&l)...)
+				r.AddAttrs(l.attrs(&w)...)
 				h.Handle(ctx, r)
 			}
 		})
@@ -237,9 +237,9 @@ func BenchmarkAccessQueue(b *testing.B) {
 		ctx := context.Background()
 		n := 0
 		for b.Loop() {
-			var buf accessAttrs
+			var w accessFields
 			r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
-			r.AddAttrs(buf.fill(&l)...)
+			r.AddAttrs(l.attrs(&w)...)
 			q.add(r)
 			if n++; n == batch {
 				q.writeQueued(ctx, h)

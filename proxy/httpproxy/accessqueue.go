@@ -215,7 +215,7 @@ func dropReport(now time.Time, listener string, n int64, size int) slog.Record {
 
 // appendDropReport appends dropReport's line, encoded by e.
 func (e *lineEncoder) appendDropReport(b []byte, now time.Time, listener string, n int64, size int) []byte {
-	w := accessFields{e: e, b: e.begin(b, now, slog.LevelWarn, "access log lines dropped")}
+	w := e.start(b, now, slog.LevelWarn, "access log lines dropped")
 	w.str("listener", listener)
 	w.int("dropped", n)
 	w.int("queue", int64(size))

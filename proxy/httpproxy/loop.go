@@ -233,9 +233,9 @@ func (x *loopExchange) access(status int, in, out int64, took time.Duration) {
 		x.log.addLine(time.Now(), &l)
 		return
 	}
-	var buf accessAttrs
+	var w accessFields
 	r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
-	r.AddAttrs(buf.fill(&l)...)
+	r.AddAttrs(l.attrs(&w)...)
 	x.log.add(r)
 }
 

@@ -122,8 +122,8 @@ func (h *Handler) access(st *reqState, w http.ResponseWriter, r *http.Request, r
 		h.out.write(time.Now(), &l)
 		return
 	}
-	var buf accessAttrs
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access", buf.fill(&l)...)
+	var af accessFields
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access", l.attrs(&af)...)
 }
 
 // accessLine is what the access log line of a request says: what an
@@ -193,14 +193,11 @@ func (l *accessLine) fields(w *accessFields) {
 	}
 }
 
-// accessAttrs backs the attributes of an access log line.
-type accessAttrs [20]slog.Attr
-
-// fill returns the attributes of line l, for the logger's handler.
-func (a *accessAttrs) fill(l *accessLine) []slog.Attr {
-	w := accessFields{attrs: a[:0]}
-	l.fields(&w)
-	return w.attrs
+// attrs returns the attributes of the line, for the logger's handler,
+// held in w (a zero accessFields).
+func (l *accessLine) attrs(w *accessFields) []slog.Attr {
+	l.fields(w)
+	return w.attrs[:w.n]
 }
 
 // countingReader counts the bytes read through it: the request body as
