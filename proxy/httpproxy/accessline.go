@@ -280,6 +280,9 @@ func (w *accessFields) end() []byte {
 // unless it is empty or holds a byte or rune that would make the line
 // ambiguous or unreadable (then Go-quoted, strconv.Quote).
 func appendTextString(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, '"', '"')
+	}
 	if textNeedsQuotes(s) {
 		return strconv.AppendQuote(b, s)
 	}
@@ -296,12 +299,12 @@ func textNeedsQuotes(s string) bool {
 	}
 	for i := 0; i < len(s); {
 		c := s[i]
-		if c < utf8.RuneSelf {
-			if c <= ' ' || c == '=' || c == '"' {
-				return true
-			}
+		if textPlain[c] {
 			i++
 			continue
+		}
+		if c < utf8.RuneSelf {
+			return true
 		}
 		r, n := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError || unicode.IsSpace(r) || !unicode.IsPrint(r) {
@@ -311,6 +314,18 @@ func textNeedsQuotes(s string) bool {
 	}
 	return false
 }
+
+// textPlain and jsonPlain hold true for the ASCII bytes that a text
+// value leaves unquoted (but for an empty one), and that a JSON string
+// holds unescaped; false for all other bytes, which the functions look at
+// more closely.
+var textPlain, jsonPlain = func() (text, json [256]bool) {
+	for c := ' '; c < utf8.RuneSelf; c++ {
+		text[c] = c != ' ' && c != '=' && c != '"'
+		json[c] = c != '"' && c != '\\'
+	}
+	return
+}()
 
 const lowerHex = "0123456789abcdef"
 
@@ -324,11 +339,11 @@ func appendJSONString(b []byte, s string) []byte {
 	start := 0 // s[start:i] is yet to be appended, unchanged
 	for i := 0; i < len(s); {
 		c := s[i]
+		if jsonPlain[c] {
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if c >= ' ' && c != '"' && c != '\\' {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':

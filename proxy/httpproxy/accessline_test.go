@@ -203,6 +203,7 @@ func BenchmarkAccessLine(b *testing.B) {
 		}
 		b.Run(formatName(json)+"/slog", func(b *testing.B) {
 			b.ReportAllocs()
+			defer reportCPU(b, processCPU())
 			for b.Loop() {
 				var w accessFields
 				r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
@@ -212,6 +213,7 @@ func BenchmarkAccessLine(b *testing.B) {
 		})
 		b.Run(formatName(json)+"/encoder", func(b *testing.B) {
 			b.ReportAllocs()
+			defer reportCPU(b, processCPU())
 			e := lineEncoder{json: json}
 			var line []byte
 			for b.Loop() {
@@ -234,6 +236,7 @@ func BenchmarkAccessQueue(b *testing.B) {
 		h := slog.NewTextHandler(io.Discard, nil)
 		q := newAccessQueue("web", slog.New(h), batch, time.Hour)
 		defer q.close()
+		defer reportCPU(b, processCPU())
 		ctx := context.Background()
 		n := 0
 		for b.Loop() {
@@ -252,6 +255,7 @@ func BenchmarkAccessQueue(b *testing.B) {
 		out, _ := newAccessOutput(AccessLog{Format: AccessLogText, Writer: io.Discard})
 		q := startAccessQueue("web", nil, out, batch, time.Hour)
 		defer q.close()
+		defer reportCPU(b, processCPU())
 		n := 0
 		for b.Loop() {
 			q.addLine(time.Now(), &l)

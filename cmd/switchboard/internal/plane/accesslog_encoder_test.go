@@ -272,7 +272,8 @@ func startAccessProxy(t testing.TB, yaml, mode string) *plane.Plane {
 
 // BenchmarkProxyHTTP1AccessLog is BenchmarkProxyHTTP1 with the access
 // log off, on through slog's text handler, and on through the encoder:
-// compare the three in one run.
+// compare the three in one run (-count 1, repeated, interleaves them
+// on a noisy machine).
 func BenchmarkProxyHTTP1AccessLog(b *testing.B) {
 	be := rawBackend(b)
 	for _, mode := range []string{"off", "slog", "encoder"} {
