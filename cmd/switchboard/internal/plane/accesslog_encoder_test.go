@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -20,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/plane"
-	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/proxy/httpproxy"
 )
 
@@ -254,14 +251,7 @@ func startAccessProxy(t testing.TB, yaml, mode string) *plane.Plane {
 			t.Fatal(err)
 		}
 	}
-	path := filepath.Join(t.TempDir(), "switchboard.yaml")
-	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Load(path)
-	if err != nil {
-		t.Fatalf("config does not load:\n%v\n---\n%s", err, yaml)
-	}
+	cfg := loadYAML(t, yaml)
 	useTestEngine(cfg)
 	if err := srv.Apply(cfg); err != nil {
 		t.Fatalf("apply: %v", err)
