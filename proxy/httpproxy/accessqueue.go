@@ -23,10 +23,14 @@ const accessQueueSize = 4096
 const accessFlushEvery = 10 * time.Millisecond
 
 // accessQueue writes the access log lines of a listener's event loops
-// without making a loop wait: a loop hands a finished record to the queue
-// (add), and one goroutine writes the records, every accessFlushEvery, in
-// the order they were added, through the listener's log handler (whose
-// write to stderr can block on a full pipe). When the queue is full the
+// without making a loop wait: a loop hands a finished line to the queue,
+// and one goroutine writes the lines, every accessFlushEvery, in the order
+// they were added. With the Server's AccessLog (out), a loop encodes its
+// line into the queue's buffer (addLine) and the writer writes all that
+// gathered in one Write to out's writer; without, a loop hands the queue a
+// record (add) and the writer hands the records one by one to the
+// listener's log handler. Either write, to stderr, can block on a full
+// pipe. When the queue is full the
 // line is dropped and counted, never waited for: a loop that waits for the
 // log stops serving every connection it holds, so a stalled log reader
 // would stall the proxy. The count of dropped lines is written to the log,
@@ -38,14 +42,24 @@ type accessQueue struct {
 	name    string // the listener's
 	log     *slog.Logger
 	every   time.Duration
-	records chan slog.Record
+	records chan slog.Record // without out
+	// With out: the encoded lines waiting (buf, lines of them; up to
+	// size), under mu, and the writer's other buffer, swapped with buf
+	// as it takes the lines.
+	out   *accessOutput
+	size  int
+	enc   lineEncoder // the loops', under mu
+	buf   []byte
+	lines int
+	spare []byte
+	wenc  lineEncoder // the writer's, for the drop report
 	// wake holds a token when lines wait for the writer: a loop wakes the
 	// writer only when it is idle.
 	wake    chan struct{}
 	dropped atomic.Int64       // since the writer last reported drops
 	total   atomic.Int64       // dropped ever
 	counter prometheus.Counter // switchboard_access_log_dropped_total's series, or nil
-	mu      sync.RWMutex       // add (read) against close (write)
+	mu      sync.RWMutex       // add (read) against close (write); addLine (write)
 	closed  bool
 	stop    chan struct{} // closed by close
 	done    chan struct{} // closed by the writer when it has written all
@@ -54,8 +68,20 @@ type accessQueue struct {
 // newAccessQueue starts the writer of listener name's queue of size
 // records, which writes through log what gathered every interval.
 func newAccessQueue(name string, log *slog.Logger, size int, every time.Duration) *accessQueue {
-	q := &accessQueue{name: name, log: log, every: every, records: make(chan slog.Record, size),
+	return startAccessQueue(name, log, nil, size, every)
+}
+
+// startAccessQueue starts the writer of listener name's queue of size
+// lines, which writes what gathered every interval: encoded to out, or
+// with out nil, through log.
+func startAccessQueue(name string, log *slog.Logger, out *accessOutput, size int, every time.Duration) *accessQueue {
+	q := &accessQueue{name: name, log: log, every: every, out: out, size: size,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if out != nil {
+		q.enc.json, q.wenc.json = out.json, out.json
+	} else {
+		q.records = make(chan slog.Record, size)
+	}
 	go q.write()
 	return q
 }
@@ -63,7 +89,26 @@ func newAccessQueue(name string, log *slog.Logger, size int, every time.Duration
 // enabled reports whether an access line would be written: the loop
 // builds none otherwise.
 func (q *accessQueue) enabled() bool {
+	if q.out != nil {
+		return q.out.enabled()
+	}
 	return q.log.Handler().Enabled(context.Background(), slog.LevelInfo)
+}
+
+// addLine encodes l, logged at now, into the queue, or drops it
+// (counted) when the queue is full or closed. It never blocks on the
+// writer.
+func (q *accessQueue) addLine(now time.Time, l *accessLine) {
+	q.mu.Lock()
+	if q.closed || q.lines >= q.size {
+		q.mu.Unlock()
+		q.drop()
+		return
+	}
+	q.buf = q.enc.appendAccess(q.buf, now, l)
+	q.lines++
+	q.mu.Unlock()
+	q.wakeWriter()
 }
 
 // add queues r, or drops it (counted) when the queue is full or closed.
@@ -80,6 +125,11 @@ func (q *accessQueue) add(r slog.Record) {
 	default:
 		q.drop()
 	}
+	q.wakeWriter()
+}
+
+// wakeWriter wakes the writer, if it is idle.
+func (q *accessQueue) wakeWriter() {
 	select {
 	case q.wake <- struct{}{}:
 	default: // the writer has been woken already
@@ -99,7 +149,10 @@ func (q *accessQueue) drop() {
 // returns.
 func (q *accessQueue) write() {
 	defer close(q.done)
-	h := q.log.Handler()
+	var h slog.Handler
+	if q.out == nil {
+		h = q.log.Handler()
+	}
 	ctx := context.Background()
 	timer := time.NewTimer(q.every)
 	timer.Stop()
@@ -124,9 +177,13 @@ func (q *accessQueue) write() {
 	}
 }
 
-// writeQueued writes the queued records, then how many were dropped, if
+// writeQueued writes the queued lines, then how many were dropped, if
 // any.
 func (q *accessQueue) writeQueued(ctx context.Context, h slog.Handler) {
+	if q.out != nil {
+		q.writeEncoded()
+		return
+	}
 	for {
 		select {
 		case r := <-q.records:
@@ -145,9 +202,47 @@ func (q *accessQueue) reportDrops(ctx context.Context, h slog.Handler) {
 	if n == 0 {
 		return
 	}
-	r := slog.NewRecord(time.Now(), slog.LevelWarn, "access log lines dropped", 0)
-	r.AddAttrs(slog.String("listener", q.name), slog.Int64("dropped", n), slog.Int("queue", cap(q.records)))
-	h.Handle(ctx, r)
+	h.Handle(ctx, dropReport(time.Now(), q.name, n, cap(q.records)))
+}
+
+// dropReport is the record that says n lines of listener's queue of size
+// lines were dropped.
+func dropReport(now time.Time, listener string, n int64, size int) slog.Record {
+	r := slog.NewRecord(now, slog.LevelWarn, "access log lines dropped", 0)
+	r.AddAttrs(slog.String("listener", listener), slog.Int64("dropped", n), slog.Int("queue", size))
+	return r
+}
+
+// appendDropReport appends dropReport's line, encoded by e.
+func (e *lineEncoder) appendDropReport(b []byte, now time.Time, listener string, n int64, size int) []byte {
+	w := e.start(b, now, slog.LevelWarn, "access log lines dropped")
+	w.str("listener", listener)
+	w.int("dropped", n)
+	w.int("queue", int64(size))
+	return w.end()
+}
+
+// maxSpare is the largest buffer the writer keeps for the next flush: one
+// that a burst of long lines grew beyond it goes.
+const maxSpare = 4 << 20
+
+// writeEncoded writes the encoded lines queued, and after them the report
+// of the lines dropped since the last, if any, in one Write.
+func (q *accessQueue) writeEncoded() {
+	q.mu.Lock()
+	b := q.buf
+	q.buf, q.lines = q.spare[:0], 0
+	q.mu.Unlock()
+	if n := q.dropped.Swap(0); n != 0 {
+		b = q.wenc.appendDropReport(b, time.Now(), q.name, n, q.size)
+	}
+	if len(b) > 0 {
+		q.out.w.Write(b)
+	}
+	if cap(b) > maxSpare {
+		b = nil
+	}
+	q.spare = b
 }
 
 // close writes the queued records and stops the writer; lines added after

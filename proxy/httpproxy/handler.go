@@ -30,6 +30,9 @@ type Handler struct {
 	name string
 	tbl  atomic.Pointer[Table]
 	log  *slog.Logger
+	// out writes the access log lines when the Server has an AccessLog;
+	// nil: they go through log.
+	out *accessOutput
 	// acmeHTTP answers http-01 challenges for the tls.acme listeners
 	// that name this one as their http_listener, or is nil.
 	acmeHTTP atomic.Pointer[acme.HTTPChallenges]

@@ -223,13 +223,18 @@ func (x *loopExchange) Done(status int, in, out int64, bodyErr error) {
 // access queues the access log line of the exchange.
 func (x *loopExchange) access(status int, in, out int64, took time.Duration) {
 	c := &x.st.call
-	var buf accessAttrs
-	attrs := buf.fill(x.h, c.Req, x.rt, x.tg, c.Endpoint(), accessLine{
+	l := accessLine{
 		status: status, attempts: c.Attempts(), took: took, ttfb: x.ttfb,
 		in: in, out: out, requestID: x.st.vals[2], degraded: x.degraded,
-	})
+	}
+	l.request(x.h, c.Req, x.rt, x.tg, c.Endpoint())
+	if x.log.out != nil {
+		x.log.addLine(time.Now(), &l)
+		return
+	}
+	var w accessFields
 	r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
-	r.AddAttrs(attrs...)
+	r.AddAttrs(l.attrs(&w)...)
 	x.log.add(r)
 }
 
@@ -273,7 +278,7 @@ func loopSettings(st serverSettings) h1loop.Settings {
 // loops cannot start.
 func startEventLoop(l *listener, st serverSettings, log *slog.Logger, m *Metrics) eventLoop {
 	a := l.loop
-	q := newAccessQueue(l.name, l.handler.log, accessQueueSize, accessFlushEvery)
+	q := startAccessQueue(l.name, l.handler.log, l.handler.out, accessQueueSize, accessFlushEvery)
 	q.counter = m.AccessLogDropped(l.name)
 	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, a.deliver, loopSettings(st), 0)
 	if err != nil {

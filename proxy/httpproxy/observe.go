@@ -99,26 +99,43 @@ func (h *Handler) observed(t *Table, st *reqState, w http.ResponseWriter, r *htt
 // access writes the access log line of a request served by the
 // goroutine engine.
 func (h *Handler) access(st *reqState, w http.ResponseWriter, r *http.Request, rt *route, tg *target, res result, start time.Time) {
+	if h.out != nil {
+		if !h.out.enabled() {
+			return
+		}
+	} else if !h.log.Enabled(r.Context(), slog.LevelInfo) {
+		return
+	}
 	o := &st.obs
-	var degraded, traceID string
+	l := accessLine{
+		status: res.status, attempts: st.call.Attempts(), took: time.Since(start), ttfb: time.Duration(o.ttfb.Load()),
+		in: res.in, out: o.out.n, requestID: st.vals[2],
+	}
 	if v := w.Header()[fallback.HeaderDegraded]; len(v) > 0 {
-		degraded = v[0]
+		l.degraded = v[0]
 	}
 	if o.span != nil {
-		traceID = o.span.SpanContext().TraceID().String()
+		l.traceID = o.span.SpanContext().TraceID().String()
 	}
-	var buf accessAttrs
-	attrs := buf.fill(h, r, rt, tg, res.ep, accessLine{
-		status: res.status, attempts: st.call.Attempts(), took: time.Since(start), ttfb: time.Duration(o.ttfb.Load()),
-		in: res.in, out: o.out.n, requestID: st.vals[2], degraded: degraded, traceID: traceID,
-	})
-	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access", attrs...)
+	l.request(h, r, rt, tg, res.ep)
+	if h.out != nil {
+		h.out.write(time.Now(), &l)
+		return
+	}
+	var af accessFields
+	h.log.LogAttrs(r.Context(), slog.LevelInfo, "access", l.attrs(&af)...)
 }
 
-// accessLine is what an engine knows of a request at its end for the
-// access log, beside the request and its route.
+// accessLine is what the access log line of a request says: what an
+// engine knows of the request at its end, and what request sets from the
+// request and its route.
 type accessLine struct {
+	listener, remote, method, host, path, query, proto, userAgent string
+
 	status    int
+	route     string
+	upstream  string
+	endpoint  string
 	attempts  int
 	took      time.Duration // from the request's start to its answer
 	ttfb      time.Duration // the latest attempt's wait for its response head
@@ -128,56 +145,59 @@ type accessLine struct {
 	traceID   string // "" without tracing
 }
 
-// accessAttrs backs the attributes of an access log line.
-type accessAttrs [20]slog.Attr
-
-// fill makes the attributes of the access log line of request r, answered
-// over route rt (nil: none matched) and target tg (nil: none) by endpoint
-// ep (nil: none): the one definition of the line's fields, in their order,
-// for both engines.
-func (a *accessAttrs) fill(h *Handler, r *http.Request, rt *route, tg *target, ep *endpoint.Endpoint, l accessLine) []slog.Attr {
-	routeName, upName, epAddr := "", "", ""
+// request sets the fields of l that come from request r of listener h,
+// answered over route rt (nil: none matched) and target tg (nil: none)
+// by endpoint ep (nil: none).
+func (l *accessLine) request(h *Handler, r *http.Request, rt *route, tg *target, ep *endpoint.Endpoint) {
+	l.listener, l.remote, l.method, l.host = h.name, r.RemoteAddr, r.Method, r.Host
+	l.path, l.query, l.proto = r.URL.Path, r.URL.RawQuery, r.Proto
+	if v := r.Header["User-Agent"]; len(v) > 0 {
+		l.userAgent = v[0]
+	}
 	if rt != nil {
-		routeName = rt.name
+		l.route = rt.name
 	}
 	if tg != nil && tg.pipe != nil { // nil: the route redirects
-		upName = tg.pipe.Upstream().Name()
+		l.upstream = tg.pipe.Upstream().Name()
 	}
 	if ep != nil {
-		epAddr = ep.Address()
+		l.endpoint = ep.Address()
 	}
-	var ua string
-	if v := r.Header["User-Agent"]; len(v) > 0 {
-		ua = v[0]
-	}
-	*a = accessAttrs{
-		slog.String("listener", h.name),
-		slog.String("remote", r.RemoteAddr),
-		slog.String("method", r.Method),
-		slog.String("host", r.Host),
-		slog.String("path", r.URL.Path),
-		slog.String("query", r.URL.RawQuery),
-		slog.String("proto", r.Proto),
-		slog.String("user_agent", ua),
-		slog.Int("status", l.status),
-		slog.String("route", routeName),
-		slog.String("upstream", upName),
-		slog.String("endpoint", epAddr),
-		slog.Int("attempts", l.attempts),
-		slog.Float64("duration_seconds", l.took.Seconds()),
-		slog.Float64("upstream_ttfb_seconds", l.ttfb.Seconds()),
-		slog.Int64("bytes_in", l.in),
-		slog.Int64("bytes_out", l.out),
-		slog.String("request_id", l.requestID),
-		slog.String("degraded", l.degraded),
-		{}, // trace_id, with tracing on
-	}
-	n := len(a) - 1
+}
+
+// fields gives w the attributes of the line, in their order: the one
+// definition of the access line's fields, for both engines, whether
+// encoded (accessline.go) or handed to the logger's handler.
+func (l *accessLine) fields(w *accessFields) {
+	w.str("listener", l.listener)
+	w.str("remote", l.remote)
+	w.str("method", l.method)
+	w.str("host", l.host)
+	w.str("path", l.path)
+	w.str("query", l.query)
+	w.str("proto", l.proto)
+	w.str("user_agent", l.userAgent)
+	w.int("status", int64(l.status))
+	w.str("route", l.route)
+	w.str("upstream", l.upstream)
+	w.str("endpoint", l.endpoint)
+	w.int("attempts", int64(l.attempts))
+	w.seconds("duration_seconds", l.took)
+	w.seconds("upstream_ttfb_seconds", l.ttfb)
+	w.int("bytes_in", l.in)
+	w.int("bytes_out", l.out)
+	w.str("request_id", l.requestID)
+	w.str("degraded", l.degraded)
 	if l.traceID != "" {
-		a[n] = slog.String("trace_id", l.traceID)
-		n++
+		w.str("trace_id", l.traceID)
 	}
-	return a[:n]
+}
+
+// attrs returns the attributes of the line, for the logger's handler,
+// held in w (a zero accessFields).
+func (l *accessLine) attrs(w *accessFields) []slog.Attr {
+	l.fields(w)
+	return w.attrs[:w.n]
 }
 
 // countingReader counts the bytes read through it: the request body as

@@ -25,6 +25,7 @@ import (
 // table whole.
 type Server struct {
 	log     *slog.Logger
+	out     *accessOutput // SetAccessLog's, or nil
 	metrics *Metrics
 	certs   *CertMetrics
 	sources func(lc *config.Listener) ([]CertSource, error)
@@ -125,6 +126,23 @@ type plan struct {
 	tls   *listenerTLS // nil on a cleartext listener
 	acme  *acmeEntry   // tls.acme's manager, or nil
 	table *Table
+}
+
+// SetAccessLog has the server write its listeners' access log lines with
+// its own encoder, to al.Writer, in the bytes the logger's handler (the
+// slog.TextHandler or JSONHandler al describes) would write, rather than
+// through the logger. Without it, they go through the logger's handler,
+// whatever it is. It returns an error, and changes nothing, when al names
+// no format it knows or no writer. Call it before the first Prepare.
+func (s *Server) SetAccessLog(al AccessLog) error {
+	out, err := newAccessOutput(al)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.out = out
+	s.mu.Unlock()
+	return nil
 }
 
 // SetCertMetrics gives the server the metrics its listeners' certificate
@@ -269,7 +287,7 @@ func (c *Change) Commit() {
 		settings := serverSettingsOf(p.lc)
 		l := p.l
 		if l == nil {
-			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: &Handler{name: p.lc.Name, log: s.log}}
+			l = &listener{name: p.lc.Name, addr: p.lc.Listen, loop: p.loop, handler: &Handler{name: p.lc.Name, log: s.log, out: s.out}}
 			if wantsEventLoop(p) {
 				l.ev = startEventLoop(l, settings, s.log, s.metrics)
 			}

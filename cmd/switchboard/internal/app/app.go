@@ -31,6 +31,7 @@ import (
 	"github.com/switchboard-dev/switchboard/cmd/switchboard/internal/registries"
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/discovery"
+	"github.com/switchboard-dev/switchboard/proxy/httpproxy"
 	"github.com/switchboard-dev/switchboard/proxy/tcpproxy"
 	"github.com/switchboard-dev/switchboard/registryd"
 )
@@ -65,6 +66,19 @@ type App struct {
 	newWatcher func() (*fsnotify.Watcher, error)
 }
 
+// lockedWriter keeps whole writes to w apart: the process log's and the
+// access log encoder's.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // Options tune New.
 type Options struct {
 	// Stderr receives the process log. Default os.Stderr.
@@ -84,10 +98,16 @@ func New(path string, opt Options) (*App, error) {
 	a := &App{path: path, level: new(slog.LevelVar), cfg: cfg, fileSum: sum, newWatcher: fsnotify.NewWatcher}
 	a.level.Set(parseLevel(cfg.Log.Level))
 	ho := &slog.HandlerOptions{Level: a.level}
+	// The HTTP listeners write their access lines to the same stream with
+	// their own encoder (the handler's bytes, many lines a write): the
+	// handler's writes and theirs take one lock.
+	stderr := &lockedWriter{w: opt.Stderr}
+	access := httpproxy.AccessLog{Format: httpproxy.AccessLogText, Writer: stderr, Level: a.level}
 	if cfg.Log.Format == "json" {
-		a.log = slog.New(slog.NewJSONHandler(opt.Stderr, ho))
+		a.log = slog.New(slog.NewJSONHandler(stderr, ho))
+		access.Format = httpproxy.AccessLogJSON
 	} else {
-		a.log = slog.New(slog.NewTextHandler(opt.Stderr, ho))
+		a.log = slog.New(slog.NewTextHandler(stderr, ho))
 	}
 
 	a.reg = prometheus.NewRegistry()
@@ -104,6 +124,9 @@ func New(path string, opt Options) (*App, error) {
 	a.reg.MustRegister(a.reloads, a.reloadOK)
 
 	a.plane = plane.New(a.log, a.reg)
+	if err := a.plane.SetAccessLog(access); err != nil {
+		return nil, err
+	}
 	a.regs = registries.New(a.log, a.reg)
 	a.plane.SetRegistries(a.regs)
 	if cfg.RegistryEnabled() {

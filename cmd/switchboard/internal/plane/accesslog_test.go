@@ -85,7 +85,7 @@ func startStoppableProxy(t *testing.T, yaml string) (*proxy, *logSink, func()) {
 }
 
 // loadYAML loads yaml as `switchboard serve` would.
-func loadYAML(t *testing.T, yaml string) *config.Config {
+func loadYAML(t testing.TB, yaml string) *config.Config {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "switchboard.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {

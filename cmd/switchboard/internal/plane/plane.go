@@ -89,6 +89,14 @@ func New(log *slog.Logger, reg prometheus.Registerer) *Plane {
 	return p
 }
 
+// SetAccessLog has the HTTP listeners write their access log lines with
+// httpproxy's encoder to al.Writer, in the bytes of the process log's
+// handler that al describes (httpproxy.Server.SetAccessLog). Call it
+// before the first Apply; without it, lines go through the plane's logger.
+func (p *Plane) SetAccessLog(al httpproxy.AccessLog) error {
+	return p.http.SetAccessLog(al)
+}
+
 // SetRegistries gives upstreams with discovery their registries. Call it
 // before the Apply that first needs it.
 func (p *Plane) SetRegistries(r Registries) {
