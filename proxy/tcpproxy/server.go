@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 )
@@ -76,9 +77,26 @@ func (s *Server) Prepare(specs []Spec, drain time.Duration) (*Change, error) {
 			c.Discard()
 			return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
 		}
-		if old := s.listeners[sp.Config.Name]; old != nil && old.addr == sp.Listen {
+		old := s.listeners[sp.Config.Name]
+		switch {
+		case old != nil && old.addr == sp.Listen && old.l.Engine() == sp.Config.EngineName():
 			p.old = old
-		} else {
+		case old != nil && old.addr == sp.Listen:
+			// Another engine: a new Listener on the same socket (a
+			// duplicate of its descriptor), so that no connection waiting
+			// to be accepted is lost; the old one drains as a removed
+			// listener does.
+			ln, err := dupListener(old.l.ln)
+			if err != nil {
+				c.Discard()
+				return nil, fmt.Errorf("listener %q: engine: %w", sp.Config.Name, err)
+			}
+			if p.next, err = NewListener(ln, sp.Config, s.upstreams, s.m, s.log); err != nil {
+				ln.Close()
+				c.Discard()
+				return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
+			}
+		default:
 			// Listen leaves keep-alive off on accepted sockets: the idle
 			// timeout guards them, without 4 setsockopt calls per
 			// connection.
@@ -96,6 +114,22 @@ func (s *Server) Prepare(specs []Spec, drain time.Duration) (*Change, error) {
 		c.plans = append(c.plans, p)
 	}
 	return c, nil
+}
+
+// dupListener is a listener on ln's socket, through a duplicate of its
+// descriptor: it accepts from the same queue, and stays open when ln is
+// closed.
+func dupListener(ln *net.TCPListener) (*net.TCPListener, error) {
+	f, err := ln.File()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	nl, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	return nl.(*net.TCPListener), nil
 }
 
 // Discard closes what the change bound.
