@@ -184,8 +184,9 @@ func (ps *Pipes) Put(p Pipe, empty bool) {
 	ps.free = append(ps.free, p)
 }
 
-// Len is the number of pipes kept.
-func (ps *Pipes) Len() int { return len(ps.free) }
+// Kept is the pipes kept, for a look (a test's: are they empty?); they
+// are still the pool's.
+func (ps *Pipes) Kept() []Pipe { return ps.free }
 
 // Close closes every pipe kept.
 func (ps *Pipes) Close() {

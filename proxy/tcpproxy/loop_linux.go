@@ -30,7 +30,7 @@ const loopAvailable = true
 // both ways, every connection's work on the loop that accepted it.
 type loopEngine struct {
 	l       *Listener
-	lnfd    int // a non-blocking duplicate of the listener's descriptor
+	lnfd    int      // a non-blocking duplicate of the listener's descriptor
 	loops   []*tloop // set by start, under l.cmu
 	closing atomic.Bool
 	active  atomic.Int64 // connections admitted and not yet ended (Stats.Active)
@@ -853,12 +853,22 @@ func (c *lconn) finish(cause string) {
 			d.hasPipe = false
 		}
 	}
+	if cause == CloseError {
+		// A reset, not a FIN, for the peer still there (see conn.abort).
+		resetOnClose(c.cfd)
+		resetOnClose(c.ufd)
+	}
 	c.closeSockets()
 	es := c.es
 	es.m.active.Dec()
 	l.eps.release(es)
 	c.res.Done(endpoint.Outcome{Latency: c.latency})
 	c.end()
+}
+
+// resetOnClose has fd's close send a reset (SO_LINGER 0).
+func resetOnClose(fd int) {
+	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 }
 
 func (c *lconn) closeSockets() {
