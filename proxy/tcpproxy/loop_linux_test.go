@@ -152,12 +152,20 @@ func TestLoopBackpressureHoldsAtMostAPipe(t *testing.T) {
 // error.
 func TestResetPropagates(t *testing.T) {
 	b := startServer(t, func(c *net.TCPConn) {
+		// Once the client is surely connected (it wrote): else the
+		// reset may reach it while it still connects.
+		if _, err := io.ReadFull(c, make([]byte, 2)); err != nil {
+			return
+		}
 		c.Write([]byte("partial"))
 		c.SetLinger(0)
 		c.Close()
 	})
 	p := startProxy(t, Config{Name: "t", Upstream: "app"}, newUpstream(t, "app", rr(), b.addr))
 	c := p.dial(t)
+	if _, err := c.Write([]byte("go")); err != nil {
+		t.Fatal(err)
+	}
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	buf, err := io.ReadAll(c)
 	if !errors.Is(err, syscall.ECONNRESET) {
