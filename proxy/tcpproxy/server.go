@@ -221,6 +221,17 @@ func (s *Server) Addr(name string) string {
 	return ""
 }
 
+// Engine is the engine the named listener runs on (EngineEventLoop or
+// EngineGoroutine), or "".
+func (s *Server) Engine(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.listeners[name]; r != nil {
+		return r.l.Engine()
+	}
+	return ""
+}
+
 // Stats returns every listener's statistics, for the admin API.
 func (s *Server) Stats() []Stats {
 	s.mu.Lock()
