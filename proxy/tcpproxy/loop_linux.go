@@ -46,6 +46,10 @@ type tloop struct {
 	pipes evloop.Pipes
 	conns *lconn   // every connection of the loop, a doubly linked list
 	free  []*lconn // ended connections, for the next ones
+	// After an accept error the loop stops watching the listener for
+	// backoff; resume watches it again.
+	backoff time.Duration
+	resume  evloop.Timer
 }
 
 // maxFreeConns bounds the connection structs a loop keeps for reuse.
@@ -209,13 +213,35 @@ func (a *acceptor) OnEvent(fd int, _ evloop.Events) {
 	// of a burst while another sits idle.
 	for range 64 {
 		cfd, src, err := evloop.Accept(fd)
+		if err == unix.EAGAIN || err == unix.EINTR {
+			return // another loop took it
+		}
 		if err != nil {
-			// EAGAIN: another loop took it. EMFILE and the like: the
-			// socket stays readable, and the next iteration retries.
+			tl.acceptFailed(err)
 			return
 		}
+		tl.backoff = 0
 		tl.accept(cfd, src)
 	}
+}
+
+// acceptFailed pauses accepting on this loop after an error that a retry
+// at once would meet again (out of file descriptors, say): the socket
+// stays readable, and a level-triggered loop would spin on it. As the
+// goroutine engine, it waits from 5ms doubling to 1s.
+func (tl *tloop) acceptFailed(err error) {
+	e := tl.e
+	tl.backoff = min(max(2*tl.backoff, 5*time.Millisecond), time.Second)
+	e.l.log.Warn("tcp listener: accept failed; retrying", "listener", e.l.name, "err", err, "retry_in", tl.backoff)
+	tl.ev.Remove(e.lnfd)
+	if tl.resume.Fire == nil {
+		tl.resume.Fire = func() {
+			if !e.closing.Load() {
+				tl.ev.Add(e.lnfd, evloop.Events(unix.EPOLLIN|unix.EPOLLEXCLUSIVE), (*acceptor)(tl))
+			}
+		}
+	}
+	tl.ev.Arm(&tl.resume, tl.ev.Now().Add(tl.backoff))
 }
 
 // connState is where a connection is.

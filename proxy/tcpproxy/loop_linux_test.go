@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -358,4 +360,96 @@ func TestLoopShutdownDrainsThenCuts(t *testing.T) {
 	if n := up.endpoint(t, b.addr).InFlight(); n != 0 {
 		t.Errorf("in flight after the cut: %d, want 0", n)
 	}
+}
+
+// TestLoopAcceptBacksOffWhenOutOfDescriptors: a loop whose accept fails
+// (out of file descriptors) stops watching the listener for a while
+// instead of spinning on it, says so in the log, and serves the waiting
+// connections once descriptors are free again.
+func TestLoopAcceptBacksOffWhenOutOfDescriptors(t *testing.T) {
+	// The backend is short of descriptors too: unlike startServer's, its
+	// accept loop retries.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if err != nil {
+				runtime.Gosched()
+				continue
+			}
+			wg.Go(func() {
+				defer c.Close()
+				echo(c.(*net.TCPConn))
+			})
+		}
+	})
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), ln.Addr().String()))
+	roundTrip(t, p.dial(t), "warm") // the backend's and the proxy's first descriptors
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tight := lim
+	tight.Cur = uint64(len(fds) + 8)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &tight); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer restore()
+	// Take every descriptor left but one, which the client takes: the
+	// proxy (in this process too) then cannot accept it.
+	var held []int
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		held = append(held, fd)
+	}
+	if len(held) == 0 {
+		t.Fatal("no descriptor left to take")
+	}
+	unix.Close(held[len(held)-1])
+	held = held[:len(held)-1]
+	c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial with one descriptor left: %v", err)
+	}
+	defer c.Close()
+	testutil.WaitFor(t, 5*time.Second, "the proxy to log that its accept failed", func() bool {
+		return strings.Contains(p.logs.String(), "accept failed")
+	})
+	for _, fd := range held {
+		unix.Close(fd)
+	}
+	held = nil
+	restore()
+	// The client waits in the accept queue; once the loop resumes it is
+	// served.
+	roundTrip(t, c, "after the backoff")
 }
