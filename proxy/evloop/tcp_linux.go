@@ -3,7 +3,9 @@
 package evloop
 
 import (
+	"context"
 	"encoding/binary"
+	"net"
 	"net/netip"
 	"syscall"
 	"unsafe"
@@ -94,6 +96,36 @@ func Dial(addr netip.AddrPort) (int, error) {
 		return -1, errnoErr(e)
 	}
 	return int(fd), nil
+}
+
+// DialBlocking dials addr (a host name too: its lookup blocks) with d and
+// returns a non-blocking, close-on-exec duplicate of the connection's
+// descriptor for a loop (the net.Conn is closed). Call it off the loop, on
+// a goroutine of its own, and Post the result back.
+func DialBlocking(ctx context.Context, d *net.Dialer, addr string) (int, error) {
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return -1, err
+	}
+	defer nc.Close()
+	rc, err := nc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(f uintptr) { fd, derr = unix.Dup(int(f)) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, derr
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // ConnectResult is how the connect Dial started on fd ended: nil once it

@@ -542,7 +542,7 @@ func (c *lconn) dialSlow(addr string) {
 		d.KeepAlive = -1
 	}
 	go func() {
-		fd, err := dialFD(l.cutCtx, &d, addr)
+		fd, err := evloop.DialBlocking(l.cutCtx, &d, addr)
 		c.tl.ev.Post(func() {
 			if c.gen != gen || c.state != stConnecting || c.ufd >= 0 {
 				if fd >= 0 {
@@ -561,29 +561,6 @@ func (c *lconn) dialSlow(addr string) {
 			}
 		})
 	}()
-}
-
-// dialFD dials addr and returns a non-blocking duplicate of the
-// connection's descriptor (the net.Conn is closed).
-func dialFD(ctx context.Context, d *net.Dialer, addr string) (int, error) {
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return -1, err
-	}
-	defer nc.Close()
-	rc, err := nc.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	var derr error
-	rc.Control(func(f uintptr) { fd, derr = unix.Dup(int(f)) })
-	if derr != nil {
-		return -1, derr
-	}
-	unix.CloseOnExec(fd)
-	unix.SetNonblock(fd, true)
-	return fd, nil
 }
 
 // attemptFailed reports a failed connect attempt (Done with its error)

@@ -78,38 +78,35 @@ func (s *Server) Prepare(specs []Spec, drain time.Duration) (*Change, error) {
 			return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
 		}
 		old := s.listeners[sp.Config.Name]
-		switch {
-		case old != nil && old.addr == sp.Listen && old.l.Engine() == sp.Config.EngineName():
+		if old != nil && old.addr == sp.Listen && old.l.Engine() == sp.Config.EngineName() {
 			p.old = old
-		case old != nil && old.addr == sp.Listen:
+			c.plans = append(c.plans, p)
+			continue
+		}
+		var ln *net.TCPListener
+		var err error
+		if old != nil && old.addr == sp.Listen {
 			// Another engine: a new Listener on the same socket (a
 			// duplicate of its descriptor), so that no connection waiting
 			// to be accepted is lost; the old one drains as a removed
 			// listener does.
-			ln, err := dupListener(old.l.ln)
-			if err != nil {
-				c.Discard()
-				return nil, fmt.Errorf("listener %q: engine: %w", sp.Config.Name, err)
+			if ln, err = dupListener(old.l.ln); err != nil {
+				err = fmt.Errorf("engine: %w", err)
 			}
-			if p.next, err = NewListener(ln, sp.Config, s.upstreams, s.m, s.log); err != nil {
-				ln.Close()
-				c.Discard()
-				return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
-			}
-		default:
+		} else {
 			// Listen leaves keep-alive off on accepted sockets: the idle
 			// timeout guards them, without 4 setsockopt calls per
 			// connection.
-			ln, err := Listen(context.Background(), sp.Listen)
-			if err != nil {
-				c.Discard()
-				return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
-			}
+			ln, err = Listen(context.Background(), sp.Listen)
+		}
+		if err == nil {
 			if p.next, err = NewListener(ln, sp.Config, s.upstreams, s.m, s.log); err != nil {
 				ln.Close()
-				c.Discard()
-				return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
 			}
+		}
+		if err != nil {
+			c.Discard()
+			return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
 		}
 		c.plans = append(c.plans, p)
 	}
