@@ -231,7 +231,10 @@ func (ps *Pipes) Close() {
 // Forget stops calling fd's handler without telling epoll: for a
 // descriptor about to be closed that was never duplicated, whose close
 // takes it out of the loop's epoll anyway (one epoll_ctl less than Remove).
-// Call it on the loop, and close fd before the loop polls again.
+// Call it on the loop, and close fd before the loop polls again. (If the
+// number is reused at once and registered again, what is left of the old
+// file's events in the batch being dispatched is not delivered to the new
+// handler: see Loop.Run.)
 func (l *Loop) Forget(fd int) {
 	if fd < len(l.handlers) {
 		l.handlers[fd] = nil

@@ -180,3 +180,67 @@ func TestPipesNeverKeepBytes(t *testing.T) {
 	}
 	again.Close()
 }
+
+// TestStaleEventOfAReusedNumberIsNotDelivered: when a handler closes a
+// descriptor that has an event later in the same batch and its number is
+// reused at once (a new pipe, as an accept or a dial would), the new
+// file's handler is not called with the old file's event.
+func TestStaleEventOfAReusedNumberIsNotDelivered(t *testing.T) {
+	l := start(t)
+	a, err := NewPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := NewPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	fresh, err := NewPipe() // empty: never readable
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	stale := make(chan Events, 1)
+	done := make(chan struct{})
+	onLoop(t, l, func() {
+		// Both readable before the loop polls again: one batch.
+		unix.Write(a.W, []byte("a"))
+		unix.Write(b.W, []byte("b"))
+		l.Add(a.R, Readable, handlerFunc(func(int, Events) {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			close(done)
+			// b's read end becomes the empty pipe's (dup3 closes the
+			// old file and reuses its number at once, as an accept or
+			// a dial would after a close).
+			l.Forget(b.R)
+			if err := unix.Dup3(fresh.R, b.R, unix.O_CLOEXEC); err != nil {
+				t.Error(err)
+				return
+			}
+			l.Add(b.R, Readable, handlerFunc(func(_ int, ev Events) { stale <- ev }))
+		}))
+		// Registered ready, each goes on the ready list in turn: a's
+		// event comes first in the batch, b's after it.
+		l.Add(b.R, Readable, handlerFunc(func(int, Events) {}))
+	})
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first handler did not run")
+	}
+	// The loop goes round twice more: a stale event would have been
+	// delivered in the batch that held it.
+	onLoop(t, l, func() {})
+	onLoop(t, l, func() {})
+	select {
+	case ev := <-stale:
+		t.Fatalf("the reused number's new handler was called with %#x, an event of the closed file (the new pipe is empty)", ev)
+	default:
+	}
+}
