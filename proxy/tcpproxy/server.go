@@ -168,7 +168,11 @@ func (c *Change) Commit() {
 	}
 	for name, r := range s.listeners {
 		if next[name] != r {
-			s.log.Info("tcp listener removed, draining", "listener", name, "listen", r.addr)
+			if n := next[name]; n != nil && n.addr == r.addr {
+				s.log.Info("tcp listener engine changed; the old engine's connections drain", "listener", name, "from", r.l.Engine(), "to", n.l.Engine())
+			} else {
+				s.log.Info("tcp listener removed, draining", "listener", name, "listen", r.addr)
+			}
 			s.draining.Add(1)
 			go func() {
 				defer s.draining.Done()
