@@ -50,6 +50,19 @@ type tloop struct {
 	// backoff; resume watches it again.
 	backoff time.Duration
 	resume  evloop.Timer
+	// The last client address's text (Info.Key): clients come back, and
+	// the text costs an allocation.
+	lastAddr netip.Addr
+	lastKey  string
+}
+
+// key is a client address's text, the hash key of its picks.
+func (tl *tloop) key(a netip.Addr) string {
+	a = a.Unmap()
+	if a != tl.lastAddr || tl.lastKey == "" {
+		tl.lastAddr, tl.lastKey = a, a.String()
+	}
+	return tl.lastKey
 }
 
 // maxFreeConns bounds the connection structs a loop keeps for reuse.
@@ -289,6 +302,7 @@ type lconn struct {
 	counted    [2]uint64 // bytes of dirs already in the metrics
 
 	grantTask func() // c.granted, made once per struct
+	grantFn   func() // c.onGrant, likewise
 }
 
 // dir is one direction of a forwarded connection: src's bytes go through
@@ -325,7 +339,7 @@ func (tl *tloop) newConn() *lconn {
 	}
 	c := &lconn{tl: tl}
 	c.timer.Fire = c.onTimer
-	c.grantTask = c.granted
+	c.grantTask, c.grantFn = c.granted, c.onGrant
 	return c
 }
 
@@ -338,7 +352,7 @@ func (tl *tloop) recycle(c *lconn) {
 	clear(c.info.Tried)
 	// The timer is stopped: its value (and the method value its Fire
 	// holds) is kept, so that reusing it allocates nothing.
-	*c = lconn{tl: tl, timer: c.timer, grantTask: c.grantTask, pre: c.pre[:0], state: stDone}
+	*c = lconn{tl: tl, timer: c.timer, grantTask: c.grantTask, grantFn: c.grantFn, pre: c.pre[:0], state: stDone}
 	c.info.Tried = tried
 	tl.free = append(tl.free, c)
 }
@@ -377,7 +391,7 @@ func (tl *tloop) accept(cfd int, src netip.AddrPort) {
 	c := tl.newConn()
 	c.s, c.cfd, c.ufd, c.src = l.set.Load(), cfd, -1, src
 	tl.link(c)
-	ok, w := l.admit(c.s.cfg.MaxConns, c.s.cfg.QueueSize, c.onGrant)
+	ok, w := l.admit(c.s.cfg.MaxConns, c.s.cfg.QueueSize, c.grantFn)
 	switch {
 	case ok:
 		c.admitted = true
@@ -450,7 +464,7 @@ func (c *lconn) begin() {
 		c.reject(RejectNoUpstream, fmt.Errorf("upstream %q does not exist", cfg.Upstream))
 		return
 	}
-	c.info.Key, c.info.HasKey = c.src.Addr().Unmap().String(), true
+	c.info.Key, c.info.HasKey = tl.key(c.src.Addr()), true
 	c.state = stConnecting
 	c.connect()
 }
