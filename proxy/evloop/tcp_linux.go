@@ -186,6 +186,11 @@ type Pipes struct {
 	free []Pipe
 	// Max bounds the pipes kept (0: DefaultPipes); more are closed.
 	Max int
+	// Size, if not 0, is the capacity asked for new pipes (F_SETPIPE_SZ;
+	// the kernel rounds it up to a power of two pages, and caps it at
+	// /proc/sys/fs/pipe-max-size): more bytes per splice, more held per
+	// connection when a destination stalls.
+	Size int
 }
 
 // DefaultPipes is how many empty pipes a Pipes keeps by default: as many
@@ -199,7 +204,11 @@ func (ps *Pipes) Get() (Pipe, error) {
 		ps.free = ps.free[:n-1]
 		return p, nil
 	}
-	return NewPipe()
+	p, err := NewPipe()
+	if err == nil && ps.Size > 0 {
+		unix.FcntlInt(uintptr(p.W), unix.F_SETPIPE_SZ, ps.Size) // a smaller pipe works too
+	}
+	return p, err
 }
 
 // Put gives p back. A pipe that still holds bytes (empty false) is closed,

@@ -96,6 +96,7 @@ func (e *loopEngine) start() error {
 		el, err := evloop.New()
 		if err == nil {
 			tl := &tloop{e: e, ev: el}
+			tl.pipes.Size = pipeSize
 			if err = el.Add(e.lnfd, evloop.Events(unix.EPOLLIN|unix.EPOLLEXCLUSIVE), (*acceptor)(tl)); err == nil {
 				e.loops = append(e.loops, tl)
 				continue
@@ -322,9 +323,13 @@ type dir struct {
 	n        uint64
 }
 
-// spliceMax is what one splice from a socket asks for: a default pipe's
-// capacity (16 pages).
-const spliceMax = 64 << 10
+// pipeSize is the capacity of the loops' pipes (0: the kernel's default,
+// 64 KiB): what a direction holds at most when its destination stalls.
+var pipeSize = 0
+
+// spliceMax is what one splice from a socket asks for: at least a pipe's
+// capacity (the pipe is empty when it reads).
+const spliceMax = 1 << 20
 
 // connEvents: both sockets are registered once, edge-triggered, for
 // bytes, room and hang-ups.
