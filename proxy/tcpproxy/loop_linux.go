@@ -384,14 +384,13 @@ func (tl *tloop) unlink(c *lconn) {
 
 // accept admits a new connection or turns it away.
 func (tl *tloop) accept(cfd int, src netip.AddrPort) {
-	e, l := tl.e, tl.e.l
+	l := tl.e.l
 	l.accepted.Add(1)
 	l.lm.accepted.Inc()
-	if e.closing.Load() {
-		l.countReject(RejectShutdown)
-		unix.Close(cfd)
-		return
-	}
+	// Accepted while Shutdown stops the loops accepting (e.closing): it
+	// is served and drains with the others. Turning it away would lose it
+	// for nothing when the socket lives on (a change of engine hands it to
+	// another Listener, whose accept it raced).
 	l.wg.Add(1) // the engine's own count is held: no race with Shutdown's Wait
 	c := tl.newConn()
 	c.s, c.cfd, c.ufd, c.src = l.set.Load(), cfd, -1, src
