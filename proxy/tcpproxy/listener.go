@@ -216,14 +216,13 @@ func (l *Listener) accept(c *net.TCPConn) {
 	l.accepted.Add(1)
 	l.lm.accepted.Inc()
 	s := l.set.Load()
-	l.cmu.Lock()
-	if l.shut {
-		l.cmu.Unlock()
-		l.reject(c, RejectShutdown, nil)
-		return
-	}
+	// A connection accepted as Shutdown closes the socket is served and
+	// drains with the others (track refuses it once they are being cut):
+	// turning it away would lose it for nothing when the socket lives on,
+	// a change of engine having handed it to another Listener whose accept
+	// it raced. Serve's own count in wg is held, so this Add cannot race
+	// Shutdown's Wait.
 	l.wg.Add(1)
-	l.cmu.Unlock()
 	ok, w := l.admit(s.cfg.MaxConns, s.cfg.QueueSize, nil)
 	if !ok && w == nil {
 		l.reject(c, RejectLimit, nil)
