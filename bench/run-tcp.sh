@@ -9,6 +9,7 @@
 #   bench/run-tcp.sh
 #   ROUNDS=1 DURATION=3s BULK_BYTES=268435456 bench/run-tcp.sh   # quick smoke run
 #   TARGETS="switchboard nginx direct" bench/run-tcp.sh           # subset
+#   TARGETS="switchboard-loop switchboard-goroutine nginx" bench/run-tcp.sh  # both engines
 #   PROFILE=1 bench/run-tcp.sh                                   # + CPU profile
 #
 # What is measured, per target and round:
@@ -23,7 +24,10 @@
 #
 # switchboard is `switchboard serve` (built from ./cmd/switchboard, or
 # SWITCHBOARD_BIN) with one `protocol: tcp` listener, round_robin over the
-# two backends; the config is written out below. HARNESS=1 measures
+# two backends, on the engine ENGINE names; the config is written out below.
+# switchboard-loop and switchboard-goroutine are the same, each a process of
+# its own, with engine: eventloop and engine: goroutine: both engines in one
+# run, their CPU apart. HARNESS=1 measures
 # bench/tcpproxy instead: one proxy/tcpproxy Listener on a static pool, built
 # straight on the package (it served before the config wiring existed, and
 # it is what the splice check traces).
@@ -35,6 +39,9 @@
 #   DURATION=10s         connrate length per run (s or m suffix)
 #   CONNS=64             connrate concurrent clients
 #   TARGETS="switchboard nginx haproxy direct"
+#                        (also: switchboard-loop switchboard-goroutine)
+#   ENGINE=auto          the switchboard target's listener engine: auto (the
+#                        event loop on Linux), eventloop or goroutine
 #   NGINX_WORKERS=1      worker_processes of nginx stream
 #   HAPROXY_THREADS=2    nbthread of HAProxy
 #   HAPROXY_SPLICE=1     1: HAProxy gets `option splice-auto` (its kernel
@@ -53,7 +60,8 @@
 # Installs (apt-get, only what is missing): nginx, libnginx-mod-stream,
 # haproxy, strace. Ports: backends 127.0.0.1:19101 and :19102 (one tcpload
 # process), switchboard :18180 (admin/pprof :19911), nginx :18181, haproxy :18182,
-# strace run :18183. Every server is a child of this script with its config
+# strace run :18183, switchboard-loop :18184 (admin :19912), switchboard-goroutine
+# :18185 (admin :19913). Every server is a child of this script with its config
 # in a temp dir and is stopped on exit, failure or Ctrl-C.
 #
 # Output: a markdown table on stdout; raw outputs, configs and logs in
@@ -76,6 +84,7 @@ HARNESS=${HARNESS:-0}
 PROFILE=${PROFILE:-0}
 SPLICE_CHECK=${SPLICE_CHECK:-1}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
+ENGINE=${ENGINE:-auto}
 
 B1=19101
 B2=19102
@@ -84,6 +93,10 @@ SB_PPROF=19911
 NGINX_PORT=18181
 HAPROXY_PORT=18182
 STRACE_PORT=18183
+SB_LOOP_PORT=18184
+SB_LOOP_ADMIN=19912
+SB_GOROUTINE_PORT=18185
+SB_GOROUTINE_ADMIN=19913
 
 export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin:/usr/local/go/bin"
 export LC_ALL=C
@@ -102,10 +115,11 @@ for v in ROUNDS CONNS NGINX_WORKERS HAPROXY_THREADS BULK_BYTES; do
 done
 [[ $DURATION =~ ^[1-9][0-9]*[sm]?$ ]] || die "DURATION must look like 10s, 1m or 10, got '$DURATION'"
 for t in $TARGETS; do
-	case $t in switchboard | nginx | haproxy | direct) ;;
-	*) die "unknown target '$t' in TARGETS (known: switchboard nginx haproxy direct)" ;;
+	case $t in switchboard | switchboard-loop | switchboard-goroutine | nginx | haproxy | direct) ;;
+	*) die "unknown target '$t' in TARGETS (known: switchboard switchboard-loop switchboard-goroutine nginx haproxy direct)" ;;
 	esac
 done
+case $ENGINE in auto | eventloop | goroutine) ;; *) die "ENGINE must be auto, eventloop or goroutine, got '$ENGINE'" ;; esac
 
 # ---------------------------------------------------------------- cleanup
 install_cleanup # lib.sh: stops what the script started, on any exit
@@ -154,7 +168,7 @@ stop() { # PID
 }
 kv() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" "$2" | tail -n1; }
 target_port() {
-	case $1 in switchboard) echo $SB_PORT ;; nginx) echo $NGINX_PORT ;; haproxy) echo $HAPROXY_PORT ;; direct) echo $B1 ;; esac
+	case $1 in switchboard) echo $SB_PORT ;; switchboard-loop) echo $SB_LOOP_PORT ;; switchboard-goroutine) echo $SB_GOROUTINE_PORT ;; nginx) echo $NGINX_PORT ;; haproxy) echo $HAPROXY_PORT ;; direct) echo $B1 ;; esac
 }
 LOAD=""
 run_bulk() { # TARGET BYTES OUTFILE
@@ -209,16 +223,16 @@ elif want switchboard && ((HARNESS)); then
 	NOT_MEASURED[switchboard]="building bench/tcpproxy failed (see $RUN_DIR/build.log)"
 fi
 SB_BIN=""
-if want switchboard && ((!HARNESS)); then
+if { want switchboard && ((!HARNESS)); } || want switchboard-loop || want switchboard-goroutine; then
 	if [[ -n $SWITCHBOARD_BIN ]]; then
 		[[ -x $SWITCHBOARD_BIN ]] && SB_BIN=$SWITCHBOARD_BIN ||
-			NOT_MEASURED[switchboard]="SWITCHBOARD_BIN=$SWITCHBOARD_BIN is not an executable file"
+			for t in switchboard switchboard-loop switchboard-goroutine; do NOT_MEASURED[$t]="SWITCHBOARD_BIN=$SWITCHBOARD_BIN is not an executable file"; done
 	else
 		log "go build -o bench/out/switchboard-tcp ./cmd/switchboard"
 		if (cd "$REPO_ROOT" && go build -o "$OUT_DIR/switchboard-tcp" ./cmd/switchboard) >>"$RUN_DIR/build.log" 2>&1; then
 			SB_BIN="$OUT_DIR/switchboard-tcp"
 		else
-			NOT_MEASURED[switchboard]="building ./cmd/switchboard failed (see $RUN_DIR/build.log; HARNESS=1 measures the package alone)"
+			for t in switchboard switchboard-loop switchboard-goroutine; do NOT_MEASURED[$t]="building ./cmd/switchboard failed (see $RUN_DIR/build.log; HARNESS=1 measures the package alone)"; done
 		fi
 	fi
 fi
@@ -237,18 +251,17 @@ smoke() {
 	return 0
 }
 
-# --- switchboard: switchboard serve, or the harness
-SB_PID=""
-if want switchboard && [[ -z ${NOT_MEASURED[switchboard]:-} ]]; then
-	check_ports_free "$SB_PORT"
-	if ((!HARNESS)); then
-		cat >"$WORK/switchboard.yaml" <<EOF
-admin: {listen: 127.0.0.1:$SB_PPROF}
+# sb_config TARGET PORT ADMIN ENGINE: a switchboard config with one tcp
+# listener on ENGINE, written to $WORK/TARGET.yaml (and the run dir).
+sb_config() {
+	cat >"$WORK/$1.yaml" <<EOF
+admin: {listen: 127.0.0.1:$3}
 listeners:
   - name: bench
     protocol: tcp
-    listen: 127.0.0.1:$SB_PORT
+    listen: 127.0.0.1:$2
     upstream: backends
+    engine: $4
 upstreams:
   backends:
     balance: {policy: round_robin}
@@ -256,7 +269,27 @@ upstreams:
       - {address: 127.0.0.1:$B1}
       - {address: 127.0.0.1:$B2}
 EOF
-		cp "$WORK/switchboard.yaml" "$RUN_DIR/switchboard.yaml"
+	cp "$WORK/$1.yaml" "$RUN_DIR/$1.yaml"
+}
+
+# --- switchboard-loop, switchboard-goroutine: one process per engine
+for t in switchboard-loop switchboard-goroutine; do
+	if want "$t" && [[ -z ${NOT_MEASURED[$t]:-} ]]; then
+		if [[ $t == switchboard-loop ]]; then port=$SB_LOOP_PORT admin=$SB_LOOP_ADMIN engine=eventloop; else port=$SB_GOROUTINE_PORT admin=$SB_GOROUTINE_ADMIN engine=goroutine; fi
+		check_ports_free "$port"
+		sb_config "$t" "$port" "$admin" "$engine"
+		start "$t" "$RUN_DIR/$t.log" "$SB_BIN" serve --config "$WORK/$t.yaml"
+		SID[$t]=$START_PID
+		if wait_port "$t" "$START_PID" "$port"; then smoke "$t" || true; else NOT_MEASURED[$t]="did not start; see $RUN_DIR/$t.log"; fi
+	fi
+done
+
+# --- switchboard: switchboard serve, or the harness
+SB_PID=""
+if want switchboard && [[ -z ${NOT_MEASURED[switchboard]:-} ]]; then
+	check_ports_free "$SB_PORT"
+	if ((!HARNESS)); then
+		sb_config switchboard "$SB_PORT" "$SB_PPROF" "$ENGINE"
 		start switchboard "$RUN_DIR/switchboard.log" "$SB_BIN" serve --config "$WORK/switchboard.yaml"
 	else
 		start switchboard "$RUN_DIR/switchboard.log" "$HARNESS_BIN" -listen "127.0.0.1:$SB_PORT" \
@@ -356,7 +389,7 @@ for t in $TARGETS; do [[ -z ${NOT_MEASURED[$t]:-} ]] && ACTIVE+=("$t"); done
 	echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //') stream, worker_processes $NGINX_WORKERS, proxy_half_close on"
 	echo "- haproxy: $(haproxy -v 2>&1 | head -n1 | awk '{print $3}'), nbthread $HAPROXY_THREADS$( ((HAPROXY_SPLICE)) && echo ', option splice-auto')"
-	echo "- go: $(go version | awk '{print $3}'); switchboard: $( ((HARNESS)) && echo 'bench/tcpproxy harness (proxy/tcpproxy, round_robin)' || echo "$SB_BIN serve (one tcp listener, round_robin)") at $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD -- proxy/tcpproxy bench 2>/dev/null || echo ' (uncommitted changes)')"
+	echo "- go: $(go version | awk '{print $3}'); switchboard: $( ((HARNESS)) && echo 'bench/tcpproxy harness (proxy/tcpproxy, round_robin)' || echo "$SB_BIN serve (one tcp listener, round_robin, engine: $ENGINE; switchboard-loop/-goroutine: engine eventloop/goroutine)") at $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD -- proxy/tcpproxy bench 2>/dev/null || echo ' (uncommitted changes)')"
 	echo "- bulk: $BULK_BYTES bytes on one connection into a sink; connrate: $CONNS clients x $DURATION, connect + 8-byte echo + close"
 	echo "- backends: one tcpload process (Go), 127.0.0.1:$B1 and :$B2; $ROUNDS round(s), order rotating"
 } >"$RUN_DIR/machine.md"

@@ -7,8 +7,9 @@ import (
 )
 
 // TestEngineProblemsArePlaced: an unknown engine, the event loop on a TLS
-// listener and engine on a tcp listener are reported at their value or
-// key; on a system other than Linux the event loop is refused too.
+// listener, and on a tcp listener with tls_passthrough or
+// proxy_protocol.accept, are reported at their value; on a system other
+// than Linux the event loop is refused too.
 func TestEngineProblemsArePlaced(t *testing.T) {
 	dir := t.TempDir()
 	cert, key := writeKeyPair(t, dir, "a")
@@ -27,6 +28,8 @@ func TestEngineProblemsArePlaced(t *testing.T) {
     listen: :8082
     upstream: u
     engine: eventloop
+    tls_passthrough: true
+    sni: [{names: [a.example.com], upstream: u}]
   - name: d
     listen: :8081
     engine: eventloop
@@ -35,16 +38,31 @@ func TestEngineProblemsArePlaced(t *testing.T) {
     listen: :8083
     engine: goroutine
     routes: [{upstream: u}]
+  - name: f
+    protocol: tcp
+    listen: :8084
+    upstream: u
+    engine: eventloop
+    proxy_protocol: {accept: true, trusted_proxies: [10.0.0.0/8]}
+  - name: g
+    protocol: tcp
+    listen: :8085
+    upstream: u
+    engine: turbo
 upstreams:
   u: {targets: [{address: "a:1"}]}
 `)
 	want := []string{
 		`lb.yaml:4:13: unknown engine "epoll" (known: auto, goroutine, eventloop)`,
 		`lb.yaml:8:13: engine: eventloop is for listeners without tls; a TLS listener runs on the goroutine engine`,
-		`lb.yaml:15:5: engine is for http listeners; a tcp listener forwards connections to its upstream`,
+		`lb.yaml:15:13: engine: eventloop does not do tls_passthrough (it reads nothing of a connection before forwarding it); such a tcp listener runs on the goroutine engine (auto or goroutine)`,
+		`lb.yaml:30:13: engine: eventloop does not do proxy_protocol.accept (it reads nothing of a connection before forwarding it); such a tcp listener runs on the goroutine engine (auto or goroutine)`,
+		`lb.yaml:36:13: unknown engine "turbo" (known: auto, goroutine, eventloop)`,
 	}
 	if runtime.GOOS != "linux" {
-		want = append(want, `lb.yaml:18:13: engine: eventloop needs Linux (epoll); this is `+runtime.GOOS)
+		want = []string{want[0], want[1], `lb.yaml:15:13: engine: eventloop needs Linux (epoll); this is ` + runtime.GOOS,
+			`lb.yaml:20:13: engine: eventloop needs Linux (epoll); this is ` + runtime.GOOS,
+			`lb.yaml:30:13: engine: eventloop needs Linux (epoll); this is ` + runtime.GOOS, want[4]}
 	}
 	checkLines(t, problemLines(t, "lb.yaml", src), want)
 }
@@ -66,6 +84,11 @@ func TestEventLoopIsTheDefaultWhereItCanServe(t *testing.T) {
 		{Listener{Engine: EngineAuto, TLS: tls}, false},
 		{Listener{Engine: EngineGoroutine}, false},
 		{Listener{Engine: EngineEventLoop}, true},
+		{Listener{Protocol: "tcp"}, linux},
+		{Listener{Protocol: "tcp", TLSPassthrough: true}, false},
+		{Listener{Protocol: "tcp", ProxyProtocol: &ProxyProtocol{Accept: true}}, false},
+		{Listener{Protocol: "tcp", ProxyProtocol: &ProxyProtocol{Send: "v2"}}, linux},
+		{Listener{Protocol: "tcp", Engine: EngineGoroutine}, false},
 	} {
 		if got := tc.l.EventLoop(); got != tc.want {
 			t.Errorf("engine %q, tls %v: EventLoop() = %v, want %v", tc.l.Engine, tc.l.TLS != nil, got, tc.want)

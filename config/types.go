@@ -81,7 +81,11 @@ type Listener struct {
 	// engine; see docs/architecture.md), goroutine (a goroutine per
 	// connection, on every system), or auto (the default): the event
 	// loop on Linux for a listener without tls, else the goroutine
-	// engine. See EventLoop.
+	// engine. On a tcp listener it is the connection engine: eventloop
+	// (Linux: event loops accept, connect and splice every connection;
+	// not with tls_passthrough or proxy_protocol.accept), goroutine, or
+	// auto: the event loop where it can serve the listener. See
+	// EventLoop.
 	Engine string `yaml:"engine"`
 	// RedirectHTTPS answers every request of a listener without tls with
 	// a 308 redirect to the same URL over https, instead of routing it.

@@ -262,7 +262,7 @@ func (v *validator) checkTCPListener(l *Listener) {
 		"routes": &l.Routes, "max_header_bytes": &l.MaxHeaderBytes, "max_body_bytes": &l.MaxBodyBytes,
 		"access_log": &l.AccessLog, "auto_routes": &l.AutoRoutes,
 		"h2c": &l.H2C, "redirect_https": &l.RedirectHTTPS, "redirect_https_port": &l.RedirectHTTPSPort,
-		"trusted_proxies": &l.TrustedProxies, "engine": &l.Engine,
+		"trusted_proxies": &l.TrustedProxies,
 	} {
 		if v.present(at) {
 			v.keyErrorf(at, "%s is for http listeners; a tcp listener forwards connections to its upstream", key)
@@ -277,6 +277,7 @@ func (v *validator) checkTCPListener(l *Listener) {
 	if v.present(&l.Timeouts.Idle) && l.Timeouts.Idle < 0 {
 		v.errorf(&l.Timeouts.Idle, "timeouts.idle must not be negative")
 	}
+	v.checkTCPEngine(l)
 	v.checkUpstreamRef(&l.Upstream, l.Upstream)
 	if l.Upstream == "" && len(l.SNI) == 0 {
 		v.keyErrorf(l, "tcp listener %q needs an upstream (or sni routes)", l.Name)

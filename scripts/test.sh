@@ -77,8 +77,9 @@ GOOS=windows go build ./... || die "go build ./... fails for windows"
 say "go test -race"
 go test -race -count=1 -timeout 14m ./...
 
-# HTTP listeners run on the event-loop engine by default on Linux (engine:
-# auto); the proxy's tests run once more on the goroutine engine, which
-# serves TLS listeners, other systems and engine: goroutine.
+# HTTP and TCP listeners run on the event-loop engine by default on Linux
+# (engine: auto); the proxy's tests and the TCP proxy's run once more on
+# the goroutine engine, which serves TLS listeners, SNI and PROXY-reading
+# TCP listeners, other systems and engine: goroutine.
 say "go test -race, the proxy's tests on the goroutine engine"
-SWITCHBOARD_TEST_ENGINE=goroutine go test -race -count=1 -timeout 10m ./cmd/switchboard/internal/plane
+SWITCHBOARD_TEST_ENGINE=goroutine go test -race -count=1 -timeout 10m ./cmd/switchboard/internal/plane ./proxy/tcpproxy

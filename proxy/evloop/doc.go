@@ -43,7 +43,15 @@
 // socket through hot reload and a switch of engine (closing one of a
 // SO_REUSEPORT group resets the connections in its accept queue), and on
 // these 2-core machines there is one loop (GOMAXPROCS-1) for it to
-// balance. On systems other than Linux New reports ErrUnavailable.
+// balance.
+//
+// The TCP engine (proxy/tcpproxy) runs on loops too, and evloop has its
+// pieces: Accept (accept4, the peer's address from its result), Dial and
+// ConnectResult (a non-blocking connect), Splice and Pipes (bytes moved
+// socket -> pipe -> socket, pipes pooled per loop and never reused with
+// bytes in them), LocalAddrPort, and Forget (for a descriptor about to be
+// closed: its close takes it out of epoll). On systems other than Linux
+// New reports ErrUnavailable.
 package evloop
 
 import "errors"

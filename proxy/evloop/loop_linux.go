@@ -56,7 +56,15 @@ type Loop struct {
 	// handlers is indexed by descriptor: descriptors are small and dense,
 	// so a slice beats a map on the path every event takes.
 	handlers []Handler
-	timers   timers
+	// addedIn is, by descriptor, the iteration whose events it was last
+	// registered in (Add). An event of the batch being dispatched for a
+	// descriptor registered during that same dispatch is stale: it was
+	// the descriptor's number's previous file's (closed by a handler
+	// earlier in the batch, the number reused at once by an accept or a
+	// dial); the new file's own readiness is reported by the next poll.
+	addedIn []uint64
+	iter    uint64
+	timers  timers
 	// soon is what Soon asked to run once the handler, timer or task
 	// running now returns; runSoon runs it.
 	soon    []Runner
@@ -102,8 +110,10 @@ func (l *Loop) Add(fd int, ev Events, h Handler) error {
 	}
 	for fd >= len(l.handlers) {
 		l.handlers = append(l.handlers, nil)
+		l.addedIn = append(l.addedIn, 0)
 	}
 	l.handlers[fd] = h
+	l.addedIn[fd] = l.iter
 	return nil
 }
 
@@ -191,6 +201,7 @@ func (l *Loop) Run() error {
 		if err != nil {
 			return err
 		}
+		l.iter++
 		l.now = time.Now()
 		for _, e := range l.events[:n] {
 			fd := int(e.Fd)
@@ -199,7 +210,7 @@ func (l *Loop) Run() error {
 				unix.Read(l.wakefd, buf[:])
 				continue
 			}
-			if fd < len(l.handlers) && l.handlers[fd] != nil {
+			if fd < len(l.handlers) && l.handlers[fd] != nil && l.addedIn[fd] != l.iter {
 				l.handlers[fd].OnEvent(fd, Events(e.Events))
 				if len(l.soon) > 0 {
 					l.drainSoon()

@@ -107,6 +107,50 @@ type Config struct {
 	// ProxyProtocolTimeout bounds the wait for the PROXY header.
 	// Default 5s.
 	ProxyProtocolTimeout time.Duration
+	// Engine runs the listener's connections: EngineEventLoop (Linux:
+	// event loops accept, connect and splice every connection, no
+	// goroutine per connection), EngineGoroutine (a goroutine per
+	// connection, on every system), or EngineAuto ("" too): the event
+	// loop on Linux for a listener whose features it has (every one but
+	// SNI routing and AcceptProxyProtocol), else the goroutine engine.
+	// It is fixed for a Listener's life (Update refuses to change it;
+	// Server moves a listener whose engine changes to a new Listener on
+	// the same socket).
+	Engine string
+}
+
+// The engines of a listener (Config.Engine).
+const (
+	EngineAuto      = "auto"
+	EngineGoroutine = "goroutine"
+	EngineEventLoop = "eventloop"
+)
+
+// LoopFeatureMissing names the feature of c that the event-loop engine
+// does not have ("sni", "accept_proxy_protocol"), or "" when the loop can
+// serve c.
+func (c Config) LoopFeatureMissing() string {
+	switch {
+	case len(c.SNI) > 0:
+		return "sni"
+	case c.AcceptProxyProtocol:
+		return "accept_proxy_protocol"
+	}
+	return ""
+}
+
+// EngineName is the engine that serves c: EngineEventLoop or
+// EngineGoroutine (see Engine).
+func (c Config) EngineName() string {
+	switch c.Engine {
+	case EngineEventLoop:
+		return EngineEventLoop
+	case "", EngineAuto:
+		if loopAvailable && autoLoop && c.LoopFeatureMissing() == "" {
+			return EngineEventLoop
+		}
+	}
+	return EngineGoroutine
 }
 
 // Validate reports every field that cannot work, each error naming the
@@ -191,6 +235,17 @@ func (c Config) Validate() error {
 			bad(fmt.Sprintf("trusted_proxies[%d]", i), "not a valid CIDR prefix")
 		}
 	}
+	switch c.Engine {
+	case "", EngineAuto, EngineGoroutine:
+	case EngineEventLoop:
+		if !loopAvailable {
+			bad("engine", "eventloop needs Linux (epoll)")
+		} else if f := c.LoopFeatureMissing(); f != "" {
+			bad("engine", "eventloop does not do %s; a listener with it runs on the goroutine engine (auto or goroutine)", f)
+		}
+	default:
+		bad("engine", "unknown engine %q (known: auto, goroutine, eventloop)", c.Engine)
+	}
 	return errors.Join(errs...)
 }
 
@@ -214,6 +269,8 @@ type settings struct {
 	// part after a wildcard's "*." to its upstream.
 	exact, wild map[string]string
 	sni         bool
+	// loop: the event-loop engine serves the listener (Config.EngineName).
+	loop bool
 	// checkEvery is how often a connection's activity is looked at: for
 	// the idle timeout and for byte counters of long connections.
 	checkEvery time.Duration
@@ -228,7 +285,7 @@ func compile(c Config) (*settings, error) {
 		return nil, err
 	}
 	c = c.withDefaults()
-	s := &settings{cfg: c, sni: len(c.SNI) > 0, checkEvery: maxCheckEvery}
+	s := &settings{cfg: c, sni: len(c.SNI) > 0, checkEvery: maxCheckEvery, loop: c.EngineName() == EngineEventLoop}
 	if c.IdleTimeout > 0 {
 		s.checkEvery = min(c.IdleTimeout/4, maxCheckEvery)
 	}
@@ -301,3 +358,7 @@ func normalizeRouteName(n string) (string, error) {
 	}
 	return n, nil
 }
+
+// autoLoop: EngineAuto chooses the event loop where it can serve the
+// listener.
+const autoLoop = true

@@ -296,9 +296,21 @@ func (c *conn) finish(down, up uint64) {
 // pointer that costs no allocation.
 var causeDone = CloseDone
 
-// abort closes both sockets, recording why if nobody did before.
+// abort closes both sockets, recording why if nobody did before. A
+// connection that failed (CloseError: a reset, a broken pipe) is closed
+// with a reset, not a FIN, so that the peer still there does not take a
+// stream cut short for a complete one.
 func (c *conn) abort(cause string) {
-	c.cause.CompareAndSwap(nil, &cause)
+	if c.cause.CompareAndSwap(nil, &cause) && cause == CloseError {
+		c.mu.Lock()
+		if !c.closed {
+			c.client.SetLinger(0)
+			if c.upstream != nil {
+				c.upstream.SetLinger(0)
+			}
+		}
+		c.mu.Unlock()
+	}
 	c.closeAll()
 }
 

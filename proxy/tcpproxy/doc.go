@@ -8,9 +8,25 @@
 // endpoint on failure, up to ConnectAttempts) -> optional PROXY header to
 // the endpoint -> forward both ways until both sides are done.
 //
+// # Engines
+//
+// Config.Engine chooses what serves a listener's connections. On Linux the
+// event loop (the default, EngineAuto, for a listener without SNI routes
+// and AcceptProxyProtocol, which read a connection's first bytes before
+// forwarding it): GOMAXPROCS-1 loops of proxy/evloop accept on the
+// listening socket, admit, pick, connect without blocking (ConnectTimeout
+// a loop deadline) and splice both ways through pipes from a per-loop
+// pool, with no goroutine per connection; admission, picks and outcomes,
+// metrics, Stats, close causes, Update and Shutdown are the goroutine
+// engine's. Elsewhere, and with EngineGoroutine, a goroutine per
+// connection, as below. A Listener's engine is fixed (Listener.Engine);
+// Server moves a listener whose engine changes to a new Listener on the
+// same socket.
+//
 // # Forwarding
 //
-// Bytes move between the two *net.TCPConn with (*net.TCPConn).ReadFrom,
+// On the goroutine engine bytes move between the two *net.TCPConn with
+// (*net.TCPConn).ReadFrom,
 // which on Linux is splice(2): they never enter user space. Bytes read
 // before forwarding (a PROXY header's trailing data, the ClientHello) are
 // written to the endpoint first, unchanged, and then the raw connections
@@ -22,7 +38,10 @@
 // quarter of IdleTimeout a timer reads the kernel's byte counters of both
 // sockets (TCP_INFO); a connection whose counters have not moved for
 // IdleTimeout is closed. Those same counters advance the byte metrics of
-// long connections.
+// long connections. (On the event loop a splice that receives bytes notes
+// the loop's clock, and a lazy evloop.Deadline closes the connection
+// IdleTimeout after the last.) A connection that fails (a reset, a broken
+// pipe) is closed with a reset on both sides, on either engine.
 //
 // # Picks and outcomes
 //

@@ -153,11 +153,12 @@ func TestUpdateRejectsBadConfigAndKeepsOld(t *testing.T) {
 // TestWorkerServesNextConnection: the goroutine that served a connection
 // waits for the next one instead of exiting, so sequential connections
 // are served by one goroutine; Shutdown returns only once such idle
-// goroutines have left.
+// goroutines have left. (The goroutine engine's: the event loop has no
+// goroutine per connection.)
 func TestWorkerServesNextConnection(t *testing.T) {
 	b := startServer(t, echo)
 	up := newUpstream(t, "app", rr(), b.addr)
-	p := startProxy(t, Config{Name: "t", Upstream: "app"}, up)
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineGoroutine}, up)
 	for i := range 3 {
 		c := p.dial(t)
 		roundTrip(t, c, fmt.Sprintf("connection %d", i))

@@ -189,6 +189,7 @@ func startProxy(t testing.TB, cfg Config, ups ...*testUpstream) *proxy {
 		}
 		return nil
 	}
+	cfg = useTestEngine(cfg)
 	logs := &syncBuffer{}
 	m := NewMetrics(prometheus.NewRegistry())
 	l, err := NewListener(ln, cfg, lookup, m, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
@@ -222,6 +223,20 @@ func startProxy(t testing.TB, cfg Config, ups ...*testUpstream) *proxy {
 		}
 	})
 	return p
+}
+
+// useTestEngine puts cfg, when it names no engine, on the engine
+// SWITCHBOARD_TEST_ENGINE names (goroutine or eventloop; the event loop
+// only where it has cfg's features), so that the package's tests run on
+// either engine unchanged (scripts/test.sh runs them a second time with
+// goroutine). Unset, cfg keeps auto. A test that names an engine gets it.
+func useTestEngine(cfg Config) Config {
+	e := os.Getenv("SWITCHBOARD_TEST_ENGINE")
+	if cfg.Engine != "" || e == "" || (e == EngineEventLoop && cfg.LoopFeatureMissing() != "") {
+		return cfg
+	}
+	cfg.Engine = e
+	return cfg
 }
 
 func (p *proxy) dial(t testing.TB) *net.TCPConn {

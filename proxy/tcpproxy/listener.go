@@ -77,6 +77,10 @@ type Listener struct {
 	serving  atomic.Bool
 	finished sync.Once // its metric series let go (finish)
 
+	// lp serves the listener on event loops (Config.Engine); nil: the
+	// goroutine engine.
+	lp *loopEngine
+
 	// Goroutines that served a connection wait on jobs for the next one
 	// (up to maxIdleWorkers of them), keeping the stack a connection grew
 	// while it dialed; idle counts them. They leave at Shutdown.
@@ -95,7 +99,8 @@ type job struct {
 const maxIdleWorkers = 256
 
 type waiter struct {
-	ch      chan struct{} // closed when granted
+	ch      chan struct{} // closed when granted (the goroutine engine's)
+	grant   func()        // called under amu when granted (the loop's), in place of ch
 	granted bool          // under amu
 }
 
@@ -135,6 +140,9 @@ func NewListener(ln *net.TCPListener, cfg Config, upstreams func(name string) Up
 	l.eps.m, l.eps.metrics, l.eps.listener = map[epKey]*epState{}, m, cfg.Name
 	l.cutCtx, l.cut = context.WithCancel(context.Background())
 	l.set.Store(s)
+	if s.loop {
+		l.lp = newLoopEngine(l)
+	}
 	return l, nil
 }
 
@@ -156,10 +164,22 @@ func (l *Listener) Serve() error {
 		l.cmu.Unlock()
 		return nil
 	}
+	if l.lp != nil {
+		if err := l.lp.start(); err != nil {
+			l.cmu.Unlock()
+			return fmt.Errorf("tcp listener %q: starting its event loops: %w", l.name, err)
+		}
+	}
 	l.wg.Add(1)
 	l.cmu.Unlock()
 	defer l.wg.Done()
-	l.log.Info("tcp listener serving", "listener", l.name, "addr", l.ln.Addr().String())
+	l.log.Info("tcp listener serving", "listener", l.name, "addr", l.ln.Addr().String(), "engine", l.Engine())
+	if l.lp != nil {
+		if err := l.lp.wait(); err != nil {
+			return fmt.Errorf("tcp listener %q: an event loop stopped: %w", l.name, err)
+		}
+		return nil
+	}
 	var backoff time.Duration
 	for {
 		c, err := l.ln.AcceptTCP()
@@ -196,15 +216,14 @@ func (l *Listener) accept(c *net.TCPConn) {
 	l.accepted.Add(1)
 	l.lm.accepted.Inc()
 	s := l.set.Load()
-	l.cmu.Lock()
-	if l.shut {
-		l.cmu.Unlock()
-		l.reject(c, RejectShutdown, nil)
-		return
-	}
+	// A connection accepted as Shutdown closes the socket is served and
+	// drains with the others (track refuses it once they are being cut):
+	// turning it away would lose it for nothing when the socket lives on,
+	// a change of engine having handed it to another Listener whose accept
+	// it raced. Serve's own count in wg is held, so this Add cannot race
+	// Shutdown's Wait.
 	l.wg.Add(1)
-	l.cmu.Unlock()
-	ok, w := l.admit(s.cfg.MaxConns, s.cfg.QueueSize)
+	ok, w := l.admit(s.cfg.MaxConns, s.cfg.QueueSize, nil)
 	if !ok && w == nil {
 		l.reject(c, RejectLimit, nil)
 		l.wg.Done()
@@ -267,17 +286,23 @@ func (l *Listener) serveConn(c *net.TCPConn, s *settings, w *waiter) {
 func (l *Listener) reject(c *net.TCPConn, reason string, err error) {
 	// Counted before the close, so that whoever sees the close sees the
 	// count.
-	l.rejected.Add(1)
-	l.lm.rejected[reason].Inc()
+	l.countReject(reason)
 	c.Close()
 	if err != nil && l.log.Enabled(context.Background(), slog.LevelDebug) {
 		l.log.Debug("tcp connection rejected", "listener", l.name, "client", c.RemoteAddr().String(), "reason", reason, "err", err)
 	}
 }
 
+// countReject counts a connection turned away for reason.
+func (l *Listener) countReject(reason string) {
+	l.rejected.Add(1)
+	l.lm.rejected[reason].Inc()
+}
+
 // admit takes a slot under maxConns (ok), or a place in the queue (w), or
-// neither (the connection is over the limit).
-func (l *Listener) admit(maxConns, queueSize int) (ok bool, w *waiter) {
+// neither (the connection is over the limit). A queued waiter is told of
+// its grant by grant (under amu) if it is not nil, else by its channel.
+func (l *Listener) admit(maxConns, queueSize int, grant func()) (ok bool, w *waiter) {
 	l.amu.Lock()
 	defer l.amu.Unlock()
 	if maxConns == 0 || l.active < maxConns {
@@ -285,7 +310,10 @@ func (l *Listener) admit(maxConns, queueSize int) (ok bool, w *waiter) {
 		return true, nil
 	}
 	if len(l.waiters) < queueSize {
-		w = &waiter{ch: make(chan struct{})}
+		w = &waiter{grant: grant}
+		if grant == nil {
+			w.ch = make(chan struct{})
+		}
 		l.waiters = append(l.waiters, w)
 		l.lm.queued.Inc()
 		return false, w
@@ -312,11 +340,16 @@ func (l *Listener) wait(w *waiter, timeout time.Duration) string {
 	if w.granted { // granted while we timed out: take it
 		return ""
 	}
+	l.unqueueLocked(w)
+	return reason
+}
+
+// unqueueLocked takes w, not granted, out of the queue.
+func (l *Listener) unqueueLocked(w *waiter) {
 	if i := slices.Index(l.waiters, w); i >= 0 {
 		l.waiters = slices.Delete(l.waiters, i, i+1)
 		l.lm.queued.Dec()
 	}
-	return reason
 }
 
 // release gives a slot back, to the oldest waiter if there is one and the
@@ -338,7 +371,11 @@ func (l *Listener) grantLocked() {
 	l.waiters[0] = nil
 	l.waiters = l.waiters[1:]
 	w.granted = true
-	close(w.ch)
+	if w.grant != nil {
+		w.grant()
+	} else {
+		close(w.ch)
+	}
 	l.lm.queued.Dec()
 }
 
@@ -371,7 +408,10 @@ func (l *Listener) untrack(c *conn) {
 // Update applies cfg to connections accepted from now on. Established
 // connections keep the settings they started with; queued ones are let in
 // at once if the new max_conns has room. The listener's name cannot change
-// (it labels the metrics): a renamed listener is a new listener.
+// (it labels the metrics): a renamed listener is a new listener. Nor can
+// its engine: cfg may name the one running or none (auto keeps it), and a
+// listener on the event loop refuses features the loop does not do (Server
+// moves such a listener to a new Listener on the same socket).
 func (l *Listener) Update(cfg Config) error {
 	if cfg.Name != l.name {
 		return fmt.Errorf("tcp listener %q: name: cannot change to %q on a running listener", l.name, cfg.Name)
@@ -380,6 +420,14 @@ func (l *Listener) Update(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("tcp listener %q: %w", l.name, err)
 	}
+	// The engine stays: auto means the one running, if it can serve cfg.
+	switch {
+	case (cfg.Engine == EngineEventLoop || cfg.Engine == EngineGoroutine) && cfg.Engine != l.Engine():
+		return fmt.Errorf("tcp listener %q: engine: cannot change from %s to %s on a running listener", l.name, l.Engine(), cfg.Engine)
+	case l.lp != nil && cfg.LoopFeatureMissing() != "":
+		return fmt.Errorf("tcp listener %q: engine: it runs on the event loop, which does not do %s (a new listener on the goroutine engine would)", l.name, cfg.LoopFeatureMissing())
+	}
+	s.loop = l.lp != nil
 	l.set.Store(s)
 	l.regrant(s.cfg.MaxConns)
 	l.log.Info("tcp listener updated", "listener", l.name)
@@ -399,6 +447,9 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	if first {
 		close(l.shutCh)
 		l.ln.Close()
+		if l.lp != nil {
+			l.lp.stopAccepting()
+		}
 		l.log.Info("tcp listener draining", "listener", l.name, "active", l.activeConns())
 	}
 	done := make(chan struct{})
@@ -408,6 +459,7 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
+		l.stopLoops()
 		l.finish()
 		return nil
 	case <-ctx.Done():
@@ -423,15 +475,36 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	for _, c := range left {
 		c.abort(CloseShutdown)
 	}
+	nleft := len(left)
+	if l.lp != nil {
+		nleft += l.lp.cutAll()
+	}
 	// Every connection goroutine returns promptly once its sockets are
 	// closed and its dial is canceled.
 	<-done
+	l.stopLoops()
 	l.finish()
-	if len(left) == 0 {
+	if nleft == 0 {
 		return nil
 	}
-	l.log.Warn("tcp listener: connections cut at the shutdown deadline", "listener", l.name, "cut", len(left))
-	return fmt.Errorf("tcp listener %q: %d connection(s) cut at the shutdown deadline: %w", l.name, len(left), ctx.Err())
+	l.log.Warn("tcp listener: connections cut at the shutdown deadline", "listener", l.name, "cut", nleft)
+	return fmt.Errorf("tcp listener %q: %d connection(s) cut at the shutdown deadline: %w", l.name, nleft, ctx.Err())
+}
+
+// stopLoops stops the event loops once every connection has ended.
+func (l *Listener) stopLoops() {
+	if l.lp != nil {
+		l.lp.stop()
+	}
+}
+
+// Engine is the engine serving the listener: EngineEventLoop or
+// EngineGoroutine.
+func (l *Listener) Engine() string {
+	if l.lp != nil {
+		return EngineEventLoop
+	}
+	return EngineGoroutine
 }
 
 // finish lets go of the listener's metric series once no connection is
@@ -445,8 +518,12 @@ func (l *Listener) finish() {
 
 func (l *Listener) activeConns() int {
 	l.cmu.Lock()
-	defer l.cmu.Unlock()
-	return len(l.conns)
+	n := len(l.conns)
+	l.cmu.Unlock()
+	if l.lp != nil {
+		n += l.lp.activeConns()
+	}
+	return n
 }
 
 // Stats is a listener's state for the admin API (GET /api/v1/tcp serves

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 )
@@ -76,26 +77,56 @@ func (s *Server) Prepare(specs []Spec, drain time.Duration) (*Change, error) {
 			c.Discard()
 			return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
 		}
-		if old := s.listeners[sp.Config.Name]; old != nil && old.addr == sp.Listen {
+		old := s.listeners[sp.Config.Name]
+		if old != nil && old.addr == sp.Listen && old.l.Engine() == sp.Config.EngineName() {
 			p.old = old
+			c.plans = append(c.plans, p)
+			continue
+		}
+		var ln *net.TCPListener
+		var err error
+		if old != nil && old.addr == sp.Listen {
+			// Another engine: a new Listener on the same socket (a
+			// duplicate of its descriptor), so that no connection waiting
+			// to be accepted is lost; the old one drains as a removed
+			// listener does.
+			if ln, err = dupListener(old.l.ln); err != nil {
+				err = fmt.Errorf("engine: %w", err)
+			}
 		} else {
 			// Listen leaves keep-alive off on accepted sockets: the idle
 			// timeout guards them, without 4 setsockopt calls per
 			// connection.
-			ln, err := Listen(context.Background(), sp.Listen)
-			if err != nil {
-				c.Discard()
-				return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
-			}
+			ln, err = Listen(context.Background(), sp.Listen)
+		}
+		if err == nil {
 			if p.next, err = NewListener(ln, sp.Config, s.upstreams, s.m, s.log); err != nil {
 				ln.Close()
-				c.Discard()
-				return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
 			}
+		}
+		if err != nil {
+			c.Discard()
+			return nil, fmt.Errorf("listener %q: %w", sp.Config.Name, err)
 		}
 		c.plans = append(c.plans, p)
 	}
 	return c, nil
+}
+
+// dupListener is a listener on ln's socket, through a duplicate of its
+// descriptor: it accepts from the same queue, and stays open when ln is
+// closed.
+func dupListener(ln *net.TCPListener) (*net.TCPListener, error) {
+	f, err := ln.File()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	nl, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	return nl.(*net.TCPListener), nil
 }
 
 // Discard closes what the change bound.
@@ -137,7 +168,11 @@ func (c *Change) Commit() {
 	}
 	for name, r := range s.listeners {
 		if next[name] != r {
-			s.log.Info("tcp listener removed, draining", "listener", name, "listen", r.addr)
+			if n := next[name]; n != nil && n.addr == r.addr {
+				s.log.Info("tcp listener engine changed; the old engine's connections drain", "listener", name, "from", r.l.Engine(), "to", n.l.Engine())
+			} else {
+				s.log.Info("tcp listener removed, draining", "listener", name, "listen", r.addr)
+			}
 			s.draining.Add(1)
 			go func() {
 				defer s.draining.Done()
@@ -183,6 +218,17 @@ func (s *Server) Addr(name string) string {
 	defer s.mu.Unlock()
 	if r := s.listeners[name]; r != nil {
 		return r.l.Addr().String()
+	}
+	return ""
+}
+
+// Engine is the engine the named listener runs on (EngineEventLoop or
+// EngineGoroutine), or "".
+func (s *Server) Engine(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.listeners[name]; r != nil {
+		return r.l.Engine()
 	}
 	return ""
 }

@@ -267,7 +267,9 @@ func dialTLS(t testing.TB, addr string, protos ...string) *tls.Conn {
 // useTestEngine puts every http listener without tls of cfg that names
 // no engine on the engine SWITCHBOARD_TEST_ENGINE names (eventloop), so
 // that the proxy tests run against it unchanged; unset, listeners keep
-// the engine they name. A test that names an engine gets that one.
+// the engine they name. A test that names an engine gets that one. tcp
+// listeners go on it too, where it can serve them (the event loop does
+// not do tls_passthrough or proxy_protocol.accept).
 func useTestEngine(cfg *config.Config) {
 	e := os.Getenv("SWITCHBOARD_TEST_ENGINE")
 	if e == "" {
@@ -275,7 +277,13 @@ func useTestEngine(cfg *config.Config) {
 	}
 	for i := range cfg.Listeners {
 		l := &cfg.Listeners[i]
-		if (l.Protocol == "" || l.Protocol == "http") && l.TLS == nil && l.Engine == "" {
+		if l.Engine != "" {
+			continue
+		}
+		switch {
+		case (l.Protocol == "" || l.Protocol == "http") && l.TLS == nil:
+			l.Engine = e
+		case l.Protocol == "tcp" && (e != config.EngineEventLoop || (!l.TLSPassthrough && (l.ProxyProtocol == nil || !l.ProxyProtocol.Accept))):
 			l.Engine = e
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,64 @@ func TestTCPListenerForwardsAndSurvivesReloads(t *testing.T) {
 	}
 	if got, want := talk(t, c, r, "draining"), first[:1]+": draining"; got != want {
 		t.Fatalf("the established connection of a removed listener was cut: %q", got)
+	}
+}
+
+// tcpEngine is the engine /api/v1/listeners shows for the tcp listener
+// "db".
+func tcpEngine(t *testing.T, p *proxy) string {
+	t.Helper()
+	for _, lv := range p.srv.Listeners() {
+		if lv.Name == "db" {
+			return lv.Engine
+		}
+	}
+	t.Fatal("no listener db")
+	return ""
+}
+
+// TestTCPListenerEngineShowsAndSwitchesOnReload: a tcp listener's engine
+// (auto: the event loop on Linux) shows in the listener view; a reload
+// that names the other engine keeps the address and the established
+// connection, and serves new connections on the new engine.
+func TestTCPListenerEngineShowsAndSwitchesOnReload(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the event loop is Linux's")
+	}
+	a := echoServer(t, "a")
+	addr := testutil.FreeAddr(t)
+	p := startProxy(t, tcpYAML(addr, "    engine: eventloop\n", a))
+	if got := tcpEngine(t, p); got != "eventloop" {
+		t.Fatalf("engine shown: %q, want eventloop", got)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	if got := talk(t, c, r, "on the loop"); got != "a: on the loop" {
+		t.Fatalf("echo: %q", got)
+	}
+	cfg, err := config.Parse("r.yaml", []byte(tcpYAML(addr, "    engine: goroutine\n", a)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Apply(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := tcpEngine(t, p); got != "goroutine" {
+		t.Fatalf("engine shown after the reload: %q, want goroutine", got)
+	}
+	c2, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if got := talk(t, c2, bufio.NewReader(c2), "on goroutines"); got != "a: on goroutines" {
+		t.Fatalf("a new connection after the engine switch: %q", got)
+	}
+	if got := talk(t, c, r, "still here"); got != "a: still here" {
+		t.Fatalf("the connection established before the switch: %q", got)
 	}
 }

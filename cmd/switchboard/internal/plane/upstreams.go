@@ -227,6 +227,7 @@ func tcpConfig(lc *config.Listener, ups map[string]*config.Upstream) tcpproxy.Co
 		IdleTimeout:         lc.Timeouts.Idle.Std(),
 		MaxConns:            lc.MaxConns,
 		MaxConnsPerEndpoint: lc.MaxConnsPerEndpoint,
+		Engine:              lc.Engine, // validated: auto resolves in tcpproxy as in config.Listener.EventLoop
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = tcpproxy.NoIdleTimeout

@@ -16,8 +16,9 @@ type ListenerView struct {
 	// Addr is the bound address (the port chosen for port 0).
 	Addr string `json:"addr"`
 	TLS  bool   `json:"tls"`
-	// Engine is the HTTP/1.1 engine an http listener runs on now:
-	// goroutine or eventloop.
+	// Engine is the engine a listener runs on now: goroutine or
+	// eventloop (an http listener's HTTP/1.1 engine, a tcp listener's
+	// connection engine).
 	Engine   string      `json:"engine,omitempty"`
 	Routes   []RouteView `json:"routes,omitempty"`
 	Upstream string      `json:"upstream,omitempty"` // a tcp listener's
@@ -62,6 +63,8 @@ func (p *Plane) Listeners() []ListenerView {
 		}
 		if lv.Protocol == "http" {
 			lv.Engine = p.http.Engine(lc.Name)
+		} else {
+			lv.Engine = p.tcp.Engine(lc.Name)
 		}
 		for _, rc := range lc.Routes {
 			rv := RouteView{Name: rc.Name, Host: rc.Match.Host, PathPrefix: rc.Match.PathPrefix, Methods: rc.Match.Methods, Upstream: rc.Upstream}

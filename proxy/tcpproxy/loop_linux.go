@@ -1,0 +1,930 @@
+//go:build linux
+
+package tcpproxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/switchboard-dev/switchboard/balance"
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/proxy/evloop"
+)
+
+// loopAvailable: this system has the event-loop engine.
+const loopAvailable = true
+
+// loopEngine serves a listener on event loops (proxy/evloop): each loop
+// accepts from the listening socket (EPOLLEXCLUSIVE: a new connection
+// wakes one loop), admits, picks, connects without blocking and splices
+// both ways, every connection's work on the loop that accepted it.
+type loopEngine struct {
+	l       *Listener
+	lnfd    int      // a non-blocking duplicate of the listener's descriptor
+	loops   []*tloop // set by start, under l.cmu
+	closing atomic.Bool
+	active  atomic.Int64 // connections admitted and not yet ended (Stats.Active)
+	errs    chan error   // a loop's Run failed
+	stopped sync.Once
+}
+
+// tloop is one event loop's share: its connections, its pipes and the
+// connection structs it keeps for reuse.
+type tloop struct {
+	e     *loopEngine
+	ev    *evloop.Loop
+	pipes evloop.Pipes
+	conns *lconn   // every connection of the loop, a doubly linked list
+	free  []*lconn // ended connections, for the next ones
+	// After an accept error the loop stops watching the listener for
+	// backoff; resume watches it again.
+	backoff time.Duration
+	resume  evloop.Timer
+	// The last client address's text (Info.Key): clients come back, and
+	// the text costs an allocation.
+	lastAddr netip.Addr
+	lastKey  string
+}
+
+// key is a client address's text, the hash key of its picks.
+func (tl *tloop) key(a netip.Addr) string {
+	a = a.Unmap()
+	if a != tl.lastAddr || tl.lastKey == "" {
+		tl.lastAddr, tl.lastKey = a, a.String()
+	}
+	return tl.lastKey
+}
+
+// maxFreeConns bounds the connection structs a loop keeps for reuse.
+const maxFreeConns = 1024
+
+func newLoopEngine(l *Listener) *loopEngine {
+	return &loopEngine{l: l, lnfd: -1, errs: make(chan error, 1)}
+}
+
+// start makes the loops (GOMAXPROCS-1, at least 1, as proxy/h1loop) and
+// runs them; under l.cmu, from Serve.
+func (e *loopEngine) start() error {
+	rc, err := e.l.ln.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var derr error
+	if err := rc.Control(func(fd uintptr) { e.lnfd, derr = unix.Dup(int(fd)) }); err != nil {
+		return err
+	}
+	if derr != nil {
+		return fmt.Errorf("dup: %w", derr)
+	}
+	unix.CloseOnExec(e.lnfd)
+	if err := unix.SetNonblock(e.lnfd, true); err != nil {
+		unix.Close(e.lnfd)
+		return err
+	}
+	n := max(1, runtime.GOMAXPROCS(0)-1)
+	for range n {
+		el, err := evloop.New()
+		if err == nil {
+			tl := &tloop{e: e, ev: el}
+			tl.pipes.Size = pipeSize
+			if err = el.Add(e.lnfd, evloop.Events(unix.EPOLLIN|unix.EPOLLEXCLUSIVE), (*acceptor)(tl)); err == nil {
+				e.loops = append(e.loops, tl)
+				continue
+			}
+			el.Close()
+		}
+		for _, tl := range e.loops {
+			tl.ev.Close()
+		}
+		e.loops = nil
+		unix.Close(e.lnfd)
+		return err
+	}
+	// The engine holds a count in wg until it accepts no more, so that a
+	// loop's wg.Add for a new connection never races Shutdown's Wait.
+	e.l.wg.Add(1)
+	for _, tl := range e.loops {
+		go func() {
+			if err := tl.ev.Run(); err != nil {
+				select {
+				case e.errs <- err:
+				default:
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// wait is Serve on the loops: it returns nil once Shutdown began, or the
+// error that stopped a loop.
+func (e *loopEngine) wait() error {
+	select {
+	case <-e.l.shutCh:
+		return nil
+	case err := <-e.errs:
+		return err
+	}
+}
+
+// onLoops runs fn on every loop and waits for them all; it reports false
+// when the loops were never started.
+func (e *loopEngine) onLoops(fn func(tl *tloop)) bool {
+	e.l.cmu.Lock()
+	loops := e.loops // set once, by start under cmu
+	e.l.cmu.Unlock()
+	if loops == nil {
+		return false
+	}
+	var wg sync.WaitGroup
+	for _, tl := range loops {
+		wg.Add(1)
+		tl.ev.Post(func() {
+			defer wg.Done()
+			fn(tl)
+		})
+	}
+	wg.Wait()
+	return true
+}
+
+// stopAccepting ends accepting on every loop and turns away the queued
+// connections (Shutdown, once).
+func (e *loopEngine) stopAccepting() {
+	e.closing.Store(true)
+	started := e.onLoops(func(tl *tloop) {
+		tl.ev.Remove(e.lnfd)
+		for c := tl.conns; c != nil; {
+			next := c.next
+			if c.state == stQueued {
+				c.leaveQueue(RejectShutdown)
+			}
+			c = next
+		}
+	})
+	if started {
+		unix.Close(e.lnfd)
+		e.l.wg.Done()
+	}
+}
+
+// cutAll closes every connection left at the shutdown deadline and
+// returns how many there were.
+func (e *loopEngine) cutAll() int {
+	var cut atomic.Int64
+	e.onLoops(func(tl *tloop) {
+		for c := tl.conns; c != nil; {
+			next := c.next
+			switch c.state {
+			case stConnecting:
+				cut.Add(1)
+				c.cancelAttempt()
+			case stForwarding:
+				cut.Add(1)
+				c.finish(CloseShutdown)
+			}
+			c = next
+		}
+	})
+	return int(cut.Load())
+}
+
+// stop stops the loops once no connection is left, and closes the pipes
+// they kept.
+func (e *loopEngine) stop() {
+	e.stopped.Do(func() {
+		e.l.cmu.Lock()
+		loops := e.loops
+		e.l.cmu.Unlock()
+		for _, tl := range loops {
+			tl.ev.Close()
+		}
+		for _, tl := range loops {
+			<-tl.ev.Done()
+			tl.pipes.Close()
+		}
+	})
+}
+
+func (e *loopEngine) activeConns() int { return int(e.active.Load()) }
+
+// acceptor accepts the loop's share of new connections.
+type acceptor tloop
+
+func (a *acceptor) OnEvent(fd int, _ evloop.Events) {
+	tl := (*tloop)(a)
+	// A bounded batch, so that one loop does not take every connection
+	// of a burst while another sits idle.
+	for range 64 {
+		cfd, src, err := evloop.Accept(fd)
+		if err == unix.EAGAIN || err == unix.EINTR {
+			return // another loop took it
+		}
+		if err != nil {
+			tl.acceptFailed(err)
+			return
+		}
+		tl.backoff = 0
+		tl.accept(cfd, src)
+	}
+}
+
+// acceptFailed pauses accepting on this loop after an error that a retry
+// at once would meet again (out of file descriptors, say): the socket
+// stays readable, and a level-triggered loop would spin on it. As the
+// goroutine engine, it waits from 5ms doubling to 1s.
+func (tl *tloop) acceptFailed(err error) {
+	e := tl.e
+	tl.backoff = min(max(2*tl.backoff, 5*time.Millisecond), time.Second)
+	e.l.log.Warn("tcp listener: accept failed; retrying", "listener", e.l.name, "err", err, "retry_in", tl.backoff)
+	tl.ev.Remove(e.lnfd)
+	if tl.resume.Fire == nil {
+		tl.resume.Fire = func() {
+			if !e.closing.Load() {
+				tl.ev.Add(e.lnfd, evloop.Events(unix.EPOLLIN|unix.EPOLLEXCLUSIVE), (*acceptor)(tl))
+			}
+		}
+	}
+	tl.ev.Arm(&tl.resume, tl.ev.Now().Add(tl.backoff))
+}
+
+// connState is where a connection is.
+type connState uint8
+
+const (
+	stQueued     connState = iota + 1 // waiting for a slot under MaxConns
+	stConnecting                      // connecting to an endpoint
+	stForwarding                      // splicing both ways
+	stDone                            // ended (its struct may be reused)
+)
+
+// lconn is one client connection on a loop, from accept to its end. Every
+// field is the loop's: no lock.
+type lconn struct {
+	tl         *tloop
+	prev, next *lconn
+	s          *settings
+	cfd, ufd   int
+	src        netip.AddrPort
+	state      connState
+	admitted   bool // holds a slot under MaxConns
+	registered bool // cfd is watched by the loop
+
+	w *waiter // in the queue
+
+	// Connecting.
+	up       Upstream
+	info     balance.Info
+	res      balance.Result
+	es       *epState
+	attempts int
+	skips    int
+	lastErr  error
+	t0       time.Time
+	latency  time.Duration
+	gen      uint32 // a connect attempt's number: a slow dial's result checks it
+
+	// timer is the queue's wait, then each connect attempt's timeout,
+	// then the activity watch (idle timeout and byte counters).
+	timer      evloop.Deadline
+	pre        []byte // the PROXY header still to send to the endpoint
+	dirs       [2]dir // client -> endpoint, endpoint -> client
+	lastActive time.Time
+	counted    [2]uint64 // bytes of dirs already in the metrics
+
+	grantTask func() // c.granted, made once per struct
+	grantFn   func() // c.onGrant, likewise
+}
+
+// dir is one direction of a forwarded connection: src's bytes go through
+// a pipe to dst. The pipe is taken when bytes come and given back when
+// they have all gone out, so an idle connection holds none. Bytes are
+// read from src only when the pipe is empty: then an EAGAIN means src is
+// empty (not the pipe full), and a destination that does not drain stops
+// its source (backpressure), holding at most a pipe's worth.
+type dir struct {
+	p        evloop.Pipe
+	hasPipe  bool
+	inPipe   int  // bytes in the pipe
+	srcReady bool // src may have bytes (or its end) to read: told, not yet read to EAGAIN
+	dstFull  bool // dst's buffer was full: wait until it is told Writable
+	eof      bool // src's end was read
+	done     bool // eof, and every byte written
+	n        uint64
+}
+
+// pipeSize is the capacity of the loops' pipes (0: the kernel's default,
+// 64 KiB): what a direction holds at most when its destination stalls.
+var pipeSize = 0
+
+// spliceMax is what one splice from a socket asks for: at least a pipe's
+// capacity (the pipe is empty when it reads).
+const spliceMax = 1 << 20
+
+// connEvents: both sockets are registered once, edge-triggered, for
+// bytes, room and hang-ups.
+const connEvents = evloop.Readable | evloop.Writable | evloop.Edge
+
+func (tl *tloop) newConn() *lconn {
+	if n := len(tl.free); n > 0 {
+		c := tl.free[n-1]
+		tl.free[n-1] = nil
+		tl.free = tl.free[:n-1]
+		return c
+	}
+	c := &lconn{tl: tl}
+	c.timer.Fire = c.onTimer
+	c.grantTask, c.grantFn = c.granted, c.onGrant
+	return c
+}
+
+// recycle keeps c, ended, for the next connection.
+func (tl *tloop) recycle(c *lconn) {
+	if len(tl.free) >= maxFreeConns {
+		return
+	}
+	tried := c.info.Tried[:0]
+	clear(c.info.Tried)
+	// The timer is stopped: its value (and the method value its Fire
+	// holds) is kept, so that reusing it allocates nothing.
+	*c = lconn{tl: tl, timer: c.timer, grantTask: c.grantTask, grantFn: c.grantFn, pre: c.pre[:0], state: stDone}
+	c.info.Tried = tried
+	tl.free = append(tl.free, c)
+}
+
+func (tl *tloop) link(c *lconn) {
+	c.prev, c.next = nil, tl.conns
+	if tl.conns != nil {
+		tl.conns.prev = c
+	}
+	tl.conns = c
+}
+
+func (tl *tloop) unlink(c *lconn) {
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		tl.conns = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	}
+	c.prev, c.next = nil, nil
+}
+
+// accept admits a new connection or turns it away.
+func (tl *tloop) accept(cfd int, src netip.AddrPort) {
+	l := tl.e.l
+	l.accepted.Add(1)
+	l.lm.accepted.Inc()
+	// Accepted while Shutdown stops the loops accepting (e.closing): it
+	// is served and drains with the others. Turning it away would lose it
+	// for nothing when the socket lives on (a change of engine hands it to
+	// another Listener, whose accept it raced).
+	l.wg.Add(1) // the engine's own count is held: no race with Shutdown's Wait
+	c := tl.newConn()
+	c.s, c.cfd, c.ufd, c.src = l.set.Load(), cfd, -1, src
+	tl.link(c)
+	ok, w := l.admit(c.s.cfg.MaxConns, c.s.cfg.QueueSize, c.grantFn)
+	switch {
+	case ok:
+		c.admitted = true
+		c.begin()
+	case w != nil:
+		c.state, c.w = stQueued, w
+		tl.ev.SetDeadline(&c.timer, tl.ev.Now().Add(c.s.cfg.QueueTimeout))
+	default:
+		c.reject(RejectLimit, nil)
+	}
+}
+
+// onGrant is a queued connection's waiter's grant: it runs under l.amu,
+// on any goroutine.
+func (c *lconn) onGrant() { c.tl.ev.Post(c.grantTask) }
+
+// granted runs on the loop after a grant: the connection goes on if it is
+// still the one queued (the grant may come after it timed out, or for a
+// struct since reused).
+func (c *lconn) granted() {
+	if c.state != stQueued {
+		return
+	}
+	l := c.tl.e.l
+	l.amu.Lock()
+	ok := c.w.granted
+	l.amu.Unlock()
+	if ok {
+		c.w, c.admitted = nil, true
+		c.begin()
+	}
+}
+
+// leaveQueue ends a queued connection's wait for reason, unless a slot
+// was granted meanwhile: then it goes on.
+func (c *lconn) leaveQueue(reason string) {
+	l := c.tl.e.l
+	l.amu.Lock()
+	granted := c.w.granted
+	if !granted {
+		l.unqueueLocked(c.w)
+	}
+	l.amu.Unlock()
+	c.w = nil
+	if granted {
+		c.admitted = true
+		c.begin()
+		return
+	}
+	c.reject(reason, nil)
+}
+
+// begin starts an admitted connection: it registers the client and
+// connects to the first endpoint.
+func (c *lconn) begin() {
+	tl, l := c.tl, c.tl.e.l
+	tl.e.active.Add(1)
+	cfg := &c.s.cfg
+	unix.SetsockoptInt(c.cfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1) // as Go's net does for every TCP socket
+	if cfg.IdleTimeout <= 0 {
+		setKeepAlive(c.cfd)
+	}
+	if err := tl.ev.Add(c.cfd, connEvents, (*clientSide)(c)); err != nil {
+		c.reject(RejectShutdown, err)
+		return
+	}
+	c.registered = true
+	c.up = l.upstreams(cfg.Upstream)
+	if c.up == nil {
+		c.reject(RejectNoUpstream, fmt.Errorf("upstream %q does not exist", cfg.Upstream))
+		return
+	}
+	c.info.Key, c.info.HasKey = tl.key(c.src.Addr()), true
+	c.state = stConnecting
+	c.connect()
+}
+
+// setKeepAlive turns TCP keep-alive on with Go's defaults (15s idle, 15s
+// between probes): what guards a connection without an idle timeout.
+func setKeepAlive(fd int) {
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 15)
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15)
+}
+
+// connect picks the next endpoint and starts connecting to it, skipping
+// endpoints at MaxConnsPerEndpoint, with the pick and outcome semantics of
+// the goroutine engine (conn.connect): a failed attempt is Done at once
+// with its error and the next endpoint is tried, up to ConnectAttempts.
+func (c *lconn) connect() {
+	l, cfg := c.tl.e.l, &c.s.cfg
+	for {
+		res, err := c.up.Pick(&c.info)
+		if err != nil {
+			reason := RejectNoEndpoint
+			if c.lastErr != nil {
+				reason, err = RejectConnect, fmt.Errorf("%w (after: %w)", err, c.lastErr)
+			}
+			c.reject(reason, fmt.Errorf("upstream %q: %w", c.up.Name(), err))
+			return
+		}
+		ep := res.Endpoint
+		es := l.eps.acquire(c.up.Name(), ep, cfg.MaxConnsPerEndpoint)
+		if es == nil {
+			res.Done(endpoint.Outcome{Canceled: true}) // says nothing about ep
+			if balance.Tried(c.info.Tried, ep) || c.skips >= maxSkips {
+				if c.lastErr != nil {
+					c.reject(RejectConnect, fmt.Errorf("upstream %q: %w", c.up.Name(), c.lastErr))
+				} else {
+					c.reject(RejectEndpointLimit, fmt.Errorf("upstream %q: every endpoint is at max_conns_per_endpoint %d", c.up.Name(), cfg.MaxConnsPerEndpoint))
+				}
+				return
+			}
+			c.skips++
+			c.info.Tried = append(c.info.Tried, ep)
+			continue
+		}
+		c.res, c.es = res, es
+		c.gen++
+		c.t0 = time.Now()
+		c.tl.ev.SetDeadline(&c.timer, c.tl.ev.Now().Add(cfg.ConnectTimeout))
+		ap, perr := netip.ParseAddrPort(ep.Address())
+		if perr != nil {
+			c.dialSlow(ep.Address())
+			return
+		}
+		fd, err := evloop.Dial(ap)
+		if err == nil {
+			if err = c.adopt(fd); err == nil {
+				return
+			}
+		} else {
+			err = &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: os.NewSyscallError("connect", err)}
+		}
+		if !c.attemptFailed(err, false) {
+			return
+		}
+	}
+}
+
+// adopt makes fd, connecting or connected to c.es's endpoint, the
+// connection's upstream side.
+func (c *lconn) adopt(fd int) error {
+	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	if c.s.cfg.IdleTimeout <= 0 {
+		setKeepAlive(fd)
+	}
+	if err := c.tl.ev.Add(fd, connEvents, (*upSide)(c)); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	c.ufd = fd
+	return nil
+}
+
+// dialSlow dials a host name on a goroutine (its lookup blocks) and
+// brings the socket back to the loop.
+func (c *lconn) dialSlow(addr string) {
+	l, gen := c.tl.e.l, c.gen
+	d := net.Dialer{Timeout: c.s.cfg.ConnectTimeout}
+	if c.s.cfg.IdleTimeout > 0 {
+		d.KeepAlive = -1
+	}
+	go func() {
+		fd, err := evloop.DialBlocking(l.cutCtx, &d, addr)
+		c.tl.ev.Post(func() {
+			if c.gen != gen || c.state != stConnecting || c.ufd >= 0 {
+				if fd >= 0 {
+					unix.Close(fd)
+				}
+				return
+			}
+			if err == nil {
+				if err = c.adopt(fd); err == nil {
+					c.connected()
+					return
+				}
+			}
+			if c.attemptFailed(err, l.cutCtx.Err() != nil) {
+				c.connect()
+			}
+		})
+	}()
+}
+
+// attemptFailed reports a failed connect attempt (Done with its error)
+// and reports whether the connection should try the next endpoint; if not
+// the client has been turned away.
+func (c *lconn) attemptFailed(err error, canceled bool) bool {
+	l, cfg := c.tl.e.l, &c.s.cfg
+	latency := time.Since(c.t0)
+	if c.ufd >= 0 {
+		c.tl.ev.Forget(c.ufd)
+		unix.Close(c.ufd)
+		c.ufd = -1
+	}
+	es, res, ep := c.es, c.res, c.res.Endpoint
+	c.es, c.res = nil, balance.Result{}
+	if !canceled {
+		es.m.connectErrs.Inc() // before release: es may be pruned after
+	}
+	l.eps.release(es)
+	res.Done(endpoint.Outcome{Err: err, Latency: latency, Canceled: canceled})
+	if canceled {
+		c.reject(RejectShutdown, err)
+		return false
+	}
+	c.lastErr = err
+	c.attempts++
+	if c.attempts >= cfg.ConnectAttempts {
+		c.reject(RejectConnect, fmt.Errorf("upstream %q: %d attempt(s) failed, last: %w", c.up.Name(), c.attempts, err))
+		return false
+	}
+	c.info.Tried = append(c.info.Tried, ep)
+	return true
+}
+
+// cancelAttempt ends a connection still connecting at the shutdown
+// deadline, as a canceled dial ends it on the goroutine engine.
+func (c *lconn) cancelAttempt() {
+	c.gen++
+	c.attemptFailed(context.Canceled, true)
+}
+
+// errConnectTimeout is a connect attempt's error when ConnectTimeout
+// passed first.
+var errConnectTimeout = &timeoutError{"connect timed out"}
+
+type timeoutError struct{ s string }
+
+func (e *timeoutError) Error() string { return e.s }
+func (e *timeoutError) Timeout() bool { return true }
+
+// onTimer is c.timer's Fire: the queue's or a connect attempt's time is
+// up, or the activity watch is due.
+func (c *lconn) onTimer() {
+	switch c.state {
+	case stQueued:
+		c.leaveQueue(RejectQueueTimeout)
+	case stConnecting:
+		c.gen++
+		err := &net.OpError{Op: "dial", Net: "tcp", Err: errConnectTimeout}
+		if c.attemptFailed(err, false) {
+			c.connect()
+		}
+	case stForwarding:
+		c.watch()
+	}
+}
+
+// connected starts forwarding once the endpoint answered.
+func (c *lconn) connected() {
+	tl, cfg := c.tl, &c.s.cfg
+	c.latency = time.Since(c.t0)
+	c.state = stForwarding
+	es := c.es
+	es.m.connectDelay.Observe(c.latency.Seconds())
+	es.total.Add(1)
+	es.m.total.Inc()
+	es.m.active.Inc()
+	if cfg.SendProxyProtocol != "" {
+		dst, err := evloop.LocalAddrPort(c.cfd)
+		if err != nil {
+			c.finish(CloseError)
+			return
+		}
+		c.pre = appendProxyHeader(c.pre[:0], cfg.SendProxyProtocol, c.src, dst)
+	}
+	c.lastActive = tl.ev.Now()
+	// The connect timeout's deadline becomes the watch's: later, so no
+	// timer moves until it fires.
+	tl.ev.SetDeadline(&c.timer, c.lastActive.Add(c.s.checkEvery))
+	c.pump()
+}
+
+// watch flushes the byte counters of a long connection into the metrics
+// and closes it once it has been idle for IdleTimeout; else it sets
+// itself again.
+func (c *lconn) watch() {
+	now := c.tl.ev.Now()
+	c.flushBytes()
+	next := now.Add(c.s.checkEvery)
+	if idle := c.s.cfg.IdleTimeout; idle > 0 {
+		quiet := now.Sub(c.lastActive)
+		if quiet >= idle {
+			if l := c.tl.e.l; l.log.Enabled(context.Background(), slog.LevelDebug) {
+				l.log.Debug("tcp connection idle: closing", "listener", l.name, "client", c.src.String(), "idle", quiet)
+			}
+			c.finish(CloseIdle)
+			return
+		}
+		if at := c.lastActive.Add(idle); at.Before(next) {
+			next = at
+		}
+	}
+	c.tl.ev.SetDeadline(&c.timer, next)
+}
+
+func (c *lconn) flushBytes() {
+	if d := c.dirs[0].n - c.counted[0]; d > 0 {
+		c.es.m.rxDown.Add(float64(d))
+		c.counted[0] = c.dirs[0].n
+	}
+	if d := c.dirs[1].n - c.counted[1]; d > 0 {
+		c.es.m.rxUp.Add(float64(d))
+		c.counted[1] = c.dirs[1].n
+	}
+}
+
+// clientSide and upSide are a connection as the handler of its client's
+// and its endpoint's socket.
+type (
+	clientSide lconn
+	upSide     lconn
+)
+
+func (h *clientSide) OnEvent(_ int, ev evloop.Events) {
+	c := (*lconn)(h)
+	if ev&(evloop.Readable|evloop.Hangup) != 0 {
+		c.dirs[0].srcReady = true
+	}
+	if ev&(evloop.Writable|evloop.Hangup) != 0 {
+		c.dirs[1].dstFull = false
+	}
+	if c.state == stForwarding {
+		c.pump()
+	}
+}
+
+func (h *upSide) OnEvent(_ int, ev evloop.Events) {
+	c := (*lconn)(h)
+	if ev&(evloop.Readable|evloop.Hangup) != 0 {
+		c.dirs[1].srcReady = true
+	}
+	if ev&(evloop.Writable|evloop.Hangup) != 0 {
+		c.dirs[0].dstFull = false
+	}
+	switch c.state {
+	case stConnecting:
+		if ev&evloop.Hangup != 0 {
+			// Refused or unreachable: SO_ERROR says which. (Without a
+			// hang-up, Writable alone means connected: no getsockopt.)
+			err := evloop.ConnectResult(c.ufd)
+			if err == nil {
+				err = unix.ECONNRESET
+			}
+			c.gen++
+			if c.attemptFailed(&net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(c.addrPort()), Err: os.NewSyscallError("connect", err)}, false) {
+				c.connect()
+			}
+			return
+		}
+		if ev&evloop.Writable != 0 {
+			c.connected()
+		}
+	case stForwarding:
+		c.pump()
+	}
+}
+
+// addrPort is the endpoint's address, for errors.
+func (c *lconn) addrPort() netip.AddrPort {
+	ap, _ := netip.ParseAddrPort(c.res.Endpoint.Address())
+	return ap
+}
+
+// pump moves what it can both ways, and ends the connection when both
+// directions are done or one failed.
+func (c *lconn) pump() {
+	if len(c.pre) > 0 {
+		n, err := evloop.Write(c.ufd, c.pre)
+		switch {
+		case err == unix.EAGAIN:
+		case err != nil:
+			c.finish(CloseError)
+			return
+		default:
+			c.pre = c.pre[:copy(c.pre, c.pre[n:])]
+		}
+	}
+	if len(c.pre) == 0 && !c.move(0, c.cfd, c.ufd) {
+		return
+	}
+	if !c.move(1, c.ufd, c.cfd) {
+		return
+	}
+	if c.dirs[0].done && c.dirs[1].done {
+		c.finish(CloseDone)
+	}
+}
+
+// move splices direction i from src to dst until src is empty or dst
+// full. It reports false when it ended the connection (an error).
+func (c *lconn) move(i int, src, dst int) bool {
+	d := &c.dirs[i]
+	pipes := &c.tl.pipes
+	for !d.done {
+		if d.inPipe > 0 {
+			if d.dstFull {
+				return true
+			}
+			n, err := evloop.Splice(d.p.R, dst, d.inPipe)
+			if err == unix.EAGAIN {
+				d.dstFull = true
+				return true
+			}
+			if err != nil {
+				c.finish(CloseError)
+				return false
+			}
+			d.inPipe -= n
+			if d.inPipe == 0 {
+				pipes.Put(d.p, true)
+				d.hasPipe = false
+			}
+			continue
+		}
+		if d.eof {
+			d.done = true
+			// Pass the end on (half-close); the direction that ends
+			// second leaves it to the close, which sends the FIN anyway.
+			if !c.dirs[1-i].done {
+				if err := unix.Shutdown(dst, unix.SHUT_WR); err != nil {
+					c.finish(CloseError)
+					return false
+				}
+			}
+			return true
+		}
+		if !d.srcReady {
+			return true
+		}
+		if !d.hasPipe {
+			p, err := pipes.Get()
+			if err != nil {
+				c.tl.e.l.log.Warn("tcp listener: no pipe for splice; closing the connection", "listener", c.tl.e.l.name, "err", err)
+				c.finish(CloseError)
+				return false
+			}
+			d.p, d.hasPipe = p, true
+		}
+		n, err := evloop.Splice(src, d.p.W, spliceMax)
+		switch {
+		case err == unix.EAGAIN:
+			// The pipe is empty, so src is: wait until it is told.
+			d.srcReady = false
+			pipes.Put(d.p, true)
+			d.hasPipe = false
+			return true
+		case err != nil:
+			c.finish(CloseError)
+			return false
+		case n == 0:
+			d.eof = true
+			pipes.Put(d.p, true)
+			d.hasPipe = false
+		default:
+			d.inPipe = n
+			d.n += uint64(n)
+			c.lastActive = c.tl.ev.Now()
+		}
+	}
+	return true
+}
+
+// finish ends a forwarded connection for cause: counts, reports its pick
+// Done, closes both sockets.
+func (c *lconn) finish(cause string) {
+	tl, l := c.tl, c.tl.e.l
+	tl.ev.StopDeadline(&c.timer)
+	c.flushBytes()
+	l.lm.closed[cause].Inc()
+	for i := range c.dirs {
+		if d := &c.dirs[i]; d.hasPipe {
+			tl.pipes.Put(d.p, d.inPipe == 0)
+			d.hasPipe = false
+		}
+	}
+	if cause == CloseError {
+		// A reset, not a FIN, for the peer still there (see conn.abort).
+		resetOnClose(c.cfd)
+		resetOnClose(c.ufd)
+	}
+	c.closeSockets()
+	es := c.es
+	es.m.active.Dec()
+	l.eps.release(es)
+	c.res.Done(endpoint.Outcome{Latency: c.latency})
+	c.end()
+}
+
+// resetOnClose has fd's close send a reset (SO_LINGER 0).
+func resetOnClose(fd int) {
+	unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+}
+
+func (c *lconn) closeSockets() {
+	if c.registered {
+		c.tl.ev.Forget(c.cfd)
+	}
+	unix.Close(c.cfd)
+	if c.ufd >= 0 {
+		c.tl.ev.Forget(c.ufd)
+		unix.Close(c.ufd)
+	}
+}
+
+// reject turns the client away before forwarding and counts why.
+func (c *lconn) reject(reason string, err error) {
+	l := c.tl.e.l
+	c.tl.ev.StopDeadline(&c.timer)
+	l.countReject(reason) // before the close: whoever sees the close sees the count
+	if err != nil && l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("tcp connection rejected", "listener", l.name, "client", c.src.String(), "reason", reason, "err", err)
+	}
+	c.closeSockets()
+	c.end()
+}
+
+// end lets go of what the connection held in the listener, and keeps its
+// struct for the next.
+func (c *lconn) end() {
+	tl, l := c.tl, c.tl.e.l
+	c.state = stDone
+	if c.admitted {
+		l.release()
+		tl.e.active.Add(-1)
+	}
+	tl.unlink(c)
+	tl.recycle(c)
+	l.wg.Done()
+}

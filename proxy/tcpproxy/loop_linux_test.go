@@ -1,0 +1,455 @@
+package tcpproxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
+)
+
+// loopConn is what a test sees of a connection on the loop.
+type loopConn struct {
+	state        connState
+	inPipe       [2]int
+	pipeCap      [2]int
+	dstFull      [2]bool
+	read         [2]uint64
+	clientQueued int // bytes in the client socket's receive queue
+	hasPipe      [2]bool
+}
+
+// loopState looks at p's loop connections (on their loops) and at the
+// pipes the loops keep; p must run on the event loop.
+func loopState(t *testing.T, p *proxy) (conns []loopConn, pooled []int) {
+	t.Helper()
+	lp := p.l.lp
+	if lp == nil {
+		t.Fatal("the listener is not on the event loop")
+	}
+	var mu sync.Mutex
+	lp.onLoops(func(tl *tloop) {
+		mu.Lock()
+		defer mu.Unlock()
+		for c := tl.conns; c != nil; c = c.next {
+			lc := loopConn{state: c.state}
+			for i := range c.dirs {
+				d := &c.dirs[i]
+				lc.inPipe[i], lc.dstFull[i], lc.read[i], lc.hasPipe[i] = d.inPipe, d.dstFull, d.n, d.hasPipe
+				if d.hasPipe {
+					lc.pipeCap[i], _ = unix.FcntlInt(uintptr(d.p.W), unix.F_GETPIPE_SZ, 0)
+				}
+			}
+			lc.clientQueued, _ = unix.IoctlGetInt(c.cfd, unix.SIOCINQ)
+			conns = append(conns, lc)
+		}
+		for _, pp := range tl.pipes.Kept() {
+			n, err := unix.IoctlGetInt(pp.R, unix.SIOCINQ)
+			if err != nil {
+				t.Errorf("FIONREAD on a pooled pipe: %v", err)
+			}
+			pooled = append(pooled, n)
+		}
+	})
+	return conns, pooled
+}
+
+// TestLoopBackpressureHoldsAtMostAPipe: an endpoint that does not read
+// stops the proxy reading its client: the loop holds at most one pipe's
+// worth of the stream (the rest waits in the kernel's socket buffers, where
+// TCP's flow control pushes back on the client), and once the endpoint
+// reads, every byte arrives, in order.
+func TestLoopBackpressureHoldsAtMostAPipe(t *testing.T) {
+	release := make(chan struct{})
+	got := make(chan [32]byte, 1)
+	var received int64
+	b := startServer(t, func(c *net.TCPConn) {
+		<-release
+		h := sha256.New()
+		n, _ := io.Copy(h, c)
+		received = n
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		got <- sum
+	})
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), b.addr))
+	c := p.dial(t)
+	const size = 64 << 20
+	want := sha256.New()
+	written := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 256<<10)
+		for i := range buf {
+			buf[i] = byte(i * 7)
+		}
+		for n := 0; n < size; n += len(buf) {
+			buf[0] = byte(n >> 18) // every chunk differs: order matters to the sum
+			want.Write(buf)
+			if _, err := c.Write(buf); err != nil {
+				written <- err
+				return
+			}
+		}
+		written <- c.CloseWrite()
+	}()
+	var st loopConn
+	testutil.WaitFor(t, 10*time.Second, "the loop to stop reading its client (endpoint full)", func() bool {
+		conns, _ := loopState(t, p)
+		if len(conns) != 1 {
+			return false
+		}
+		st = conns[0]
+		return st.dstFull[0] && st.clientQueued > 0
+	})
+	if st.inPipe[0] <= 0 || st.inPipe[0] > st.pipeCap[0] {
+		t.Errorf("the loop holds %d bytes of the stream in its pipe, want 1 to the pipe's capacity %d", st.inPipe[0], st.pipeCap[0])
+	}
+	// It stays stopped: what it read does not move while the endpoint
+	// does not read, and the stream is far from all sent.
+	again, _ := loopState(t, p)
+	if len(again) != 1 || again[0].read[0] != st.read[0] {
+		t.Errorf("the loop read on from its client while the endpoint was full: %+v then %+v", st, again)
+	}
+	if st.read[0] >= size/2 {
+		t.Errorf("the loop read %d of the %d-byte stream before it stopped, want it held back", st.read[0], size)
+	}
+	close(release)
+	select {
+	case err := <-written:
+		if err != nil {
+			t.Fatalf("client write: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client could not send the whole stream within 30s of the endpoint reading")
+	}
+	select {
+	case sum := <-got:
+		if received != size || !bytes.Equal(sum[:], want.Sum(nil)) {
+			t.Fatalf("the endpoint received %d bytes (sum %x), want %d (sum %x)", received, sum, size, want.Sum(nil))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the endpoint did not see the stream's end within 30s")
+	}
+}
+
+// TestResetPropagates: an endpoint that resets its connection mid-stream
+// has the proxy reset the client's (not close it with a FIN, which would
+// pass a cut stream for a complete one), on either engine; the cause is
+// error.
+func TestResetPropagates(t *testing.T) {
+	b := startServer(t, func(c *net.TCPConn) {
+		// Once the client is surely connected (it wrote): else the
+		// reset may reach it while it still connects.
+		if _, err := io.ReadFull(c, make([]byte, 2)); err != nil {
+			return
+		}
+		c.Write([]byte("partial"))
+		c.SetLinger(0)
+		c.Close()
+	})
+	p := startProxy(t, Config{Name: "t", Upstream: "app"}, newUpstream(t, "app", rr(), b.addr))
+	c := p.dial(t)
+	if _, err := c.Write([]byte("go")); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf, err := io.ReadAll(c)
+	if !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("client read %q then %v, want a reset (ECONNRESET)", buf, err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "closed{error} = 1", func() bool { return p.closed(CloseError) == 1 })
+}
+
+// TestLoopPipeWithBytesIsNotReused: a connection cut while its pipe holds
+// bytes (its endpoint reset with the stream stuck) closes that pipe; the
+// loop keeps only empty pipes, and the next connection sees only its own
+// bytes.
+func TestLoopPipeWithBytesIsNotReused(t *testing.T) {
+	var once sync.Once
+	kill := make(chan struct{})
+	stuck := startServer(t, func(c *net.TCPConn) {
+		<-kill // never reads: the stream sticks in the proxy's pipe
+		c.SetLinger(0)
+		c.Close()
+	})
+	t.Cleanup(func() { once.Do(func() { close(kill) }) })
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), stuck.addr))
+	c := p.dial(t)
+	go func() {
+		buf := bytes.Repeat([]byte("stale"), 64<<10/5)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the stream to stick in the pipe", func() bool {
+		conns, _ := loopState(t, p)
+		return len(conns) == 1 && conns[0].dstFull[0] && conns[0].inPipe[0] > 0
+	})
+	once.Do(func() { close(kill) })
+	testutil.WaitFor(t, 5*time.Second, "the connection to end with an error", func() bool { return p.closed(CloseError) == 1 })
+	_, pooled := loopState(t, p)
+	for i, n := range pooled {
+		if n != 0 {
+			t.Errorf("pooled pipe %d holds %d bytes, want every pooled pipe empty", i, n)
+		}
+	}
+
+	// The next connections, to an echo endpoint, get their own bytes
+	// only; they take their pipes from the pool.
+	e := startServer(t, echo)
+	p.ups[0].pool.Update([]endpoint.Spec{{Address: e.addr}})
+	for i := range 3 {
+		c2 := p.dial(t)
+		msg := strings.Repeat("fresh", i+1)
+		roundTrip(t, c2, msg)
+		c2.CloseWrite()
+		c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if rest, err := io.ReadAll(c2); err != nil || len(rest) != 0 {
+			t.Fatalf("after its echo, connection %d read %q, %v; want nothing more and EOF", i, rest, err)
+		}
+	}
+	_, pooled = loopState(t, p)
+	if len(pooled) == 0 {
+		t.Error("the loop keeps no pipe after connections that moved bytes, want it to pool them")
+	}
+	for i, n := range pooled {
+		if n != 0 {
+			t.Errorf("pooled pipe %d holds %d bytes, want every pooled pipe empty", i, n)
+		}
+	}
+}
+
+// TestServerMovesListenerToNewEngine: a reload that changes a tcp
+// listener's engine (same address) keeps its socket: a connection
+// established before goes on, on the old engine, and new connections are
+// served by the new one.
+func TestServerMovesListenerToNewEngine(t *testing.T) {
+	b := startServer(t, echo)
+	up := newUpstream(t, "app", rr(), b.addr)
+	s := NewServer(func(string) Upstream { return up }, NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	spec := func(engine string) []Spec {
+		return []Spec{{Listen: "127.0.0.1:0", Config: Config{Name: "t", Upstream: "app", Engine: engine}}}
+	}
+	ch, err := s.Prepare(spec(EngineGoroutine), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Commit()
+	t.Cleanup(s.Shutdown)
+	addr := s.Addr("t")
+	old, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	roundTrip(t, old, "before")
+
+	// Same name, same address as configured: kept, on another engine.
+	s.mu.Lock()
+	listen := s.listeners["t"].addr
+	s.mu.Unlock()
+	next := spec(EngineEventLoop)
+	next[0].Listen = listen
+	ch, err = s.Prepare(next, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Commit()
+	if got := s.Addr("t"); got != addr {
+		t.Fatalf("after the engine change the listener is at %s, want %s (the same socket)", got, addr)
+	}
+	s.mu.Lock()
+	engine := s.listeners["t"].l.Engine()
+	s.mu.Unlock()
+	if engine != EngineEventLoop {
+		t.Fatalf("engine after the change: %s, want eventloop", engine)
+	}
+	fresh, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	roundTrip(t, fresh, "after, on the loop")
+	roundTrip(t, old, "the old connection goes on")
+}
+
+// TestConfigEngine: an unknown engine, and the event loop with a feature
+// it does not do, are errors naming the field; auto picks the loop only
+// where it can.
+func TestConfigEngine(t *testing.T) {
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Name: "t", Upstream: "a", Engine: "fast"}, `engine: unknown engine "fast"`},
+		{Config{Name: "t", Upstream: "a", Engine: EngineEventLoop, SNI: []SNIRoute{{Names: []string{"a.example.com"}, Upstream: "a"}}}, "engine: eventloop does not do sni"},
+		{Config{Name: "t", Upstream: "a", Engine: EngineEventLoop, AcceptProxyProtocol: true, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, "engine: eventloop does not do accept_proxy_protocol"},
+	} {
+		err := tt.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate(%+v) = %v, want an error containing %q", tt.cfg, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Name: "t", Upstream: "a"}, EngineEventLoop},
+		{Config{Name: "t", Upstream: "a", Engine: EngineGoroutine}, EngineGoroutine},
+		{Config{Name: "t", Upstream: "a", SNI: []SNIRoute{{Names: []string{"a.example.com"}, Upstream: "a"}}}, EngineGoroutine},
+		{Config{Name: "t", Upstream: "a", SendProxyProtocol: "v2"}, EngineEventLoop},
+	} {
+		if got := tt.cfg.EngineName(); got != tt.want {
+			t.Errorf("EngineName of %+v = %s, want %s", tt.cfg, got, tt.want)
+		}
+	}
+}
+
+// TestLoopShutdownDrainsThenCuts: Shutdown on the loop lets an open
+// connection go on while it drains, stops accepting, and cuts it at the
+// deadline (closed{shutdown}, the pick Done).
+func TestLoopShutdownDrainsThenCuts(t *testing.T) {
+	b := startServer(t, echo)
+	up := newUpstream(t, "app", rr(), b.addr)
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, up)
+	c := p.dial(t)
+	roundTrip(t, c, "before")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.l.Shutdown(ctx) }()
+	testutil.WaitFor(t, 5*time.Second, "the listener to stop accepting", func() bool {
+		nc, err := net.DialTimeout("tcp", p.addr, time.Second)
+		if err != nil {
+			return true
+		}
+		nc.Close()
+		return false
+	})
+	roundTrip(t, c, "during the drain")
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "1 connection(s) cut") {
+			t.Fatalf("Shutdown = %v, want 1 connection cut", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Shutdown did not return within 5s of its deadline")
+	}
+	expectClosed(t, c, 5*time.Second)
+	if n := p.closed(CloseShutdown); n != 1 {
+		t.Errorf("closed{shutdown} = %v, want 1", n)
+	}
+	if n := up.endpoint(t, b.addr).InFlight(); n != 0 {
+		t.Errorf("in flight after the cut: %d, want 0", n)
+	}
+}
+
+// TestLoopAcceptBacksOffWhenOutOfDescriptors: a loop whose accept fails
+// (out of file descriptors) stops watching the listener for a while
+// instead of spinning on it, says so in the log, and serves the waiting
+// connections once descriptors are free again.
+func TestLoopAcceptBacksOffWhenOutOfDescriptors(t *testing.T) {
+	// The backend is short of descriptors too: unlike startServer's, its
+	// accept loop retries.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			if err != nil {
+				runtime.Gosched()
+				continue
+			}
+			wg.Go(func() {
+				defer c.Close()
+				echo(c.(*net.TCPConn))
+			})
+		}
+	})
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), ln.Addr().String()))
+	roundTrip(t, p.dial(t), "warm") // the backend's and the proxy's first descriptors
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tight := lim
+	tight.Cur = uint64(len(fds) + 8)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &tight); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer restore()
+	// Take every descriptor left but one, which the client takes: the
+	// proxy (in this process too) then cannot accept it.
+	var held []int
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		held = append(held, fd)
+	}
+	if len(held) == 0 {
+		t.Fatal("no descriptor left to take")
+	}
+	unix.Close(held[len(held)-1])
+	held = held[:len(held)-1]
+	c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial with one descriptor left: %v", err)
+	}
+	defer c.Close()
+	testutil.WaitFor(t, 5*time.Second, "the proxy to log that its accept failed", func() bool {
+		return strings.Contains(p.logs.String(), "accept failed")
+	})
+	for _, fd := range held {
+		unix.Close(fd)
+	}
+	held = nil
+	restore()
+	// The client waits in the accept queue; once the loop resumes it is
+	// served.
+	roundTrip(t, c, "after the backoff")
+}
