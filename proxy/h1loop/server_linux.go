@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,7 +267,7 @@ type acceptor loop
 func (a *acceptor) OnEvent(fd int, ev evloop.Events) {
 	lp := (*loop)(a)
 	for i := 0; i < 64; i++ {
-		nfd, sa, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		nfd, remote, err := evloop.Accept(fd)
 		if err != nil {
 			return // EAGAIN (another loop took it), or EMFILE and the like: the next event retries
 		}
@@ -277,7 +276,7 @@ func (a *acceptor) OnEvent(fd int, ev evloop.Events) {
 			continue
 		}
 		unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		c := newConn(lp, nfd, sockaddrString(sa))
+		c := newConn(lp, nfd, remote.String())
 		if err := lp.l.Add(nfd, connEvents, c); err != nil {
 			unix.Close(nfd)
 			continue
@@ -325,16 +324,6 @@ func (lp *loop) closeAll() {
 		}
 		delete(lp.pool, addr)
 	}
-}
-
-func sockaddrString(sa unix.Sockaddr) string {
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
-	case *unix.SockaddrInet6:
-		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
-	}
-	return ""
 }
 
 var errTimeout = timeoutError("h1loop: timeout")

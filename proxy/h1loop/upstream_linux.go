@@ -3,6 +3,7 @@
 package h1loop
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -177,7 +178,7 @@ func (a *attempt) dialSlow() {
 	d := net.Dialer{Timeout: a.ex.up.ConnectTimeout, Deadline: a.deadline}
 	addr, gen := a.addr, a.gen
 	go func() {
-		fd, err := dialFD(&d, addr)
+		fd, err := evloop.DialBlocking(context.Background(), &d, addr)
 		lp.l.Post(func() {
 			if a.gen != gen || a.state != attConnecting || a.ex.att != a {
 				if fd >= 0 {
@@ -199,29 +200,6 @@ func (a *attempt) dialSlow() {
 			a.write()
 		})
 	}()
-}
-
-// dialFD dials addr and returns a non-blocking duplicate of the
-// connection's descriptor (the net.Conn is closed).
-func dialFD(d *net.Dialer, addr string) (int, error) {
-	nc, err := d.Dial("tcp", addr)
-	if err != nil {
-		return -1, err
-	}
-	defer nc.Close()
-	rc, err := nc.(*net.TCPConn).SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	var derr error
-	rc.Control(func(f uintptr) { fd, derr = unix.Dup(int(f)) })
-	if derr != nil {
-		return -1, derr
-	}
-	unix.CloseOnExec(fd)
-	unix.SetNonblock(fd, true)
-	return fd, nil
 }
 
 func (lp *loop) newUpConn(fd int, addr string, idle time.Duration) *upConn {
