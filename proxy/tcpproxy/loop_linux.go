@@ -292,7 +292,7 @@ type lconn struct {
 	lastErr  error
 	t0       time.Time
 	latency  time.Duration
-	gen      uint32 // a connect attempt's number: a slow dial's result checks it
+	gen      uint32 // a connect attempt's number, kept across reuse: a slow dial's result checks it
 
 	// timer is the queue's wait, then each connect attempt's timeout,
 	// then the activity watch (idle timeout and byte counters).
@@ -363,8 +363,11 @@ func (tl *tloop) recycle(c *lconn) {
 	tried := c.info.Tried[:0]
 	clear(c.info.Tried)
 	// The timer is stopped: its value (and the method value its Fire
-	// holds) is kept, so that reusing it allocates nothing.
-	*c = lconn{tl: tl, timer: c.timer, grantTask: c.grantTask, grantFn: c.grantFn, pre: c.pre[:0], state: stDone}
+	// holds) is kept, so that reusing it allocates nothing. gen goes on
+	// counting: a dial of the ended connection may still be running on
+	// its goroutine, and its result must not match the next connection's
+	// attempt.
+	*c = lconn{tl: tl, timer: c.timer, grantTask: c.grantTask, grantFn: c.grantFn, pre: c.pre[:0], state: stDone, gen: c.gen}
 	c.info.Tried = tried
 	tl.free = append(tl.free, c)
 }

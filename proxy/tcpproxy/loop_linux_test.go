@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -452,4 +453,89 @@ func TestLoopAcceptBacksOffWhenOutOfDescriptors(t *testing.T) {
 	// The client waits in the accept queue; once the loop resumes it is
 	// served.
 	roundTrip(t, c, "after the backoff")
+}
+
+// TestLoopLateHostDialNotTakenByNextConnection: a connection that ends
+// while its dial of a host name still runs on its goroutine (its connect
+// deadline on the loop fires a moment before the dialer's own, or the cut
+// at the shutdown deadline ends it) leaves a late dial result behind. The
+// loop reuses the ended connection's struct for the next connection; the
+// late result must be thrown away, not taken as the next connection's
+// upstream socket (its bytes would go to the old connection's endpoint,
+// counted against the new one's). The test ends the first connection with
+// the cut's cancel, which leaves its dial running, and lets that dial
+// complete once the next connection dials a host name too.
+func TestLoopLateHostDialNotTakenByNextConnection(t *testing.T) {
+	t.Cleanup(func(n int) func() { return func() { runtime.GOMAXPROCS(n) } }(runtime.GOMAXPROCS(2))) // one loop: the next connection reuses the struct
+	// First endpoint: a blackhole the test opens later by accepting the
+	// connection that fills its queue.
+	ln1, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln1.Close() })
+	rc, err := ln1.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := listenBacklog0(rc); err != nil {
+		t.Fatal(err)
+	}
+	filler, err := net.DialTimeout("tcp", ln1.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { filler.Close() })
+	port1 := ln1.Addr().(*net.TCPAddr).Port
+	hole2 := blackhole(t)
+	_, port2, _ := net.SplitHostPort(hole2)
+
+	up := newUpstream(t, "app", rr(), "localhost:"+strconv.Itoa(port1))
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop, ConnectTimeout: 30 * time.Second, ConnectAttempts: 1}, up)
+	connecting := func() int {
+		conns, _ := loopState(t, p)
+		n := 0
+		for _, c := range conns {
+			if c.state == stConnecting {
+				n++
+			}
+		}
+		return n
+	}
+	a := p.dial(t)
+	testutil.WaitFor(t, 5*time.Second, "the first connection to dial", func() bool { return connecting() == 1 })
+	if n := p.l.lp.cutAll(); n != 1 {
+		t.Fatalf("cutAll = %d, want 1", n)
+	}
+	expectClosed(t, a, 5*time.Second)
+
+	up.pool.Update([]endpoint.Spec{{Address: "localhost:" + port2}})
+	b := p.dial(t)
+	testutil.WaitFor(t, 5*time.Second, "the next connection to dial", func() bool { return connecting() == 1 })
+	if _, err := b.Write([]byte("for the second endpoint")); err != nil {
+		t.Fatal(err)
+	}
+	// Open the first endpoint: the first connection's dial completes (at
+	// its SYN's next retransmission) and its result reaches the loop.
+	ln1.SetDeadline(time.Now().Add(20 * time.Second))
+	if c, err := ln1.Accept(); err != nil {
+		t.Fatal(err)
+	} else {
+		c.Close()
+	}
+	late, err := ln1.Accept()
+	if err != nil {
+		t.Fatalf("the first connection's dial did not complete: %v", err)
+	}
+	defer late.Close()
+	late.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got := make([]byte, 64)
+	n, err := late.Read(got)
+	if got = got[:n]; n > 0 || err != io.EOF {
+		t.Fatalf("the first connection's late dial read %q, %v; want it closed at once (EOF) by the loop, not carrying the next connection's bytes", got, err)
+	}
+	if n := connecting(); n != 1 {
+		t.Errorf("connections still dialing: %d, want the next one still dialing its own endpoint", n)
+	}
+	p.l.lp.cutAll() // the next connection's dial hangs: end it now, not at the shutdown deadline
 }
