@@ -564,14 +564,17 @@ func (c *lconn) adopt(fd int) error {
 // dialSlow dials a host name on a goroutine (its lookup blocks) and
 // brings the socket back to the loop.
 func (c *lconn) dialSlow(addr string) {
-	l, gen := c.tl.e.l, c.gen
+	// The goroutine reads nothing of c: the loop may end c and reuse its
+	// struct (recycle rewrites every field) while the dial runs. Only the
+	// task it posts, which runs on the loop, looks at c.
+	l, ev, gen := c.tl.e.l, c.tl.ev, c.gen
 	d := net.Dialer{Timeout: c.s.cfg.ConnectTimeout}
 	if c.s.cfg.IdleTimeout > 0 {
 		d.KeepAlive = -1
 	}
 	go func() {
 		fd, err := evloop.DialBlocking(l.cutCtx, &d, addr)
-		c.tl.ev.Post(func() {
+		ev.Post(func() {
 			if c.gen != gen || c.state != stConnecting || c.ufd >= 0 {
 				if fd >= 0 {
 					unix.Close(fd)
