@@ -174,6 +174,32 @@ func (l *Loop) Post(fn func()) {
 	}
 }
 
+// Hand has fn run on the loop, as Post does, and waits until it has run;
+// if the loop stops first without running it, lost runs instead, on the
+// calling goroutine. It is for a goroutine that brings the loop something
+// only fn would release (a descriptor it dialed off the loop): when the
+// loop is gone, lost releases it. It reports whether fn ran.
+func (l *Loop) Hand(fn, lost func()) bool {
+	ran := make(chan struct{})
+	l.Post(func() {
+		fn()
+		close(ran)
+	})
+	select {
+	case <-ran:
+		return true
+	case <-l.done:
+		// Run has returned: fn ran before it did, or never will.
+		select {
+		case <-ran:
+			return true
+		default:
+			lost()
+			return false
+		}
+	}
+}
+
 // wake ends a blocking wait of the loop. Under mu, so that it never
 // writes to the eventfd's number after release closed it (it may belong to
 // another file by then).

@@ -443,3 +443,21 @@ func TestHandoffClosesTheDescriptorWhenItFails(t *testing.T) {
 		}
 	}
 }
+
+// TestHandRunsLostWhenTheLoopStopsFirst: Hand runs its task on a running
+// loop and reports it; once the loop has stopped, the task never runs and
+// lost does, on the caller, so that what the task would have released (a
+// dialed descriptor) is not left behind.
+func TestHandRunsLostWhenTheLoopStopsFirst(t *testing.T) {
+	l := start(t)
+	var onLoop, lostCalled bool
+	if !l.Hand(func() { onLoop = true }, func() { lostCalled = true }) || !onLoop || lostCalled {
+		t.Fatalf("on a running loop: ran %v, lost %v; want the task run and lost not called", onLoop, lostCalled)
+	}
+	l.Close()
+	<-l.Done()
+	onLoop = false
+	if l.Hand(func() { onLoop = true }, func() { lostCalled = true }) || onLoop || !lostCalled {
+		t.Fatalf("on a stopped loop: ran %v, lost %v; want lost called instead of the task", onLoop, lostCalled)
+	}
+}

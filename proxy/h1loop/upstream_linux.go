@@ -179,7 +179,7 @@ func (a *attempt) dialSlow() {
 	addr, gen := a.addr, a.gen
 	go func() {
 		fd, err := evloop.DialBlocking(context.Background(), &d, addr)
-		lp.l.Post(func() {
+		lp.l.Hand(func() {
 			if a.gen != gen || a.state != attConnecting || a.ex.att != a {
 				if fd >= 0 {
 					unix.Close(fd)
@@ -198,6 +198,10 @@ func (a *attempt) dialSlow() {
 			}
 			a.use(u)
 			a.write()
+		}, func() { // the loop stopped first
+			if fd >= 0 {
+				unix.Close(fd)
+			}
 		})
 	}()
 }

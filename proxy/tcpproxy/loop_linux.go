@@ -574,7 +574,7 @@ func (c *lconn) dialSlow(addr string) {
 	}
 	go func() {
 		fd, err := evloop.DialBlocking(l.cutCtx, &d, addr)
-		ev.Post(func() {
+		ev.Hand(func() {
 			if c.gen != gen || c.state != stConnecting || c.ufd >= 0 {
 				if fd >= 0 {
 					unix.Close(fd)
@@ -589,6 +589,10 @@ func (c *lconn) dialSlow(addr string) {
 			}
 			if c.attemptFailed(err, l.cutCtx.Err() != nil) {
 				c.connect()
+			}
+		}, func() { // the loops stopped first
+			if fd >= 0 {
+				unix.Close(fd)
 			}
 		})
 	}()
