@@ -159,15 +159,11 @@ func (s *Server) Forget(addrs []string) {
 func (s *Server) Close() error {
 	s.stopAccepting()
 	s.closeOnce.Do(func() {
-		var wg sync.WaitGroup
+		// Hand, not Post: a loop whose Run failed runs no task, and
+		// waiting for it would hang.
 		for _, lp := range s.loops {
-			wg.Add(1)
-			lp.l.Post(func() {
-				defer wg.Done()
-				lp.closeAll()
-			})
+			lp.l.Hand(lp.closeAll, func() {})
 		}
-		wg.Wait()
 		s.stopLoops()
 	})
 	return nil
@@ -176,15 +172,9 @@ func (s *Server) Close() error {
 func (s *Server) stopAccepting() {
 	s.once.Do(func() {
 		s.closing.Store(true)
-		var wg sync.WaitGroup
 		for _, lp := range s.loops {
-			wg.Add(1)
-			lp.l.Post(func() {
-				defer wg.Done()
-				lp.l.Remove(s.lnfd)
-			})
+			lp.l.Hand(func() { lp.l.Remove(s.lnfd) }, func() {})
 		}
-		wg.Wait()
 		unix.Close(s.lnfd)
 		if s.conns.Load() == 0 {
 			s.idleOnce.Do(func() { close(s.idleDone) })

@@ -146,15 +146,11 @@ func (e *loopEngine) onLoops(fn func(tl *tloop)) bool {
 	if loops == nil {
 		return false
 	}
-	var wg sync.WaitGroup
+	// Hand, not Post: a loop whose Run failed runs no task, and waiting
+	// for it would hang Shutdown.
 	for _, tl := range loops {
-		wg.Add(1)
-		tl.ev.Post(func() {
-			defer wg.Done()
-			fn(tl)
-		})
+		tl.ev.Hand(func() { fn(tl) }, func() {})
 	}
-	wg.Wait()
 	return true
 }
 
