@@ -65,7 +65,9 @@ func LocalAddrPort(fd int) (netip.AddrPort, error) {
 // socket (non-blocking, close-on-exec). The connect is under way (or, on
 // loopback, sometimes already done): register the socket for Writable and,
 // when it is told, ask ConnectResult how it went. An error means no socket
-// is left open (a refused connect may show here already).
+// is left open (a refused connect may show here already). An IPv6 zone is
+// not used (naming its interface takes a lookup): dial a zoned link-local
+// address with DialBlocking.
 func Dial(addr netip.AddrPort) (int, error) {
 	a := addr.Addr()
 	family := unix.AF_INET

@@ -138,30 +138,18 @@ func (a *attempt) dial() {
 	a.state, a.wrote = attConnecting, 0
 	a.armTimer(a.ex.up.ConnectTimeout)
 	ap, err := netip.ParseAddrPort(a.addr)
-	if err != nil {
+	if err != nil || ap.Addr().Zone() != "" {
+		// A host name (its lookup blocks), or a link-local address
+		// whose zone names an interface to look up: dialed off the loop.
 		a.dialSlow()
 		return
 	}
-	family := unix.AF_INET
-	var sa unix.Sockaddr
-	if ap.Addr().Is4() || ap.Addr().Is4In6() {
-		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
-	} else {
-		family = unix.AF_INET6
-		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
-	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_TCP)
+	fd, err := evloop.Dial(ap)
 	if err != nil {
 		a.fail(&h1.ConnectError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: err}})
 		return
 	}
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	err = unix.Connect(fd, sa)
-	if err != nil && err != unix.EINPROGRESS {
-		unix.Close(fd)
-		a.fail(&h1.ConnectError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: err}})
-		return
-	}
 	u := lp.newUpConn(fd, a.addr, a.ex.up.IdleTimeout)
 	if err := lp.l.Add(fd, connEvents, u); err != nil {
 		unix.Close(fd)

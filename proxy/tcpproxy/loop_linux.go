@@ -524,7 +524,9 @@ func (c *lconn) connect() {
 		c.t0 = time.Now()
 		c.tl.ev.SetDeadline(&c.timer, c.tl.ev.Now().Add(cfg.ConnectTimeout))
 		ap, perr := netip.ParseAddrPort(ep.Address())
-		if perr != nil {
+		if perr != nil || ap.Addr().Zone() != "" {
+			// A host name, or a link-local address whose zone names an
+			// interface (evloop.Dial takes none): dialed off the loop.
 			c.dialSlow(ep.Address())
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -538,4 +539,33 @@ func TestLoopLateHostDialNotTakenByNextConnection(t *testing.T) {
 		t.Errorf("connections still dialing: %d, want the next one still dialing its own endpoint", n)
 	}
 	p.l.lp.cutAll() // the next connection's dial hangs: end it now, not at the shutdown deadline
+}
+
+// TestZonedEndpointIsProxied: an endpoint written with an IPv6 zone
+// ("[::1%lo]:port") is dialed with its zone (off the loop on the event
+// loop, whose own dial takes none) and proxied, on both engines.
+func TestZonedEndpointIsProxied(t *testing.T) {
+	ln, err := net.ListenTCP("tcp6", &net.TCPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Fatalf("IPv6 loopback: %v", err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			go echo(c)
+		}
+	}()
+	zoned := fmt.Sprintf("[::1%%lo]:%d", ln.Addr().(*net.TCPAddr).Port)
+	for _, engine := range []string{EngineEventLoop, EngineGoroutine} {
+		t.Run(engine, func(t *testing.T) {
+			p := startProxy(t, Config{Name: "z", Upstream: "app", Engine: engine}, newUpstream(t, "app", rr(), zoned))
+			c := p.dial(t)
+			defer c.Close()
+			roundTrip(t, c, "through a zoned address")
+		})
+	}
 }
