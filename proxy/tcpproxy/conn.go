@@ -170,7 +170,6 @@ func (c *conn) readPrelude() (p prelude, ok bool) {
 // connection ends; otherwise the client has been turned away.
 func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Duration, bool) {
 	cfg := &c.s.cfg
-	info := balance.Info{Key: src.Addr().Unmap().String(), HasKey: true}
 	d := net.Dialer{Timeout: cfg.ConnectTimeout}
 	if cfg.IdleTimeout > 0 {
 		// The idle timeout finds dead endpoints; TCP keep-alive would cost
@@ -179,40 +178,19 @@ func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Du
 		// too.) Without an idle timeout it is the only guard left.
 		d.KeepAlive = -1
 	}
-	attempts, skips := 0, 0
-	var lastErr error
+	a := attempts{info: balance.Info{Key: src.Addr().Unmap().String(), HasKey: true}}
 	for {
-		res, err := up.Pick(&info)
-		if err != nil {
-			reason := RejectNoEndpoint
-			if lastErr != nil {
-				reason, err = RejectConnect, fmt.Errorf("%w (after: %w)", err, lastErr)
-			}
-			c.reject(reason, fmt.Errorf("upstream %q: %w", up.Name(), err))
+		res, es, reason, err := a.next(c.l, up, cfg)
+		if reason != "" {
+			c.reject(reason, err)
 			return balance.Result{}, 0, false
-		}
-		ep := res.Endpoint
-		es := c.l.eps.acquire(up.Name(), ep, cfg.MaxConnsPerEndpoint)
-		if es == nil {
-			res.Done(endpoint.Outcome{Canceled: true}) // says nothing about ep
-			if balance.Tried(info.Tried, ep) || skips >= maxSkips {
-				if lastErr != nil {
-					c.reject(RejectConnect, fmt.Errorf("upstream %q: %w", up.Name(), lastErr))
-				} else {
-					c.reject(RejectEndpointLimit, fmt.Errorf("upstream %q: every endpoint is at max_conns_per_endpoint %d", up.Name(), cfg.MaxConnsPerEndpoint))
-				}
-				return balance.Result{}, 0, false
-			}
-			skips++
-			info.Tried = append(info.Tried, ep)
-			continue
 		}
 		t0 := time.Now()
 		// Not Dialer.DialTCP with a zero local address, which would skip
 		// the resolver: it binds that "::" explicitly before connecting
 		// (golang/go#81620); tried here, it made connections fail and
 		// system time soar under bench/run-tcp.sh's connection-rate load.
-		nc, err := d.DialContext(c.l.cutCtx, "tcp", ep.Address())
+		nc, err := d.DialContext(c.l.cutCtx, "tcp", res.Endpoint.Address())
 		latency := time.Since(t0)
 		if err == nil {
 			if !c.adopt(nc.(*net.TCPConn), es, res, latency) {
@@ -220,24 +198,72 @@ func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Du
 			}
 			return res, latency, true
 		}
-		canceled := c.l.cutCtx.Err() != nil
-		if !canceled {
-			es.m.connectErrs.Inc() // before release: es may be pruned after
-		}
-		c.l.eps.release(es)
-		res.Done(endpoint.Outcome{Err: err, Latency: latency, Canceled: canceled})
-		if canceled {
-			c.reject(RejectShutdown, err)
+		if reason, err := a.failed(c.l, up, cfg, res, es, err, latency, c.l.cutCtx.Err() != nil); reason != "" {
+			c.reject(reason, err)
 			return balance.Result{}, 0, false
 		}
-		lastErr = err
-		attempts++
-		if attempts >= cfg.ConnectAttempts {
-			c.reject(RejectConnect, fmt.Errorf("upstream %q: %d attempt(s) failed, last: %w", up.Name(), attempts, err))
-			return balance.Result{}, 0, false
-		}
-		info.Tried = append(info.Tried, ep)
 	}
+}
+
+// attempts is a connection's way through its upstream's endpoints, on
+// either engine: its picks, the endpoints it skipped for being at
+// MaxConnsPerEndpoint, its failed connects.
+type attempts struct {
+	info     balance.Info
+	n, skips int
+	lastErr  error
+}
+
+// next picks the endpoint to connect to next and takes a slot under
+// MaxConnsPerEndpoint on it, skipping endpoints that have none. When no
+// endpoint can be tried it returns the reason and the error to turn the
+// client away with; reason is "" otherwise.
+func (a *attempts) next(l *Listener, up Upstream, cfg *Config) (res balance.Result, es *epState, reason string, err error) {
+	for {
+		res, err = up.Pick(&a.info)
+		if err != nil {
+			reason = RejectNoEndpoint
+			if a.lastErr != nil {
+				reason, err = RejectConnect, fmt.Errorf("%w (after: %w)", err, a.lastErr)
+			}
+			return balance.Result{}, nil, reason, fmt.Errorf("upstream %q: %w", up.Name(), err)
+		}
+		ep := res.Endpoint
+		if es = l.eps.acquire(up.Name(), ep, cfg.MaxConnsPerEndpoint); es != nil {
+			return res, es, "", nil
+		}
+		res.Done(endpoint.Outcome{Canceled: true}) // says nothing about ep
+		if balance.Tried(a.info.Tried, ep) || a.skips >= maxSkips {
+			if a.lastErr != nil {
+				return balance.Result{}, nil, RejectConnect, fmt.Errorf("upstream %q: %w", up.Name(), a.lastErr)
+			}
+			return balance.Result{}, nil, RejectEndpointLimit, fmt.Errorf("upstream %q: every endpoint is at max_conns_per_endpoint %d", up.Name(), cfg.MaxConnsPerEndpoint)
+		}
+		a.skips++
+		a.info.Tried = append(a.info.Tried, ep)
+	}
+}
+
+// failed reports a failed connect to res's endpoint (Done with its error,
+// or canceled: cut at the shutdown deadline, which says nothing about the
+// endpoint) and lets its slot go. It returns the reason and the error to
+// turn the client away with, or "" when the next endpoint is to be tried.
+func (a *attempts) failed(l *Listener, up Upstream, cfg *Config, res balance.Result, es *epState, err error, latency time.Duration, canceled bool) (string, error) {
+	if !canceled {
+		es.m.connectErrs.Inc() // before release: es may be pruned after
+	}
+	l.eps.release(es)
+	res.Done(endpoint.Outcome{Err: err, Latency: latency, Canceled: canceled})
+	if canceled {
+		return RejectShutdown, err
+	}
+	a.lastErr = err
+	a.n++
+	if a.n >= cfg.ConnectAttempts {
+		return RejectConnect, fmt.Errorf("upstream %q: %d attempt(s) failed, last: %w", up.Name(), a.n, err)
+	}
+	a.info.Tried = append(a.info.Tried, res.Endpoint)
+	return "", nil
 }
 
 // adopt makes uc, just dialed to es's endpoint, the connection's upstream

@@ -279,16 +279,13 @@ type lconn struct {
 	w *waiter // in the queue
 
 	// Connecting.
-	up       Upstream
-	info     balance.Info
-	res      balance.Result
-	es       *epState
-	attempts int
-	skips    int
-	lastErr  error
-	t0       time.Time
-	latency  time.Duration
-	gen      uint32 // a connect attempt's number, kept across reuse: a slow dial's result checks it
+	up      Upstream
+	at      attempts
+	res     balance.Result
+	es      *epState
+	t0      time.Time
+	latency time.Duration
+	gen     uint32 // a connect attempt's number, kept across reuse: a slow dial's result checks it
 
 	// timer is the queue's wait, then each connect attempt's timeout,
 	// then the activity watch (idle timeout and byte counters).
@@ -356,15 +353,15 @@ func (tl *tloop) recycle(c *lconn) {
 	if len(tl.free) >= maxFreeConns {
 		return
 	}
-	tried := c.info.Tried[:0]
-	clear(c.info.Tried)
+	tried := c.at.info.Tried[:0]
+	clear(c.at.info.Tried)
 	// The timer is stopped: its value (and the method value its Fire
 	// holds) is kept, so that reusing it allocates nothing. gen goes on
 	// counting: a dial of the ended connection may still be running on
 	// its goroutine, and its result must not match the next connection's
 	// attempt.
 	*c = lconn{tl: tl, timer: c.timer, grantTask: c.grantTask, grantFn: c.grantFn, pre: c.pre[:0], state: stDone, gen: c.gen}
-	c.info.Tried = tried
+	c.at.info.Tried = tried
 	tl.free = append(tl.free, c)
 }
 
@@ -474,7 +471,7 @@ func (c *lconn) begin() {
 		c.reject(RejectNoUpstream, fmt.Errorf("upstream %q does not exist", cfg.Upstream))
 		return
 	}
-	c.info.Key, c.info.HasKey = tl.key(c.src.Addr()), true
+	c.at.info.Key, c.at.info.HasKey = tl.key(c.src.Addr()), true
 	c.state = stConnecting
 	c.connect()
 }
@@ -494,31 +491,12 @@ func setKeepAlive(fd int) {
 func (c *lconn) connect() {
 	l, cfg := c.tl.e.l, &c.s.cfg
 	for {
-		res, err := c.up.Pick(&c.info)
-		if err != nil {
-			reason := RejectNoEndpoint
-			if c.lastErr != nil {
-				reason, err = RejectConnect, fmt.Errorf("%w (after: %w)", err, c.lastErr)
-			}
-			c.reject(reason, fmt.Errorf("upstream %q: %w", c.up.Name(), err))
+		res, es, reason, err := c.at.next(l, c.up, cfg)
+		if reason != "" {
+			c.reject(reason, err)
 			return
 		}
 		ep := res.Endpoint
-		es := l.eps.acquire(c.up.Name(), ep, cfg.MaxConnsPerEndpoint)
-		if es == nil {
-			res.Done(endpoint.Outcome{Canceled: true}) // says nothing about ep
-			if balance.Tried(c.info.Tried, ep) || c.skips >= maxSkips {
-				if c.lastErr != nil {
-					c.reject(RejectConnect, fmt.Errorf("upstream %q: %w", c.up.Name(), c.lastErr))
-				} else {
-					c.reject(RejectEndpointLimit, fmt.Errorf("upstream %q: every endpoint is at max_conns_per_endpoint %d", c.up.Name(), cfg.MaxConnsPerEndpoint))
-				}
-				return
-			}
-			c.skips++
-			c.info.Tried = append(c.info.Tried, ep)
-			continue
-		}
 		c.res, c.es = res, es
 		c.gen++
 		c.t0 = time.Now()
@@ -607,24 +585,12 @@ func (c *lconn) attemptFailed(err error, canceled bool) bool {
 		unix.Close(c.ufd)
 		c.ufd = -1
 	}
-	es, res, ep := c.es, c.res, c.res.Endpoint
+	es, res := c.es, c.res
 	c.es, c.res = nil, balance.Result{}
-	if !canceled {
-		es.m.connectErrs.Inc() // before release: es may be pruned after
-	}
-	l.eps.release(es)
-	res.Done(endpoint.Outcome{Err: err, Latency: latency, Canceled: canceled})
-	if canceled {
-		c.reject(RejectShutdown, err)
+	if reason, err := c.at.failed(l, c.up, cfg, res, es, err, latency, canceled); reason != "" {
+		c.reject(reason, err)
 		return false
 	}
-	c.lastErr = err
-	c.attempts++
-	if c.attempts >= cfg.ConnectAttempts {
-		c.reject(RejectConnect, fmt.Errorf("upstream %q: %d attempt(s) failed, last: %w", c.up.Name(), c.attempts, err))
-		return false
-	}
-	c.info.Tried = append(c.info.Tried, ep)
 	return true
 }
 
