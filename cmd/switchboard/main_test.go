@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -291,5 +292,50 @@ func waitReady(t *testing.T, admin string) {
 			t.Fatalf("not ready after 20s (last error %v)", err)
 		}
 		time.Sleep(20 * time.Millisecond) // polling another process's readiness
+	}
+}
+
+// TestServeRunsAProcessorMoreThanTheDefault: the binary sets GOMAXPROCS
+// to one more than Go's default, so that the event-loop engines run a
+// loop per CPU (evloop.DefaultLoops) with a processor left for the rest,
+// and keeps the GOMAXPROCS environment variable's value when it is set.
+func TestServeRunsAProcessorMoreThanTheDefault(t *testing.T) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		t.Fatal("GOMAXPROCS is set in the test's environment: the default cannot be known here")
+	}
+	def := runtime.GOMAXPROCS(0) // go test leaves it alone without -cpu
+	for _, tc := range []struct {
+		env  string
+		want int
+	}{
+		{"", def + 1},
+		{"GOMAXPROCS=1", 1},
+	} {
+		adminAddr := freeAddr(t)
+		path := filepath.Join(t.TempDir(), "switchboard.yaml")
+		os.WriteFile(path, []byte(fmt.Sprintf("admin: {listen: %s}\nlisteners: []\n", adminAddr)), 0o600)
+		cmd := exec.Command(binary(t), "serve", "--config", path)
+		cmd.Env = os.Environ()
+		if tc.env != "" {
+			cmd.Env = append(cmd.Env, tc.env)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitReady(t, adminAddr)
+		resp, err := http.Get("http://" + adminAddr + "/metrics")
+		if err != nil {
+			cmd.Process.Kill()
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		want := fmt.Sprintf("\ngo_sched_gomaxprocs_threads %d\n", tc.want)
+		if !strings.Contains(string(b), want) {
+			i := strings.Index(string(b), "\ngo_sched_gomaxprocs_threads")
+			t.Fatalf("environment %q: want %q in /metrics; it has %q", tc.env, strings.TrimSpace(want), string(b[max(i, 0):min(max(i, 0)+40, len(b))]))
+		}
 	}
 }

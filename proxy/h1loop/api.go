@@ -82,4 +82,9 @@ type Settings struct {
 	// MaxBody is the largest request body the loop takes itself, when it
 	// has all arrived with its head (0: 64 KiB).
 	MaxBody int
+	// AcceptFailed, when set, is told of an accept that failed for want
+	// of a resource (EMFILE, ENFILE, ENOBUFS, ENOMEM): that loop stops
+	// watching the socket for retry, and the connections wait in the
+	// accept queue (evloop.Acceptor). It runs on the loop.
+	AcceptFailed func(err error, retry time.Duration)
 }

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"runtime"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +46,7 @@ const (
 )
 
 // New serves ln (a TCP listener; the caller keeps it, and closes it after
-// Shutdown or Close) on loops event loops (0: GOMAXPROCS-1, at least 1), each accepting
+// Shutdown or Close) on loops event loops (0: evloop.DefaultLoops()), each accepting
 // from it. Requests the loops do not serve themselves go, with their
 // connection, to handoff, which must not block (it runs on a loop).
 func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops int) (*Server, error) {
@@ -72,12 +72,7 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 		return nil, err
 	}
 	if loops <= 0 {
-		// One processor is left to the rest of the process (the blocking
-		// steps, the goroutine engine, admin, metrics): a loop blocked in
-		// epoll_wait holds its processor until the scheduler's monitor
-		// takes it back, which starves goroutines when every processor
-		// has a loop (issue 15's note (d)).
-		loops = max(1, runtime.GOMAXPROCS(0)-1)
+		loops = evloop.DefaultLoops()
 	}
 	s := &Server{h: h, handoff: handoff, ln: ln, lnfd: lnfd, idleDone: make(chan struct{})}
 	s.SetSettings(st)
@@ -89,8 +84,10 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 			return nil, err
 		}
 		lp := &loop{s: s, l: el, pool: map[string][]*upConn{}, conns: map[*conn]struct{}{}}
-		// EPOLLEXCLUSIVE: a new connection wakes one loop, not all.
-		if err := el.Add(lnfd, evloop.Events(unix.EPOLLIN|unix.EPOLLEXCLUSIVE), (*acceptor)(lp)); err != nil {
+		lp.acc.Take = lp.accept
+		lp.acc.Failed = lp.acceptFailed
+		lp.acc.Batch = evloop.AcceptBatch(loops)
+		if err := lp.acc.Watch(el, lnfd); err != nil {
 			el.Close()
 			s.stopLoops()
 			unix.Close(lnfd)
@@ -173,7 +170,7 @@ func (s *Server) stopAccepting() {
 	s.once.Do(func() {
 		s.closing.Store(true)
 		for _, lp := range s.loops {
-			lp.l.Hand(func() { lp.l.Remove(s.lnfd) }, func() {})
+			lp.l.Hand(lp.acc.Stop, func() {})
 		}
 		unix.Close(s.lnfd)
 		if s.conns.Load() == 0 {
@@ -207,6 +204,7 @@ const connEvents = evloop.Readable | evloop.Writable | evloop.Edge
 type loop struct {
 	s     *Server
 	l     *evloop.Loop
+	acc   evloop.Acceptor
 	pool  map[string][]*upConn // idle, by endpoint address, most recent last
 	conns map[*conn]struct{}
 	// The Date field's value, made once a second.
@@ -251,29 +249,27 @@ func (lp *loop) dateValue() []byte {
 	return lp.date
 }
 
-// acceptor accepts the loop's share of new connections.
-type acceptor loop
+// accept takes a new connection (evloop.Acceptor's Take).
+func (lp *loop) accept(nfd int, remote netip.AddrPort) {
+	if lp.s.closing.Load() {
+		unix.Close(nfd)
+		return
+	}
+	unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	c := newConn(lp, nfd, remote.String())
+	if err := lp.l.Add(nfd, connEvents, c); err != nil {
+		unix.Close(nfd)
+		return
+	}
+	lp.s.conns.Add(1)
+	lp.conns[c] = struct{}{}
+	c.armWait()
+}
 
-func (a *acceptor) OnEvent(fd int, ev evloop.Events) {
-	lp := (*loop)(a)
-	for i := 0; i < 64; i++ {
-		nfd, remote, err := evloop.Accept(fd)
-		if err != nil {
-			return // EAGAIN (another loop took it), or EMFILE and the like: the next event retries
-		}
-		if lp.s.closing.Load() {
-			unix.Close(nfd)
-			continue
-		}
-		unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		c := newConn(lp, nfd, remote.String())
-		if err := lp.l.Add(nfd, connEvents, c); err != nil {
-			unix.Close(nfd)
-			continue
-		}
-		lp.s.conns.Add(1)
-		lp.conns[c] = struct{}{}
-		c.armWait()
+// acceptFailed passes an accept that failed on (Settings.AcceptFailed).
+func (lp *loop) acceptFailed(err error, retry time.Duration) {
+	if f := lp.s.settings.Load().AcceptFailed; f != nil {
+		f(err, retry)
 	}
 }
 

@@ -267,9 +267,18 @@ type eventLoop interface {
 	Close() error
 }
 
-// loopSettings are the event-loop engine's client-side limits.
-func loopSettings(st serverSettings) h1loop.Settings {
-	return h1loop.Settings{ReadHeaderTimeout: st.readHeader, IdleTimeout: st.idle, MaxHeaderBytes: st.maxHeaderBytes}
+// loopSettings are the event-loop engine's client-side limits on a's
+// socket; an accept that fails there is logged as the goroutine engine's
+// accept loop logs it.
+func (a *acceptLoop) loopSettings(st serverSettings) h1loop.Settings {
+	return h1loop.Settings{
+		ReadHeaderTimeout: st.readHeader, IdleTimeout: st.idle, MaxHeaderBytes: st.maxHeaderBytes,
+		AcceptFailed: a.loopAcceptFailed,
+	}
+}
+
+func (a *acceptLoop) loopAcceptFailed(err error, retry time.Duration) {
+	a.log.Warn("accept failed, retrying", "listen", a.ln.Addr().String(), "error", err, "retry_in", retry)
 }
 
 // startEventLoop serves listener l's socket on event loops; the
@@ -280,7 +289,7 @@ func startEventLoop(l *listener, st serverSettings, log *slog.Logger, m *Metrics
 	a := l.loop
 	q := startAccessQueue(l.name, l.handler.log, l.handler.out, accessQueueSize, accessFlushEvery)
 	q.counter = m.AccessLogDropped(l.name)
-	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, a.deliver, loopSettings(st), 0)
+	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, a.deliver, a.loopSettings(st), 0)
 	if err != nil {
 		q.close()
 		log.Error("event-loop engine unavailable, serving on the goroutine engine", "listener", l.name, "error", err)

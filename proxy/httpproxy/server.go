@@ -516,7 +516,7 @@ func (l *listener) applySettings(st serverSettings) {
 		srv.setSettings(st)
 	}
 	if l.ev != nil {
-		l.ev.SetSettings(loopSettings(st))
+		l.ev.SetSettings(l.loop.loopSettings(st))
 	}
 	l.settings = st
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +29,8 @@ const loopAvailable = true
 // both ways, every connection's work on the loop that accepted it.
 type loopEngine struct {
 	l       *Listener
-	lnfd    int      // a non-blocking duplicate of the listener's descriptor
-	loops   []*tloop // set by start, under l.cmu
-	closing atomic.Bool
+	lnfd    int          // a non-blocking duplicate of the listener's descriptor
+	loops   []*tloop     // set by start, under l.cmu
 	active  atomic.Int64 // connections admitted and not yet ended (Stats.Active)
 	errs    chan error   // a loop's Run failed
 	stopped sync.Once
@@ -46,10 +44,7 @@ type tloop struct {
 	pipes evloop.Pipes
 	conns *lconn   // every connection of the loop, a doubly linked list
 	free  []*lconn // ended connections, for the next ones
-	// After an accept error the loop stops watching the listener for
-	// backoff; resume watches it again.
-	backoff time.Duration
-	resume  evloop.Timer
+	acc   evloop.Acceptor
 	// The last client address's text (Info.Key): clients come back, and
 	// the text costs an allocation.
 	lastAddr netip.Addr
@@ -91,13 +86,16 @@ func (e *loopEngine) start() error {
 		unix.Close(e.lnfd)
 		return err
 	}
-	n := max(1, runtime.GOMAXPROCS(0)-1)
+	n := evloop.DefaultLoops()
 	for range n {
 		el, err := evloop.New()
 		if err == nil {
 			tl := &tloop{e: e, ev: el}
 			tl.pipes.Size = pipeSize
-			if err = el.Add(e.lnfd, evloop.Events(unix.EPOLLIN|unix.EPOLLEXCLUSIVE), (*acceptor)(tl)); err == nil {
+			tl.acc.Take = tl.accept
+			tl.acc.Failed = tl.acceptFailed
+			tl.acc.Batch = evloop.AcceptBatch(n)
+			if err = tl.acc.Watch(el, e.lnfd); err == nil {
 				e.loops = append(e.loops, tl)
 				continue
 			}
@@ -157,9 +155,8 @@ func (e *loopEngine) onLoops(fn func(tl *tloop)) bool {
 // stopAccepting ends accepting on every loop and turns away the queued
 // connections (Shutdown, once).
 func (e *loopEngine) stopAccepting() {
-	e.closing.Store(true)
 	started := e.onLoops(func(tl *tloop) {
-		tl.ev.Remove(e.lnfd)
+		tl.acc.Stop()
 		for c := tl.conns; c != nil; {
 			next := c.next
 			if c.state == stQueued {
@@ -214,44 +211,11 @@ func (e *loopEngine) stop() {
 
 func (e *loopEngine) activeConns() int { return int(e.active.Load()) }
 
-// acceptor accepts the loop's share of new connections.
-type acceptor tloop
-
-func (a *acceptor) OnEvent(fd int, _ evloop.Events) {
-	tl := (*tloop)(a)
-	// A bounded batch, so that one loop does not take every connection
-	// of a burst while another sits idle.
-	for range 64 {
-		cfd, src, err := evloop.Accept(fd)
-		if err == unix.EAGAIN || err == unix.EINTR {
-			return // another loop took it
-		}
-		if err != nil {
-			tl.acceptFailed(err)
-			return
-		}
-		tl.backoff = 0
-		tl.accept(cfd, src)
-	}
-}
-
-// acceptFailed pauses accepting on this loop after an error that a retry
-// at once would meet again (out of file descriptors, say): the socket
-// stays readable, and a level-triggered loop would spin on it. As the
-// goroutine engine, it waits from 5ms doubling to 1s.
-func (tl *tloop) acceptFailed(err error) {
+// acceptFailed logs an accept that failed for want of a resource; the
+// loop stops watching the listener for retry (evloop.Acceptor).
+func (tl *tloop) acceptFailed(err error, retry time.Duration) {
 	e := tl.e
-	tl.backoff = min(max(2*tl.backoff, 5*time.Millisecond), time.Second)
-	e.l.log.Warn("tcp listener: accept failed; retrying", "listener", e.l.name, "err", err, "retry_in", tl.backoff)
-	tl.ev.Remove(e.lnfd)
-	if tl.resume.Fire == nil {
-		tl.resume.Fire = func() {
-			if !e.closing.Load() {
-				tl.ev.Add(e.lnfd, evloop.Events(unix.EPOLLIN|unix.EPOLLEXCLUSIVE), (*acceptor)(tl))
-			}
-		}
-	}
-	tl.ev.Arm(&tl.resume, tl.ev.Now().Add(tl.backoff))
+	e.l.log.Warn("tcp listener: accept failed; retrying", "listener", e.l.name, "err", err, "retry_in", retry)
 }
 
 // connState is where a connection is.
@@ -390,7 +354,7 @@ func (tl *tloop) accept(cfd int, src netip.AddrPort) {
 	l := tl.e.l
 	l.accepted.Add(1)
 	l.lm.accepted.Inc()
-	// Accepted while Shutdown stops the loops accepting (e.closing): it
+	// Accepted while Shutdown stops the loops accepting: it
 	// is served and drains with the others. Turning it away would lose it
 	// for nothing when the socket lives on (a change of engine hands it to
 	// another Listener, whose accept it raced).

@@ -1,0 +1,138 @@
+//go:build linux
+
+package h1loop_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/switchboard-dev/switchboard/proxy/h1loop"
+)
+
+// TestAcceptOutOfDescriptorsBacksOff: an accept that fails for want of a
+// descriptor stops the loop watching the socket for a doubling backoff
+// (5 ms, 10 ms, ...), reported to Settings.AcceptFailed, instead of
+// spinning on a socket that stays ready; the connection waits in the
+// accept queue and is served once descriptors are free again. Not
+// parallel: it takes the process's descriptors.
+func TestAcceptOutOfDescriptorsBacksOff(t *testing.T) {
+	type report struct {
+		err   error
+		retry time.Duration
+	}
+	reports := make(chan report, 64)
+	st := h1loop.Settings{AcceptFailed: func(err error, retry time.Duration) {
+		select {
+		case reports <- report{err, retry}:
+		default:
+		}
+	}}
+	f := newFront(t, http.HandlerFunc(echoPath), st, h1loop.Upstream{MaxIdlePerEndpoint: 4})
+	// The first request opens the backend's and the upstream's
+	// descriptors, so that the one below needs only its accept.
+	warm, wbr := f.dial()
+	fmt.Fprintf(warm, "GET /warm HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, body := readResponse(t, wbr, "GET"); resp.StatusCode != 200 || body != "path=/warm" {
+		t.Fatalf("warm-up: %d %q", resp.StatusCode, body)
+	}
+
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tight := lim
+	tight.Cur = uint64(len(fds) + 8)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &tight); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer restore()
+	var held []int
+	release := func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+		held = nil
+	}
+	defer release()
+	for {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		held = append(held, fd)
+	}
+	if len(held) == 0 {
+		t.Fatal("no descriptor left to take")
+	}
+	// One descriptor left: the client's; the loop's accept finds none.
+	unix.Close(held[len(held)-1])
+	held = held[:len(held)-1]
+	c, err := net.DialTimeout("tcp", f.addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial with one descriptor left: %v", err)
+	}
+	defer c.Close()
+
+	// Two loops, each with its own backoff: 5, 10, 20, 40 ms each. A
+	// loop that spun on the ready socket would report far more failures
+	// (or none, and never serve the connection) before its 40 ms step.
+	var got []time.Duration
+	var first time.Time
+	for len(got) == 0 || got[len(got)-1] < 40*time.Millisecond {
+		select {
+		case r := <-reports:
+			if r.err != unix.EMFILE {
+				t.Fatalf("accept failure reported as %v, want EMFILE", r.err)
+			}
+			if got = append(got, r.retry); len(got) == 1 {
+				first = time.Now()
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after %v: no further accept failure reported", got)
+		}
+		if len(got) > 8 {
+			t.Fatalf("retry steps %v: more failures than two loops' backoffs from 5 ms to 40 ms make", got)
+		}
+	}
+	// Its 40 ms step comes after its 5, 10 and 20 ms waits (less a
+	// little: the loop's clock is read once per iteration).
+	if waited := time.Since(first); waited < 25*time.Millisecond {
+		t.Fatalf("retry steps %v: the 40 ms step came %v after the first failure: the loop did not wait", got, waited)
+	}
+	for _, d := range got {
+		switch d {
+		case 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond:
+		default:
+			t.Fatalf("retry steps %v: %v is no step of a backoff doubling from 5 ms", got, d)
+		}
+	}
+
+	release()
+	restore()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != "path=/after" {
+		t.Fatalf("after the backoff: %d %q", resp.StatusCode, body)
+	}
+}
