@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"net/http"
+	"net/url"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -34,19 +35,36 @@ func ParseRequestHead(head []byte) (req *http.Request, ok bool) {
 
 // Reuse is what a caller that has one message at a time in hand (an event
 // loop's connection, serving its requests in turn) keeps from one parse to
-// the next. The header map is Reuse's, emptied and filled again. A request
-// costs one allocation, its own (its strings may be kept by anything: a
-// limiter's key, a log line), and is made as a copy of Base, which gives
-// it Base's context without the copy Request.WithContext makes. A response
-// costs none: it lives in Reuse's memory, strings included (see
-// ParseResponseHeadReusing). A message parsed with a Reuse is valid until
-// the next parse with the same Reuse. The zero Reuse is ready to use.
+// the next. The header map is Reuse's, emptied and filled again. A
+// request costs no allocation: it lives in Reuse's memory, strings
+// included, and is made as a copy of Base, which gives it Base's context
+// without the copy Request.WithContext makes. A response lives in Reuse's
+// memory too (see ParseResponseHeadReusing). A message parsed with a Reuse
+// is valid until the next parse of the same kind with the same Reuse:
+// whatever keeps one of its strings longer (a limiter's key, a log line
+// written later) keeps a copy. The zero Reuse is ready to use.
 type Reuse struct {
 	// Base is the request each parsed request starts as a copy of; nil:
 	// none (the context is then Background).
 	Base *http.Request
 	h    http.Header
+	req  *reqBox
 	resp *respBox
+}
+
+// reqBox is the allocation a request parsed with ru lives in: ru's own
+// when ru is not nil (ParseRequestHeadReusing), emptied, else a new one.
+func (ru *Reuse) reqBox() *reqBox {
+	if ru == nil {
+		return new(reqBox)
+	}
+	if ru.req == nil {
+		ru.req = new(reqBox)
+	} else {
+		b := ru.req
+		b.req, b.url, b.body, b.vals = http.Request{}, url.URL{}, lengthBody{}, [maxFastFields]string{}
+	}
+	return ru.req
 }
 
 // respBox is the allocation a response parsed with ru lives in: ru's own
@@ -76,8 +94,8 @@ func (ru *Reuse) header() http.Header {
 	return ru.h
 }
 
-// ParseRequestHeadReusing is ParseRequestHead with ru's map and base
-// request (nil: ParseRequestHead's own).
+// ParseRequestHeadReusing is ParseRequestHead with ru's memory, map and
+// base request (nil: ParseRequestHead's own).
 func ParseRequestHeadReusing(head []byte, ru *Reuse) (req *http.Request, ok bool) {
 	req, _, ok = parseRequestHead(head, nil, ru)
 	if !ok {

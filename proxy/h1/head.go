@@ -277,7 +277,7 @@ func parseRequestHead(head []byte, br *bufio.Reader, ru *Reuse) (req *http.Reque
 	}
 
 	// Accepted.
-	box := new(reqBox)
+	box := ru.reqBox()
 	s := headText(head, fs, box.text[:])
 	// Host is in r.Host, not in the header, as with http.ReadRequest.
 	h := buildHeader(s, fs, host, box.vals[:], ru.header())

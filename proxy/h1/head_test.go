@@ -356,3 +356,35 @@ func TestFastPathsAllocateThreeTimesPerHead(t *testing.T) {
 		t.Errorf("parseResponseHead: %v allocations, want at most 3", n)
 	}
 }
+
+// TestReuseParsesRequestsIntoItsOwnMemory: with a Reuse, a request head
+// is parsed with no allocation, into the Reuse's memory, and the next
+// parse writes over the last request (which is why a caller keeps copies
+// of what it keeps longer: see Reuse).
+func TestReuseParsesRequestsIntoItsOwnMemory(t *testing.T) {
+	var ru Reuse
+	first := []byte("GET /first?a=1 HTTP/1.1\r\nHost: one.example\r\nUser-Agent: ua-1\r\n\r\n")
+	second := []byte("POST /second HTTP/1.1\r\nHost: two.example\r\nContent-Length: 0\r\n\r\n")
+	r1, ok := ParseRequestHeadReusing(first, &ru)
+	if !ok {
+		t.Fatal("first head refused")
+	}
+	if r1.Method != "GET" || r1.URL.Path != "/first" || r1.URL.RawQuery != "a=1" || r1.Host != "one.example" || r1.Header.Get("User-Agent") != "ua-1" {
+		t.Fatalf("first request parsed as %s %s?%s host %q ua %q", r1.Method, r1.URL.Path, r1.URL.RawQuery, r1.Host, r1.Header.Get("User-Agent"))
+	}
+	r2, ok := ParseRequestHeadReusing(second, &ru)
+	if !ok {
+		t.Fatal("second head refused")
+	}
+	if r2 != r1 {
+		t.Fatal("the second request is not in the Reuse's memory")
+	}
+	if r2.Method != "POST" || r2.URL.Path != "/second" || r2.URL.RawQuery != "" || r2.Host != "two.example" ||
+		r2.Header.Get("User-Agent") != "" || r2.ContentLength != 0 {
+		t.Fatalf("second request parsed as %s %s?%s host %q ua %q length %d: the first's left over",
+			r2.Method, r2.URL.Path, r2.URL.RawQuery, r2.Host, r2.Header.Get("User-Agent"), r2.ContentLength)
+	}
+	if n := testing.AllocsPerRun(100, func() { ParseRequestHeadReusing(first, &ru) }); n != 0 {
+		t.Errorf("a request head parsed with a Reuse: %v allocations, want 0", n)
+	}
+}

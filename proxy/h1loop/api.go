@@ -20,6 +20,13 @@ type Handler interface {
 	// may reuse it, so that a keep-alive connection's requests cost no
 	// allocation of their own. r's context is the connection's: it ends
 	// when the client goes away or the server closes.
+	//
+	// r, its header and its strings live in the connection's memory
+	// (h1.Reuse): they are valid until the exchange is Done, after which
+	// the connection's next request is parsed over them. What keeps one
+	// longer (a queued log record, a map key) keeps a copy. An exchange
+	// whose call went off the loop (a blocking step, a hedge) leaves
+	// that memory to it: the next request gets new.
 	Begin(r *http.Request, now time.Time, prev Exchange) Exchange
 }
 

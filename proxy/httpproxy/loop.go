@@ -232,6 +232,9 @@ func (x *loopExchange) access(status int, in, out int64, took time.Duration) {
 		x.log.addLine(time.Now(), &l)
 		return
 	}
+	// The record is handled later, on the queue's goroutine, after the
+	// connection's next request may have been parsed over this one's.
+	l.own()
 	var w accessFields
 	r := slog.NewRecord(time.Now(), slog.LevelInfo, "access", 0)
 	r.AddAttrs(l.attrs(&w)...)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -162,6 +163,27 @@ func (l *accessLine) request(h *Handler, r *http.Request, rt *route, tg *target,
 	}
 	if ep != nil {
 		l.endpoint = ep.Address()
+	}
+}
+
+// own copies the strings l borrows from its request, in one allocation:
+// an event loop's connection parses its next request into the same
+// memory (h1.Reuse), so a line handled later, on another goroutine, must
+// not point into it.
+func (l *accessLine) own() {
+	fs := [...]*string{&l.method, &l.host, &l.path, &l.query, &l.userAgent, &l.requestID}
+	n := 0
+	for _, f := range fs {
+		n += len(*f)
+	}
+	if n == 0 {
+		return
+	}
+	b := make([]byte, 0, n) // never grown: the strings below stay put
+	for _, f := range fs {
+		i := len(b)
+		b = append(b, *f...)
+		*f = unsafe.String(unsafe.SliceData(b[i:]), len(*f))
 	}
 }
 
