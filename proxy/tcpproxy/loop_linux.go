@@ -515,7 +515,10 @@ func (c *lconn) dialSlow(addr string) {
 	go func() {
 		fd, err := evloop.DialBlocking(l.cutCtx, &d, addr)
 		ev.Hand(func() {
-			if c.gen != gen || c.state != stConnecting || c.ufd >= 0 {
+			if c.gen != gen || c.state != stConnecting || c.ufd >= 0 || l.cutCtx.Err() != nil {
+				// Stale, or the shutdown's cut has begun: cutAll, which
+				// follows the cancel, ends the connection and counts it
+				// as cut (ended here as a failed attempt, it was missed).
 				if fd >= 0 {
 					unix.Close(fd)
 				}
@@ -527,7 +530,7 @@ func (c *lconn) dialSlow(addr string) {
 					return
 				}
 			}
-			if c.attemptFailed(err, l.cutCtx.Err() != nil) {
+			if c.attemptFailed(err, false) {
 				c.connect()
 			}
 		}, func() { // the loops stopped first

@@ -364,6 +364,31 @@ func TestLoopShutdownDrainsThenCuts(t *testing.T) {
 	}
 }
 
+// TestLoopShutdownCountsACutHostNameDial: a connection whose dial of a
+// host name (on a goroutine, off the loop) hangs is cut at the shutdown
+// deadline and counted as cut: the canceled dial's report, which may reach
+// the loop before the cut does, leaves the connection to the cut instead
+// of ending it as a failed attempt first (which left it out of the count).
+func TestLoopShutdownCountsACutHostNameDial(t *testing.T) {
+	hole := blackhole(t)
+	_, port, _ := net.SplitHostPort(hole)
+	named := net.JoinHostPort("localhost", port)
+	up := newUpstream(t, "app", rr(), named)
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop, ConnectTimeout: time.Minute}, up)
+	c := p.dial(t)
+	testutil.WaitFor(t, 5*time.Second, "the connection to be admitted", func() bool { return p.l.Stats().Active == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := p.l.Shutdown(ctx)
+	if err == nil || !strings.Contains(err.Error(), "1 connection(s) cut") {
+		t.Fatalf("Shutdown = %v, want the connecting one counted as cut", err)
+	}
+	expectClosed(t, c, 5*time.Second)
+	if n := p.connectErrors("app", named); n != 0 {
+		t.Errorf("connect errors = %v, want 0: a dial cut by shutdown says nothing about the endpoint", n)
+	}
+}
+
 // TestLoopAcceptBacksOffWhenOutOfDescriptors: a loop whose accept fails
 // (out of file descriptors) stops watching the listener for a while
 // instead of spinning on it, says so in the log, and serves the waiting
