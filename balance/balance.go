@@ -50,7 +50,10 @@ var ErrNoEndpoint = errors.New("balance: no endpoint available")
 // request; policies must not keep it.
 type Info struct {
 	// Key is the request's hash key for hashing policies ("" with HasKey
-	// false when the request carries none).
+	// false when the request carries none). It may be borrowed from the
+	// request, valid only during Pick: the HTTP proxy's event loop parses
+	// a connection's next request over the memory of the last one. A
+	// policy that keeps a key keeps a copy (strings.Clone).
 	Key    string
 	HasKey bool
 	// Tried lists the endpoints already used for this request (retries). A

@@ -31,7 +31,10 @@ type Outcome struct {
 	// outcome says nothing about the endpoint and must not count against it.
 	Canceled bool
 	// LoadReport is the endpoint's own load report, if it sent one (the raw
-	// X-Switchboard-Load response header: "cpu=0.42, mem=0.31").
+	// X-Switchboard-Load response header: "cpu=0.42, mem=0.31"). It may be
+	// borrowed from the response, valid only during Done: the HTTP
+	// proxy's event loop reads a connection's next response into the same
+	// memory. A policy that keeps it keeps a copy (strings.Clone).
 	LoadReport string
 	// At is when the use ended, in Nanotime's units; 0 (unset) means that
 	// whoever needs the time reads the clock. A caller that read the clock

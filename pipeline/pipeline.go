@@ -291,6 +291,10 @@ type Call struct {
 	// Req is the request as it goes upstream: method, URL, Host and the
 	// header as the front end prepared it. Its context is the caller's:
 	// when it ends, so does the call. Its own Body is not read: set Body.
+	// It may be lent until Finish (an event loop parses the connection's
+	// next request into the same memory after it): the pipeline keeps
+	// none of its strings longer, and copies what it does keep (a stale
+	// copy's key, a Redis key).
 	Req *http.Request
 	// Body is the request body, nil for none. Its length is
 	// Req.ContentLength (-1: unknown). A BufferedBody is sent again as a

@@ -120,10 +120,10 @@ func ParseResponseHead(head []byte, req *http.Request) (*http.Response, error) {
 
 // ParseResponseHeadReusing is ParseResponseHead with ru's header map and
 // ru's allocation for the response itself (ru.Base is not used): a parse
-// on the fast path costs nothing, but unlike a request's, the response's
-// strings (Status, the header's values) are over ru's memory too, so they
-// change at the next parse with ru: the caller must be done with all of
-// them by then, and must not hand them to anything that keeps them.
+// on the fast path costs nothing, and as with a request (Reuse), the
+// response's strings (Status, the header's values) are over ru's memory,
+// so they change at the next parse with ru: the caller must be done with
+// all of them by then, and must not hand them to anything that keeps them.
 // (h1loop relays a response's head and forgets it; a load report read from
 // it is parsed at once.)
 func ParseResponseHeadReusing(head []byte, req *http.Request, ru *Reuse) (*http.Response, error) {

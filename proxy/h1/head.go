@@ -145,8 +145,8 @@ func kindOf(name []byte) fieldKind {
 // of it, so the head's text costs at most one allocation. When the head
 // fits in buf, the string is made over buf, which costs none: buf is part
 // of the message's own allocation, written here once and never again, so
-// the string stays immutable (but for a response parsed with a Reuse,
-// whose memory is the Reuse's: see ParseResponseHeadReusing).
+// the string stays immutable (but for a message parsed with a Reuse,
+// whose memory is the Reuse's: see Reuse).
 func headText(head []byte, fs []fieldPos, buf []byte) string {
 	if len(head) > len(buf) {
 		buf = make([]byte, len(head))

@@ -40,11 +40,12 @@
 // reading for the idle timeout. Those that move with every request are
 // evloop.Deadlines: no timer heap operation per request.
 //
-// Per request on the common path: one allocation (the request head, whose
-// strings may be kept; the exchange, the attempt, the header maps, the
-// first response's memory and the Handler's state are the connection's,
-// reused: Handler.Begin gets the last Exchange back) and about four system
-// calls (a read and a write on each side: connections are registered once,
+// Per request on the common path: no allocation of the loop's own (the
+// request head, the exchange, the attempt, the header maps, the first
+// response's memory and the Handler's state are the connection's, reused:
+// Handler.Begin gets the last Exchange back, and the request's strings are
+// valid until its exchange is Done) and about four system calls (a read
+// and a write on each side: connections are registered once,
 // edge-triggered, a short read means the socket is empty, and a response
 // head goes out with its body). A client connection that waits for its
 // next request holds no read buffer: the loop keeps them.
