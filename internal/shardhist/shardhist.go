@@ -10,8 +10,8 @@
 // the other CPU: under load the three per-request observations took 3.9%
 // of switchboard's CPU. Here each child keeps its bucket counts and sum in
 // a few shards, each on cache lines of its own; an observation finds its
-// bucket, picks a shard and makes two atomic updates to it. A scrape sums
-// the shards.
+// bucket, takes its shard (one per P, the scheduler's processor: see
+// tokens) and makes two atomic updates to it. A scrape sums the shards.
 //
 // HistogramVec is built on prometheus.MetricVec, so callers keep what they
 // had with prometheus.HistogramVec: the vector registers as a Collector,
@@ -194,10 +194,18 @@ func (h *histogram) Desc() *prometheus.Desc { return h.desc }
 
 // Observe adds v to the histogram: to the count of the first bucket whose
 // upper bound is at least v (a NaN counts in +Inf, as client_golang's does)
-// and to the sum, in one shard.
+// and to the sum, in the shard of the P it runs on (see tokens).
 func (h *histogram) Observe(v float64) {
+	t := tokens.Get().(*uint32)
+	shard := *t
+	tokens.Put(t)
+	h.observeIn(shard, v)
+}
+
+// observeIn adds v to the shard that the low bits of shard choose.
+func (h *histogram) observeIn(shard uint32, v float64) {
 	b := findBucket(h.bounds, v)
-	s := h.words[int(pick()&h.mask)*h.stride:]
+	s := h.words[int(shard&h.mask)*h.stride:]
 	atomic.AddUint64(&s[1+b], 1)
 	for {
 		old := atomic.LoadUint64(&s[0])
