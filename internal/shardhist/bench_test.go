@@ -3,6 +3,7 @@ package shardhist
 import (
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,7 +32,11 @@ var (
 // alternative the tokens were measured against.
 type randomShard struct{ h *histogram }
 
-func (r randomShard) Observe(v float64) { r.h.observeIn(rand.Uint32(), v) }
+func (r randomShard) Observe(v float64) {
+	var t atomic.Uint32
+	t.Store(rand.Uint32())
+	r.h.observeIn(&t, v)
+}
 
 // peers are the histograms compared, one series each with switchboard's
 // latency buckets: client_golang's, ours, and ours with random shards.

@@ -9,34 +9,39 @@ import (
 // Get and Put use a slot of the P (the scheduler's processor, which runs
 // one goroutine at a time on one thread) they run on: a P keeps getting
 // the token it put back, so the goroutines of one P update the same shard
-// of every series, and two Ps update different ones while each has its own
-// token. The tokens are handed out in turn, so Ps get different ones;
-// after a garbage collection empties the pool (a P's token then comes back
-// from the victim cache, or a new one is handed out) or a goroutine moved
-// between Get and Put, two Ps may share a shard for a while, which costs
-// time, never a count.
+// of every series, and two Ps, holding different tokens, different ones.
 //
-// A random shard per observation (math/rand/v2's per-thread generator) is
-// some 5 ns cheaper on one goroutine, but moves a shard's cache lines
-// between CPUs as often as the shard is last written by another CPU: with
-// two goroutines observing flat out it took 30-60 ns an observation (8
-// and 2 shards) against 13 ns for the pool's tokens, and observations
-// spread between other work cost about twice as much CPU as with the
-// tokens (BenchmarkObserveParallel, BenchmarkObserveBetweenWork).
+// Tokens are handed out in turn, so Ps start on different shards; but a
+// P idle for two garbage collections loses its token and takes a new one,
+// which may choose the shard another P's does (with two shards, one time
+// in two). So, as Java's LongAdder rehashes a thread's probe, a token
+// moves to the next shard when its compare-and-swap of a shard's sum
+// fails, which says another CPU updated that shard meanwhile: two Ps that
+// share a shard part after a few observations. Sharing costs time, never
+// a count.
+//
+// A random shard per observation (math/rand/v2's per-thread generator,
+// the peer random-shard in the benchmarks) moves a shard's cache lines
+// between CPUs as often as the shard was last written by another CPU:
+// with two goroutines observing flat out it took 46 ns an observation
+// against the tokens' 12 (client_golang's 131), and three observations
+// between other work cost 108 ns against the tokens' 29 (client_golang's
+// 224; BenchmarkObserveParallel, BenchmarkObserveBetweenWork).
 var tokens = sync.Pool{New: func() any {
 	return &tokenSlots[nextToken.Add(1)%uint32(len(tokenSlots))]
 }}
 
 var (
-	// tokenSlots are the tokens: token i is tokenSlots[i], valued i,
-	// so that handing one out allocates nothing.
-	tokenSlots [256]uint32
+	// tokenSlots are the tokens, so that handing one out allocates
+	// nothing; token i starts on shard i. Atomic because a P moves its
+	// token, and after 256 tokens handed out, two Ps may hold one.
+	tokenSlots [256]atomic.Uint32
 	nextToken  atomic.Uint32
 )
 
 func init() {
 	for i := range tokenSlots {
-		tokenSlots[i] = uint32(i)
+		tokenSlots[i].Store(uint32(i))
 	}
 }
 

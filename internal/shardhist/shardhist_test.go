@@ -9,7 +9,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -435,5 +437,69 @@ func TestFindBucket(t *testing.T) {
 	}
 	if got := findBucket(nil, 1); got != 0 {
 		t.Errorf("findBucket(no bounds, 1) = %d, want 0", got)
+	}
+}
+
+// TestTokensSharingAShardPart has two goroutines observe with tokens on
+// the same shard, as two Ps whose tokens collide: a failed
+// compare-and-swap moves one of them, until they are on different shards,
+// where they stay. No observation is lost on the way.
+func TestTokensSharingAShardPart(t *testing.T) {
+	prev := runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
+	defer runtime.GOMAXPROCS(prev)
+	h := newVec(prometheus.HistogramOpts{Name: "t_seconds", Help: "t.", Buckets: latencyBuckets}, nil, 2).WithLabelValues().(*histogram)
+
+	var tokens [2]atomic.Uint32 // both 0: shard 0
+	parted := func() bool { return (tokens[0].Load()^tokens[1].Load())&h.mask != 0 }
+	var observed [2]atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range tokens {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				h.observeIn(&tokens[i], 0.5)
+				observed[i].Add(1)
+			}
+		})
+	}
+	halt := func() uint64 {
+		close(stop)
+		wg.Wait()
+		return observed[0].Load() + observed[1].Load()
+	}
+
+	// Parted, and still parted once each goroutine has made an
+	// observation begun after that (one in flight may still move a
+	// token): from then on they share no shard, so nothing moves.
+	deadline := time.Now().Add(20 * time.Second)
+	for settled := false; !settled; {
+		if time.Now().After(deadline) {
+			n := halt()
+			t.Fatalf("tokens %d and %d still on one shard after %d observations", tokens[0].Load(), tokens[1].Load(), n)
+		}
+		if parted() {
+			a, b := observed[0].Load(), observed[1].Load()
+			for (observed[0].Load() < a+2 || observed[1].Load() < b+2) && time.Now().Before(deadline) {
+				runtime.Gosched()
+			}
+			settled = parted()
+		}
+		runtime.Gosched()
+	}
+	n := halt()
+	if !parted() {
+		t.Fatalf("tokens %d and %d back on one shard after they had parted", tokens[0].Load(), tokens[1].Load())
+	}
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if m.GetHistogram().GetSampleCount() != n || m.GetHistogram().GetSampleSum() != float64(n)/2 {
+		t.Errorf("count %d, sum %v after %d observations of 0.5", m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum(), n)
 	}
 }
