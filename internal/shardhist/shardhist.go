@@ -10,8 +10,10 @@
 // the other CPU: under load the three per-request observations took 3.9%
 // of switchboard's CPU. Here each child keeps its bucket counts and sum in
 // a few shards, each on cache lines of its own; an observation finds its
-// bucket, takes its shard (one per P, the scheduler's processor: see
-// tokens) and makes two atomic updates to it. A scrape sums the shards.
+// bucket, takes the shard of the P it runs on (the scheduler's processor:
+// a CPU's goroutines keep to one shard, and a shard two Ps collide on is
+// left by one of them) and makes two atomic updates to it. A scrape sums
+// the shards.
 //
 // HistogramVec is built on prometheus.MetricVec, so callers keep what they
 // had with prometheus.HistogramVec: the vector registers as a Collector,
