@@ -8,6 +8,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/httpmetrics"
+	"github.com/switchboard-dev/switchboard/internal/shardhist"
 )
 
 // Metrics are the upstreams' Prometheus metrics: endpoint state changes,
@@ -17,13 +18,15 @@ import (
 //
 // The per-endpoint series of answers are resolved when an endpoint joins
 // the pool and counted by an endpoint.Observer, so that an answer costs a
-// histogram observation and an atomic add, not label lookups. Their
+// histogram observation and an atomic add, not label lookups; the latency
+// histogram is sharded (package shardhist), as an endpoint's answers come
+// in on every CPU. Their
 // cardinality is bounded by the endpoints: the status is counted by class
 // (2xx, 4xx...), and an upstream can drop its latency histograms
 // (MetricsConfig.PerEndpointHistograms).
 type Metrics struct {
 	states        *prometheus.CounterVec
-	latency       *prometheus.HistogramVec
+	latency       *shardhist.HistogramVec
 	responses     *prometheus.CounterVec
 	checks        *prometheus.CounterVec
 	checkDuration *prometheus.HistogramVec
@@ -38,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_endpoint_state_changes_total",
 			Help: "Endpoint state changes made by health checking, by upstream, endpoint and the state entered.",
 		}, []string{"upstream", "endpoint", "state"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		latency: shardhist.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchboard_endpoint_request_duration_seconds",
 			Help:    "Time from picking the endpoint to its response head, of every attempt the endpoint answered, by upstream and endpoint.",
 			Buckets: httpmetrics.LatencyBuckets(),

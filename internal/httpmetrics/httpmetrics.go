@@ -12,18 +12,22 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/switchboard-dev/switchboard/internal/shardhist"
 )
 
 // Metrics are the metric vectors. Per-request series are resolved once per
 // route (and per status code on first use) by Route, so that a request
-// costs atomic adds, not label lookups.
+// costs atomic adds, not label lookups. The per-request histograms are
+// sharded (package shardhist), so that the event loops, one per CPU, do
+// not pass their cache lines back and forth.
 type Metrics struct {
 	requests      *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
+	duration      *shardhist.HistogramVec
 	inflight      *prometheus.GaugeVec
 	requestBytes  *prometheus.CounterVec
 	responseBytes *prometheus.CounterVec
-	header        *prometheus.HistogramVec
+	header        *shardhist.HistogramVec
 	coding        codingVecs
 	access        accessVecs
 	logDropped    *prometheus.CounterVec
@@ -44,7 +48,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_http_requests_total",
 			Help: "HTTP requests answered, by listener, route, upstream and status code (route \"\": no route matched).",
 		}, []string{"listener", "route", "upstream", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		duration: shardhist.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchboard_http_request_duration_seconds",
 			Help:    "Time from routing a request to the end of its response, by route and upstream; requests that matched no route are not observed.",
 			Buckets: latencyBuckets,
@@ -61,7 +65,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_http_response_bytes_total",
 			Help: "Response body bytes written to clients, by listener and route.",
 		}, []string{"listener", "route"}),
-		header: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		header: shardhist.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchboard_upstream_response_header_seconds",
 			Help:    "Time from sending a request to an endpoint of the upstream to its response head (time to first byte), by upstream.",
 			Buckets: latencyBuckets,
@@ -108,7 +112,7 @@ func (m *Metrics) ResponseHeader(upstream string) prometheus.Observer {
 
 // lazyObserver resolves its series on first use.
 type lazyObserver struct {
-	vec   *prometheus.HistogramVec
+	vec   *shardhist.HistogramVec
 	label string
 	o     atomic.Pointer[observerBox]
 }
