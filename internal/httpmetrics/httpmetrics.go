@@ -24,7 +24,7 @@ import (
 type Metrics struct {
 	requests      *prometheus.CounterVec
 	duration      *shardhist.HistogramVec
-	inflight      *prometheus.GaugeVec
+	inflight      *shardhist.GaugeVec
 	requestBytes  *prometheus.CounterVec
 	responseBytes *prometheus.CounterVec
 	header        *shardhist.HistogramVec
@@ -53,7 +53,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from routing a request to the end of its response, by route and upstream; requests that matched no route are not observed.",
 			Buckets: latencyBuckets,
 		}, []string{"listener", "route", "upstream"}),
-		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		inflight: shardhist.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchboard_http_requests_in_flight",
 			Help: "HTTP requests being served, by listener.",
 		}, []string{"listener"}),
@@ -133,7 +133,7 @@ type Route struct {
 	m                         *Metrics
 	listener, route, upstream string
 	duration                  prometheus.Observer // nil for the no-route series
-	inflight                  prometheus.Gauge
+	inflight                  *shardhist.Gauge    // every request moves it, on any loop: sharded
 	codes                     [600]atomic.Pointer[counterBox]
 	access                    routeAccess
 	bytes                     atomic.Pointer[bytesBox]

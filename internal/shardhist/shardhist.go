@@ -15,6 +15,9 @@
 // left by one of them) and makes two atomic updates to it. A scrape sums
 // the shards.
 //
+// GaugeVec does the same for a gauge moved by whole steps from every CPU
+// (the requests in flight).
+//
 // HistogramVec is built on prometheus.MetricVec, so callers keep what they
 // had with prometheus.HistogramVec: the vector registers as a Collector,
 // and Delete, DeleteLabelValues, DeletePartialMatch and Reset work on it.
