@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/proxy/h1loop"
 )
 
@@ -134,5 +135,46 @@ func TestAcceptOutOfDescriptorsBacksOff(t *testing.T) {
 	br := bufio.NewReader(c)
 	if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != "path=/after" {
 		t.Fatalf("after the backoff: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestBurstOfConnectionsIsSpreadOverTheLoops: connections that arrive at
+// once, whichever loop the kernel wakes for them, end up on the loops
+// within one of each other (a loop with two more than another hands its
+// next ones over), and each is served.
+func TestBurstOfConnectionsIsSpreadOverTheLoops(t *testing.T) {
+	f := newFront(t, http.HandlerFunc(echoPath), h1loop.Settings{}, h1loop.Upstream{MaxIdlePerEndpoint: 4})
+	const n = 40
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", f.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	var last []int
+	testutil.WaitFor(t, 10*time.Second, "every connection to be on a loop", func() bool {
+		last = f.srv.LoopConns()
+		sum := 0
+		for _, k := range last {
+			sum += k
+		}
+		return sum == n
+	})
+	lo, hi := last[0], last[0]
+	for _, k := range last {
+		lo, hi = min(lo, k), max(hi, k)
+	}
+	if hi-lo > 2 {
+		t.Fatalf("connections per loop %v: not spread (at most two apart)", last)
+	}
+	for i, c := range conns {
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET /c/%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
+		if resp, body := readResponse(t, bufio.NewReader(c), "GET"); resp.StatusCode != 200 || body != fmt.Sprintf("path=/c/%d", i) {
+			t.Fatalf("connection %d: %d %q", i, resp.StatusCode, body)
+		}
 	}
 }

@@ -325,6 +325,7 @@ func (c *conn) handOff() {
 	c.cancel()
 	c.closed = true
 	delete(c.lp.conns, c)
+	c.lp.n.Add(-1)
 	nc, err := c.lp.l.Handoff(c.fd, c.in)
 	c.lp.s.connGone()
 	if err != nil {
@@ -354,5 +355,6 @@ func (c *conn) close() {
 	c.lp.release(c.in)
 	c.in = nil
 	delete(c.lp.conns, c)
+	c.lp.n.Add(-1)
 	c.lp.s.connGone()
 }

@@ -205,6 +205,7 @@ type loop struct {
 	s     *Server
 	l     *evloop.Loop
 	acc   evloop.Acceptor
+	n     atomic.Int64         // client connections, for the other loops' accept to read
 	pool  map[string][]*upConn // idle, by endpoint address, most recent last
 	conns map[*conn]struct{}
 	// The Date field's value, made once a second.
@@ -249,21 +250,76 @@ func (lp *loop) dateValue() []byte {
 	return lp.date
 }
 
-// accept takes a new connection (evloop.Acceptor's Take).
+// accept takes a new connection (evloop.Acceptor's Take). When another
+// loop has at least two connections fewer, the connection goes to the
+// loop with the fewest (so the loops stay within two of each other; one
+// apart would move every other connection of a steady stream): which loop a readiness event wakes is the
+// kernel's choice, and a burst of new connections (a load generator's, a
+// client pool's) could leave one loop with most of them and the other
+// idle, which cost up to a fifth of the requests a second in rounds of
+// bench/run-http.sh. A keep-alive connection stays where it is put, so
+// the move is paid once, by a connection that would otherwise have
+// crowded a busy loop.
 func (lp *loop) accept(nfd int, remote netip.AddrPort) {
-	if lp.s.closing.Load() {
+	s := lp.s
+	if s.closing.Load() {
 		unix.Close(nfd)
 		return
 	}
+	s.conns.Add(1) // from here on, Shutdown waits for it
+	if t := s.lighter(lp); t != nil {
+		t.n.Add(1)
+		// Hand on a goroutine: this loop does not wait for the other,
+		// and a descriptor the stopped loop never took is closed.
+		go t.l.Hand(func() { t.adopt(nfd, remote) }, func() {
+			t.n.Add(-1)
+			unix.Close(nfd)
+			s.connGone()
+		})
+		return
+	}
+	lp.n.Add(1)
+	lp.adopt(nfd, remote)
+}
+
+// lighter returns the loop with the fewest client connections when it has
+// at least two fewer than lp, else nil.
+func (s *Server) lighter(lp *loop) *loop {
+	if len(s.loops) < 2 {
+		return nil
+	}
+	var best *loop
+	least := lp.n.Load() - 1
+	for _, o := range s.loops {
+		if n := o.n.Load(); o != lp && n < least {
+			best, least = o, n
+		}
+	}
+	return best
+}
+
+// adopt serves a new connection on lp, which counts it already (lp.n, and
+// the server's conns).
+func (lp *loop) adopt(nfd int, remote netip.AddrPort) {
 	unix.SetsockoptInt(nfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	c := newConn(lp, nfd, remote.String())
 	if err := lp.l.Add(nfd, connEvents, c); err != nil {
 		unix.Close(nfd)
+		lp.n.Add(-1)
+		lp.s.connGone()
 		return
 	}
-	lp.s.conns.Add(1)
 	lp.conns[c] = struct{}{}
 	c.armWait()
+}
+
+// LoopConns returns the client connections each loop serves now.
+func (s *Server) LoopConns() []int {
+	n := make([]int, len(s.loops))
+	for i, lp := range s.loops {
+		n[i] = int(lp.n.Load())
+	}
+	return n
 }
 
 // acceptFailed passes an accept that failed on (Settings.AcceptFailed).
