@@ -311,6 +311,11 @@ func (lp *loop) adopt(nfd int, remote netip.AddrPort) {
 	}
 	lp.conns[c] = struct{}{}
 	c.armWait()
+	if lp.s.closing.Load() {
+		// Handed over from another loop after Shutdown began, maybe
+		// after this loop's closeIdle: the grace it gives applies.
+		c.graceFirst()
+	}
 }
 
 // LoopConns returns the client connections each loop serves now.
@@ -334,19 +339,24 @@ func (lp *loop) acceptFailed(err error, retry time.Duration) {
 // way, and a client does not retry a first request that got a reset.
 const freshGrace = 5 * time.Second
 
+// graceFirst gives a connection that has not sent its first request the
+// drain's grace: it is served if its request comes (and closed after the
+// answer, the server closing), else closed by its timer.
+func (c *conn) graceFirst() {
+	d := freshGrace
+	if rh := c.settings().ReadHeaderTimeout; rh > 0 && rh < d {
+		d = rh
+	}
+	c.lp.l.SetDeadline(&c.timer, c.lp.now().Add(d))
+}
+
 func (lp *loop) closeIdle() {
 	for c := range lp.conns {
 		if c.ex != nil || len(c.in) > 0 {
 			continue
 		}
 		if c.first && !c.eof {
-			// Served if its request comes (and closed after the
-			// answer, the server closing), else closed by its timer.
-			d := freshGrace
-			if rh := c.settings().ReadHeaderTimeout; rh > 0 && rh < d {
-				d = rh
-			}
-			lp.l.SetDeadline(&c.timer, lp.now().Add(d))
+			c.graceFirst()
 			continue
 		}
 		c.close()
