@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -44,50 +43,8 @@ func TestAcceptOutOfDescriptorsBacksOff(t *testing.T) {
 		t.Fatalf("warm-up: %d %q", resp.StatusCode, body)
 	}
 
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tight := lim
-	tight.Cur = uint64(len(fds) + 8)
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &tight); err != nil {
-		t.Fatal(err)
-	}
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	defer restore()
-	var held []int
-	release := func() {
-		for _, fd := range held {
-			unix.Close(fd)
-		}
-		held = nil
-	}
-	defer release()
-	for {
-		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			break
-		}
-		held = append(held, fd)
-	}
-	if len(held) == 0 {
-		t.Fatal("no descriptor left to take")
-	}
 	// One descriptor left: the client's; the loop's accept finds none.
-	unix.Close(held[len(held)-1])
-	held = held[:len(held)-1]
+	giveBack := testutil.TakeDescriptors(t)
 	c, err := net.DialTimeout("tcp", f.addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dial with one descriptor left: %v", err)
@@ -128,8 +85,7 @@ func TestAcceptOutOfDescriptorsBacksOff(t *testing.T) {
 		}
 	}
 
-	release()
-	restore()
+	giveBack()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(c, "GET /after HTTP/1.1\r\nHost: x\r\n\r\n")
 	br := bufio.NewReader(c)

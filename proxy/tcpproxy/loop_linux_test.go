@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -420,49 +419,9 @@ func TestLoopAcceptBacksOffWhenOutOfDescriptors(t *testing.T) {
 	})
 	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), ln.Addr().String()))
 	roundTrip(t, p.dial(t), "warm") // the backend's and the proxy's first descriptors
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		t.Fatal(err)
-	}
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tight := lim
-	tight.Cur = uint64(len(fds) + 8)
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &tight); err != nil {
-		t.Fatal(err)
-	}
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	defer restore()
-	// Take every descriptor left but one, which the client takes: the
-	// proxy (in this process too) then cannot accept it.
-	var held []int
-	defer func() {
-		for _, fd := range held {
-			unix.Close(fd)
-		}
-	}()
-	for {
-		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			break
-		}
-		held = append(held, fd)
-	}
-	if len(held) == 0 {
-		t.Fatal("no descriptor left to take")
-	}
-	unix.Close(held[len(held)-1])
-	held = held[:len(held)-1]
+	// Every descriptor left but one, which the client takes: the proxy
+	// (in this process too) then cannot accept it.
+	giveBack := testutil.TakeDescriptors(t)
 	c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dial with one descriptor left: %v", err)
@@ -471,11 +430,7 @@ func TestLoopAcceptBacksOffWhenOutOfDescriptors(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "the proxy to log that its accept failed", func() bool {
 		return strings.Contains(p.logs.String(), "accept failed")
 	})
-	for _, fd := range held {
-		unix.Close(fd)
-	}
-	held = nil
-	restore()
+	giveBack()
 	// The client waits in the accept queue; once the loop resumes it is
 	// served.
 	roundTrip(t, c, "after the backoff")
