@@ -23,7 +23,7 @@ import (
 // loop woken by a burst (wrk opening 64 connections at once) take all of
 // it while the other sits idle; measured on 2 loops, that left one loop
 // with most connections in some runs and cost up to 15% of the requests a
-// second (docs/BENCHMARKS.md, "two loops").
+// second (docs/BENCHMARKS.md, "Issue 15: a loop per CPU, ...").
 //
 // An accept that fails for want of a resource (EMFILE, ENFILE, ENOBUFS,
 // ENOMEM) would fail again at once, the connection still queued and the
@@ -90,14 +90,10 @@ func (a *Acceptor) Stop() {
 	}
 	a.stopped = true
 	a.l.Disarm(&a.resume)
-	if !a.waiting() {
+	if !a.resume.Armed() { // else it is not watched until the retry
 		a.l.Remove(a.fd)
 	}
 }
-
-// waiting reports whether the Acceptor has stopped watching the socket
-// until its retry.
-func (a *Acceptor) waiting() bool { return a.resume.Armed() }
 
 // OnEvent takes up to Batch connections.
 func (a *Acceptor) OnEvent(fd int, _ Events) {

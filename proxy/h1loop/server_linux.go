@@ -252,14 +252,14 @@ func (lp *loop) dateValue() []byte {
 
 // accept takes a new connection (evloop.Acceptor's Take). When another
 // loop has at least two connections fewer, the connection goes to the
-// loop with the fewest (so the loops stay within two of each other; one
-// apart would move every other connection of a steady stream): which loop a readiness event wakes is the
-// kernel's choice, and a burst of new connections (a load generator's, a
-// client pool's) could leave one loop with most of them and the other
-// idle, which cost up to a fifth of the requests a second in rounds of
-// bench/run-http.sh. A keep-alive connection stays where it is put, so
-// the move is paid once, by a connection that would otherwise have
-// crowded a busy loop.
+// loop with the fewest, so the loops stay within two of each other (one
+// apart would move every other connection of a steady stream). Which loop
+// a readiness event wakes is the kernel's choice, and a burst of new
+// connections (a load generator's, a client pool's) could leave one loop
+// with most of them and the other idle, which cost up to a fifth of the
+// requests a second in rounds of bench/run-http.sh. A keep-alive
+// connection stays where it is put, so the move is paid once, by a
+// connection that would otherwise have crowded a busy loop.
 func (lp *loop) accept(nfd int, remote netip.AddrPort) {
 	s := lp.s
 	if s.closing.Load() {

@@ -276,11 +276,13 @@ type eventLoop interface {
 func (a *acceptLoop) loopSettings(st serverSettings) h1loop.Settings {
 	return h1loop.Settings{
 		ReadHeaderTimeout: st.readHeader, IdleTimeout: st.idle, MaxHeaderBytes: st.maxHeaderBytes,
-		AcceptFailed: a.loopAcceptFailed,
+		AcceptFailed: a.acceptFailed,
 	}
 }
 
-func (a *acceptLoop) loopAcceptFailed(err error, retry time.Duration) {
+// acceptFailed logs an accept that failed for want of a resource and how
+// long the engine waits before it accepts again (either engine's).
+func (a *acceptLoop) acceptFailed(err error, retry time.Duration) {
 	a.log.Warn("accept failed, retrying", "listen", a.ln.Addr().String(), "error", err, "retry_in", retry)
 }
 

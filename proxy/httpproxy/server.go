@@ -663,7 +663,7 @@ func (a *acceptLoop) run(pause <-chan struct{}) {
 			// Out of file descriptors and the like: back off, as net/http
 			// does, instead of spinning.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			a.log.Warn("accept failed, retrying", "listen", a.ln.Addr().String(), "error", err, "retry_in", backoff)
+			a.acceptFailed(err, backoff)
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:

@@ -195,7 +195,7 @@ func (l *Listener) Serve() error {
 			// Out of file descriptors and the like: wait, as net/http
 			// does, from 5ms doubling to 1s.
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			l.log.Warn("tcp listener: accept failed; retrying", "listener", l.name, "err", err, "retry_in", backoff)
+			l.acceptFailed(err, backoff)
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
@@ -649,4 +649,10 @@ func (t *epTable) stats() []EndpointStats {
 		return cmp.Or(cmp.Compare(a.Upstream, b.Upstream), cmp.Compare(a.Address, b.Address))
 	})
 	return out
+}
+
+// acceptFailed logs an accept that failed for want of a resource and how
+// long the engine waits before it accepts again (either engine's).
+func (l *Listener) acceptFailed(err error, retry time.Duration) {
+	l.log.Warn("tcp listener: accept failed; retrying", "listener", l.name, "err", err, "retry_in", retry)
 }

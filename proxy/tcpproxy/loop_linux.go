@@ -93,7 +93,7 @@ func (e *loopEngine) start() error {
 			tl := &tloop{e: e, ev: el}
 			tl.pipes.Size = pipeSize
 			tl.acc.Take = tl.accept
-			tl.acc.Failed = tl.acceptFailed
+			tl.acc.Failed = e.l.acceptFailed
 			tl.acc.Batch = evloop.AcceptBatch(n)
 			if err = tl.acc.Watch(el, e.lnfd); err == nil {
 				e.loops = append(e.loops, tl)
@@ -210,13 +210,6 @@ func (e *loopEngine) stop() {
 }
 
 func (e *loopEngine) activeConns() int { return int(e.active.Load()) }
-
-// acceptFailed logs an accept that failed for want of a resource; the
-// loop stops watching the listener for retry (evloop.Acceptor).
-func (tl *tloop) acceptFailed(err error, retry time.Duration) {
-	e := tl.e
-	e.l.log.Warn("tcp listener: accept failed; retrying", "listener", e.l.name, "err", err, "retry_in", retry)
-}
 
 // connState is where a connection is.
 type connState uint8
