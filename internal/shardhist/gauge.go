@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -61,26 +60,21 @@ func (v *GaugeVec) WithLabelValues(lvs ...string) *Gauge {
 type Gauge struct {
 	desc       *prometheus.Desc
 	labelPairs []*dto.LabelPair
-	words      []int64 // one per shard, stride apart, from a cache line boundary
+	words      []uint64 // one per shard, stride apart (two's complement: a sum of steps)
 	stride     int
 	mask       uint32
 }
 
 func newGauge(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) *Gauge {
-	const lineWords = cacheLine / 8
-	raw := make([]int64, shards*lineWords+lineWords)
-	skip := 0
-	if r := uintptr(unsafe.Pointer(&raw[0])) % cacheLine; r != 0 {
-		skip = int(cacheLine-r) / 8
-	}
-	return &Gauge{desc: desc, labelPairs: labelPairs, words: raw[skip : skip+shards*lineWords], stride: lineWords, mask: uint32(shards - 1)}
+	words, stride := shardWords(shards, 1)
+	return &Gauge{desc: desc, labelPairs: labelPairs, words: words, stride: stride, mask: uint32(shards - 1)}
 }
 
 // Add adds n (negative: takes) to the gauge, on the shard of the P the
 // caller runs on.
 func (g *Gauge) Add(n int64) {
 	t := tokens.Get().(*atomic.Uint32)
-	atomic.AddInt64(&g.words[int(t.Load()&g.mask)*g.stride], n)
+	atomic.AddUint64(&g.words[int(t.Load()&g.mask)*g.stride], uint64(n))
 	tokens.Put(t)
 }
 
@@ -92,11 +86,11 @@ func (g *Gauge) Dec() { g.Add(-1) }
 
 // Value is the sum of the shards.
 func (g *Gauge) Value() int64 {
-	var v int64
+	var v uint64
 	for off := 0; off < len(g.words); off += g.stride {
-		v += atomic.LoadInt64(&g.words[off])
+		v += atomic.LoadUint64(&g.words[off])
 	}
-	return v
+	return int64(v)
 }
 
 // Desc implements prometheus.Metric.

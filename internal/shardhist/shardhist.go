@@ -183,22 +183,30 @@ type histogram struct {
 }
 
 func newHistogram(desc *prometheus.Desc, bounds []float64, shards int, labelPairs []*dto.LabelPair) *histogram {
-	const lineWords = cacheLine / 8
-	stride := (2 + len(bounds) + lineWords - 1) / lineWords * lineWords
-	raw := make([]uint64, shards*stride+lineWords)
-	skip := 0
-	if r := uintptr(unsafe.Pointer(&raw[0])) % cacheLine; r != 0 {
-		skip = int(cacheLine-r) / 8
-	}
+	words, stride := shardWords(shards, 1+len(bounds)+1) // the sum, the buckets, +Inf
 	return &histogram{
 		desc:       desc,
 		bounds:     bounds,
 		labelPairs: labelPairs,
 		created:    timestamppb.New(time.Now()),
-		words:      raw[skip : skip+shards*stride],
+		words:      words,
 		stride:     stride,
 		mask:       uint32(shards - 1),
 	}
+}
+
+// shardWords returns the words of shards shards of n words each, every
+// shard starting on a cache line boundary and padded to whole lines, and
+// the stride between shards (in words).
+func shardWords(shards, n int) (words []uint64, stride int) {
+	const lineWords = cacheLine / 8
+	stride = (n + lineWords - 1) / lineWords * lineWords
+	raw := make([]uint64, shards*stride+lineWords)
+	skip := 0
+	if r := uintptr(unsafe.Pointer(&raw[0])) % cacheLine; r != 0 {
+		skip = int(cacheLine-r) / 8
+	}
+	return raw[skip : skip+shards*stride], stride
 }
 
 // Desc implements prometheus.Metric.
