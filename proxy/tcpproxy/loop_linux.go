@@ -25,8 +25,9 @@ const loopAvailable = true
 
 // loopEngine serves a listener on event loops (proxy/evloop): each loop
 // accepts from the listening socket (EPOLLEXCLUSIVE: a new connection
-// wakes one loop), admits, picks, connects without blocking and splices
-// both ways, every connection's work on the loop that accepted it.
+// wakes one loop), admits, picks, connects without blocking and forwards
+// both ways (copying small exchanges, splicing bulk), every connection's
+// work on the loop that accepted it.
 type loopEngine struct {
 	l       *Listener
 	lnfd    int          // a non-blocking duplicate of the listener's descriptor
@@ -42,6 +43,7 @@ type tloop struct {
 	e     *loopEngine
 	ev    *evloop.Loop
 	pipes evloop.Pipes
+	bufs  [][]byte // empty copy buffers (copyBufSize), for the next reads
 	conns *lconn   // every connection of the loop, a doubly linked list
 	free  []*lconn // ended connections, for the next ones
 	acc   evloop.Acceptor
@@ -217,7 +219,7 @@ type connState uint8
 const (
 	stQueued     connState = iota + 1 // waiting for a slot under MaxConns
 	stConnecting                      // connecting to an endpoint
-	stForwarding                      // splicing both ways
+	stForwarding                      // forwarding both ways
 	stDone                            // ended (its struct may be reused)
 )
 
@@ -256,22 +258,42 @@ type lconn struct {
 	grantFn   func() // c.onGrant, likewise
 }
 
-// dir is one direction of a forwarded connection: src's bytes go through
-// a pipe to dst. The pipe is taken when bytes come and given back when
-// they have all gone out, so an idle connection holds none. Bytes are
-// read from src only when the pipe is empty: then an EAGAIN means src is
-// empty (not the pipe full), and a destination that does not drain stops
-// its source (backpressure), holding at most a pipe's worth.
+// dir is one direction of a forwarded connection. Its bytes are first
+// read into a buffer of the loop's and written on (read(2) and write(2), as
+// nginx's stream module moves them): a connection that exchanges a few
+// small messages never touches a pipe. A read that fills the buffer marks
+// the direction bulk, and from then on src's bytes go through a pipe to dst
+// (splice(2): no copy through user space). The buffer and the pipe are
+// taken when bytes come and given back when they have all gone out, so an
+// idle connection holds neither. Bytes are read from src only when the
+// buffer and the pipe are empty: then an EAGAIN means src is empty, and a
+// destination that does not drain stops its source (backpressure),
+// holding at most a buffer's or a pipe's worth.
 type dir struct {
 	p        evloop.Pipe
 	hasPipe  bool
-	inPipe   int  // bytes in the pipe
+	inPipe   int    // bytes in the pipe
+	buf      []byte // the loop's buffer, while it holds buf[off:end] for dst
+	off, end int
+	bulk     bool // a read filled the buffer: splice from now on
 	srcReady bool // src may have bytes (or its end) to read: told, not yet read to EAGAIN
-	dstFull  bool // dst's buffer was full: wait until it is told Writable
-	eof      bool // src's end was read
-	done     bool // eof, and every byte written
-	n        uint64
+	// srcClosed: src's peer closed its side (EPOLLRDHUP or a hang-up was
+	// told), so a short read is not the end of what there is to read: the
+	// end itself is still to come.
+	srcClosed bool
+	dstFull   bool // dst's buffer was full: wait until it is told Writable
+	eof       bool // src's end was read
+	done      bool // eof, and every byte written
+	n         uint64
 }
+
+// copyBufSize is the loop's buffers' size: nginx stream's default
+// proxy_buffer_size. A read that fills one makes its direction bulk.
+const copyBufSize = 16 << 10
+
+// maxFreeBufs bounds the empty buffers a loop keeps for the next
+// connections (as evloop.DefaultPipes bounds its pipes).
+const maxFreeBufs = evloop.DefaultPipes
 
 // pipeSize is the capacity asked for the loops' pipes (0: the kernel's
 // default, 64 KiB): what a direction holds at most when its destination
@@ -657,6 +679,9 @@ func (h *clientSide) OnEvent(_ int, ev evloop.Events) {
 	c := (*lconn)(h)
 	if ev&(evloop.Readable|evloop.Hangup) != 0 {
 		c.dirs[0].srcReady = true
+		if ev&(evloop.PeerClosed|evloop.Hangup) != 0 {
+			c.dirs[0].srcClosed = true
+		}
 	}
 	if ev&(evloop.Writable|evloop.Hangup) != 0 {
 		c.dirs[1].dstFull = false
@@ -670,6 +695,9 @@ func (h *upSide) OnEvent(_ int, ev evloop.Events) {
 	c := (*lconn)(h)
 	if ev&(evloop.Readable|evloop.Hangup) != 0 {
 		c.dirs[1].srcReady = true
+		if ev&(evloop.PeerClosed|evloop.Hangup) != 0 {
+			c.dirs[1].srcClosed = true
+		}
 	}
 	if ev&(evloop.Writable|evloop.Hangup) != 0 {
 		c.dirs[0].dstFull = false
@@ -728,12 +756,32 @@ func (c *lconn) pump() {
 	}
 }
 
-// move splices direction i from src to dst until src is empty or dst
-// full. It reports false when it ended the connection (an error).
+// move moves direction i's bytes from src to dst until src is empty or
+// dst full: through the loop's buffer, or once the direction is bulk
+// through a pipe. It reports false when it ended the connection (an
+// error).
 func (c *lconn) move(i int, src, dst int) bool {
 	d := &c.dirs[i]
 	pipes := &c.tl.pipes
 	for !d.done {
+		if d.end > d.off {
+			if d.dstFull {
+				return true
+			}
+			n, err := evloop.Write(dst, d.buf[d.off:d.end])
+			if err == unix.EAGAIN {
+				d.dstFull = true
+				return true
+			}
+			if err != nil {
+				c.finish(CloseError)
+				return false
+			}
+			if d.off += n; d.off == d.end {
+				c.tl.putBuf(d)
+			}
+			continue
+		}
 		if d.inPipe > 0 {
 			if d.dstFull {
 				return true
@@ -769,6 +817,12 @@ func (c *lconn) move(i int, src, dst int) bool {
 		if !d.srcReady {
 			return true
 		}
+		if !d.bulk {
+			if !c.read(d, src) {
+				return false
+			}
+			continue
+		}
 		if !d.hasPipe {
 			p, err := pipes.Get()
 			if err != nil {
@@ -802,6 +856,64 @@ func (c *lconn) move(i int, src, dst int) bool {
 	return true
 }
 
+// read reads what src has for d into a buffer of the loop's. A read
+// shorter than the buffer emptied the socket (a stream socket's read
+// returns less only when nothing more is queued; what comes later is told
+// anew, the socket being edge-triggered), so d waits for that news rather
+// than read again for an EAGAIN, as nginx's recv does with epoll; unless
+// src's peer closed, whose end is still to read. A read that fills the
+// buffer makes d bulk. It reports false when it ended the connection.
+func (c *lconn) read(d *dir, src int) bool {
+	tl := c.tl
+	if d.buf == nil {
+		d.buf = tl.getBuf()
+	}
+	n, err := evloop.Read(src, d.buf)
+	switch {
+	case err == unix.EAGAIN:
+		d.srcReady = false
+		tl.putBuf(d)
+	case err != nil:
+		c.finish(CloseError)
+		return false
+	case n == 0:
+		d.eof = true
+		tl.putBuf(d)
+	default:
+		d.off, d.end = 0, n
+		d.n += uint64(n)
+		c.lastActive = tl.ev.Now()
+		if n == len(d.buf) {
+			d.bulk = true
+		} else if !d.srcClosed {
+			d.srcReady = false
+		}
+	}
+	return true
+}
+
+// getBuf is an empty copy buffer: one the loop kept, or a new one.
+func (tl *tloop) getBuf() []byte {
+	if n := len(tl.bufs); n > 0 {
+		b := tl.bufs[n-1]
+		tl.bufs[n-1] = nil
+		tl.bufs = tl.bufs[:n-1]
+		return b
+	}
+	return make([]byte, copyBufSize)
+}
+
+// putBuf takes d's buffer back (what it held is written or abandoned).
+func (tl *tloop) putBuf(d *dir) {
+	if d.buf == nil {
+		return
+	}
+	if len(tl.bufs) < maxFreeBufs {
+		tl.bufs = append(tl.bufs, d.buf)
+	}
+	d.buf, d.off, d.end = nil, 0, 0
+}
+
 // finish ends a forwarded connection for cause: counts, reports its pick
 // Done, closes both sockets.
 func (c *lconn) finish(cause string) {
@@ -810,10 +922,12 @@ func (c *lconn) finish(cause string) {
 	c.flushBytes()
 	l.lm.closed[cause].Inc()
 	for i := range c.dirs {
-		if d := &c.dirs[i]; d.hasPipe {
+		d := &c.dirs[i]
+		if d.hasPipe {
 			tl.pipes.Put(d.p, d.inPipe == 0)
 			d.hasPipe = false
 		}
+		tl.putBuf(d)
 	}
 	if cause == CloseError {
 		// A reset, not a FIN, for the peer still there (see conn.abort).

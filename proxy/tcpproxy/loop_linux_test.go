@@ -34,6 +34,9 @@ type loopConn struct {
 	read         [2]uint64
 	clientQueued int // bytes in the client socket's receive queue
 	hasPipe      [2]bool
+	buffered     [2]int // bytes held in the loop's copy buffer
+	hasBuf       [2]bool
+	bulk         [2]bool
 }
 
 // loopState looks at p's loop connections (on their loops) and at the
@@ -53,6 +56,7 @@ func loopState(t *testing.T, p *proxy) (conns []loopConn, pooled []int) {
 			for i := range c.dirs {
 				d := &c.dirs[i]
 				lc.inPipe[i], lc.dstFull[i], lc.read[i], lc.hasPipe[i] = d.inPipe, d.dstFull, d.n, d.hasPipe
+				lc.buffered[i], lc.hasBuf[i], lc.bulk[i] = d.end-d.off, d.buf != nil, d.bulk
 				if d.hasPipe {
 					lc.pipeCap[i], _ = unix.FcntlInt(uintptr(d.p.W), unix.F_GETPIPE_SZ, 0)
 				}
@@ -118,7 +122,14 @@ func TestLoopBackpressureHoldsAtMostAPipe(t *testing.T) {
 		st = conns[0]
 		return st.dstFull[0] && st.clientQueued > 0
 	})
-	if st.inPipe[0] <= 0 || st.inPipe[0] > st.pipeCap[0] {
+	// What it holds is in its copy buffer or, the stream being bulk, in
+	// its pipe: never both, and never more than the one holds.
+	switch {
+	case st.buffered[0] > 0 && st.inPipe[0] > 0:
+		t.Errorf("the loop holds %d bytes in its buffer and %d in its pipe, want one or the other", st.buffered[0], st.inPipe[0])
+	case st.buffered[0] > copyBufSize:
+		t.Errorf("the loop holds %d bytes in its copy buffer, more than its %d", st.buffered[0], copyBufSize)
+	case st.buffered[0] == 0 && (st.inPipe[0] <= 0 || st.inPipe[0] > st.pipeCap[0]):
 		t.Errorf("the loop holds %d bytes of the stream in its pipe, want 1 to the pipe's capacity %d", st.inPipe[0], st.pipeCap[0])
 	}
 	// It stays stopped: what it read does not move while the endpoint
@@ -214,12 +225,13 @@ func TestLoopPipeWithBytesIsNotReused(t *testing.T) {
 	}
 
 	// The next connections, to an echo endpoint, get their own bytes
-	// only; they take their pipes from the pool.
+	// only; they take their pipes from the pool (each message is bulk:
+	// larger than the copy buffer).
 	e := startServer(t, echo)
 	p.ups[0].pool.Update([]endpoint.Spec{{Address: e.addr}})
 	for i := range 3 {
 		c2 := p.dial(t)
-		msg := strings.Repeat("fresh", i+1)
+		msg := strings.Repeat("fresh", (256<<10)/5+i)
 		roundTrip(t, c2, msg)
 		c2.CloseWrite()
 		c2.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -547,5 +559,83 @@ func TestZonedEndpointIsProxied(t *testing.T) {
 			defer c.Close()
 			roundTrip(t, c, "through a zoned address")
 		})
+	}
+}
+
+// TestLoopCopiesSmallExchangesAndSplicesBulk: a connection that trades
+// small messages moves them through the loop's copy buffer and takes no
+// pipe (a pipe's splices cost more than a read and a write for a few
+// bytes); once a read fills the buffer the direction is bulk and its bytes
+// go through a pipe, given back to the pool when they are out; an idle
+// connection holds neither.
+func TestLoopCopiesSmallExchangesAndSplicesBulk(t *testing.T) {
+	e := startServer(t, echo)
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), e.addr))
+	c := p.dial(t)
+	for i := range 20 {
+		roundTrip(t, c, strings.Repeat("s", 100+i))
+	}
+	conns, pooled := loopState(t, p)
+	if len(conns) != 1 {
+		t.Fatalf("%d connections on the loops, want 1", len(conns))
+	}
+	st := conns[0]
+	if st.read != [2]uint64{2190, 2190} {
+		t.Errorf("the loop read %v bytes each way, want 2190 each", st.read)
+	}
+	if st.bulk != [2]bool{} || st.hasPipe != [2]bool{} || st.hasBuf != [2]bool{} || len(pooled) != 0 {
+		t.Fatalf("after small exchanges: bulk %v, pipes held %v, buffers held %v, pipes made %d; want no direction bulk and no pipe or buffer ever taken or held",
+			st.bulk, st.hasPipe, st.hasBuf, len(pooled))
+	}
+
+	roundTrip(t, c, strings.Repeat("b", 1<<20))
+	conns, pooled = loopState(t, p)
+	if len(conns) != 1 {
+		t.Fatalf("%d connections on the loops, want 1", len(conns))
+	}
+	st = conns[0]
+	if st.bulk != [2]bool{true, true} || st.hasPipe != [2]bool{} || st.hasBuf != [2]bool{} {
+		t.Errorf("after a 1 MiB echo: bulk %v, pipes held %v, buffers held %v; want both directions bulk, holding nothing", st.bulk, st.hasPipe, st.hasBuf)
+	}
+	if len(pooled) == 0 {
+		t.Error("after a 1 MiB echo the loop pools no pipe, want the bulk's pipes given back")
+	}
+	for i, n := range pooled {
+		if n != 0 {
+			t.Errorf("pooled pipe %d holds %d bytes, want every pooled pipe empty", i, n)
+		}
+	}
+}
+
+// TestLoopPassesTheEndAfterAShortMessage: a client that writes a few
+// bytes and its end at once (both often reach the proxy before it reads,
+// told in one event) has both passed on: the short read of the bytes does
+// not make the loop wait for news of the end, which has come already.
+func TestLoopPassesTheEndAfterAShortMessage(t *testing.T) {
+	// The endpoint reads to the end and answers with what it read.
+	b := startServer(t, func(c *net.TCPConn) {
+		got, err := io.ReadAll(c)
+		if err != nil {
+			return
+		}
+		c.Write(append([]byte("got:"), got...))
+		c.CloseWrite()
+	})
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), b.addr))
+	for i := range 200 {
+		c := p.dial(t)
+		msg := "m" + strconv.Itoa(i)
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(c)
+		if err != nil || string(got) != "got:"+msg {
+			t.Fatalf("connection %d: read %q, %v; want %q and the end", i, got, err, "got:"+msg)
+		}
+		c.Close()
 	}
 }
