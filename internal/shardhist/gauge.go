@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/switchboard-dev/switchboard/internal/pshard"
 )
 
 // GaugeVec is a gauge vector for a count that goroutines on several CPUs
@@ -73,9 +75,9 @@ func newGauge(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) *G
 // Add adds n (negative: takes) to the gauge, on the shard of the P the
 // caller runs on.
 func (g *Gauge) Add(n int64) {
-	t := tokens.Get().(*atomic.Uint32)
+	t := pshard.Get()
 	atomic.AddUint64(&g.words[int(t.Load()&g.mask)*g.stride], uint64(n))
-	tokens.Put(t)
+	pshard.Put(t)
 }
 
 // Inc adds one.

@@ -51,6 +51,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/switchboard-dev/switchboard/internal/pshard"
 )
 
 // maxShards caps the shards of one series: past it, memory (a shard is a
@@ -136,13 +138,7 @@ func checkOpts(opts prometheus.HistogramOpts, labelNames []string) []float64 {
 
 // shardsFor returns the shards for procs CPUs: the least power of two at
 // least procs, at most maxShards.
-func shardsFor(procs int) int {
-	n := 1
-	for n < procs && n < maxShards {
-		n *= 2
-	}
-	return n
-}
+func shardsFor(procs int) int { return pshard.Count(procs, maxShards) }
 
 // GetMetricWithLabelValues returns the histogram with the label values lvs
 // (in the order of the label names), creating it if need be, or an error
@@ -214,11 +210,11 @@ func (h *histogram) Desc() *prometheus.Desc { return h.desc }
 
 // Observe adds v to the histogram: to the count of the first bucket whose
 // upper bound is at least v (a NaN counts in +Inf, as client_golang's does)
-// and to the sum, in the shard of the P it runs on (see tokens).
+// and to the sum, in the shard of the P it runs on (package pshard).
 func (h *histogram) Observe(v float64) {
-	t := tokens.Get().(*atomic.Uint32)
+	t := pshard.Get()
 	h.observeIn(t, v)
-	tokens.Put(t)
+	pshard.Put(t)
 }
 
 // observeIn adds v to the shard that the low bits of token choose, and
