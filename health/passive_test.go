@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/clock"
@@ -610,5 +613,287 @@ func TestUnejectPutsAnEjectedEndpointOnProbation(t *testing.T) {
 	d.Uneject(eps[0], "active check passed", now.Add(time.Second))
 	if st, _ := d.State(eps[0]); st != endpoint.Probation || len(got) != 2 || got[0] != endpoint.Ejected || got[1] != endpoint.Probation {
 		t.Fatalf("state %v, changes %v; want ejected then probation", st, got)
+	}
+}
+
+// observeFrom has goroutines observe at once, each its own list of
+// outcomes in order, and waits for all of them.
+func (r *passiveRig) observeFrom(lists [][]endpoint.Outcome, i int) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, list := range lists {
+		wg.Go(func() {
+			<-start
+			for _, o := range list {
+				r.d.Observe(r.eps[i], o)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+}
+
+// wantEvents fails t unless the rig's transitions so far had exactly the
+// reasons want.
+func (r *passiveRig) wantEvents(t *testing.T, want ...string) {
+	t.Helper()
+	var got []string
+	for _, ev := range r.log() {
+		got = append(got, ev.reason)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("transitions %q, want %q", got, want)
+	}
+}
+
+// TestConcurrentObservationsGiveTheFailureRateExactSums has 8 goroutines
+// record successes and failures on one endpoint at once, in two bursts a
+// few seconds apart (so in several buckets and, with more than one CPU,
+// in several shards), at a failure share that never reaches the rate:
+// the endpoint must then be ejected by exactly the failure that brings
+// the window's sums to the rate, with the sums in its reason.
+func TestConcurrentObservationsGiveTheFailureRateExactSums(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{ConsecutiveFailures: 1 << 30, FailureRate: 0.5, MinRequests: 20})
+	// Each goroutine: 3 successes, then a failure, 20 times over: at
+	// most a quarter of every prefix failed, so however the goroutines
+	// interleave the window never holds half failures.
+	lists := make([][]endpoint.Outcome, 8)
+	for g := range lists {
+		for range 20 {
+			lists[g] = append(lists[g], passiveOK, passiveOK, passiveOK, passiveFail)
+		}
+	}
+	r.observeFrom(lists, 0)
+	r.advance(3 * time.Second)
+	r.observeFrom(lists, 0)
+	r.advance(3 * time.Second)
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("after 1280 requests, 320 failed: %v, want healthy", s)
+	}
+	// 1280 requests, 320 failed: the 640th more failure makes 960 of
+	// 1920, half; one failure fewer is below.
+	for k := 1; k < 640; k++ {
+		r.observe(0, 1, passiveFail)
+		if s := r.state(t, 0); s != endpoint.Healthy {
+			t.Fatalf("ejected after %d more failures (%d of %d failed, below half): %v", k, 320+k, 1280+k, r.log())
+		}
+	}
+	r.observe(0, 1, passiveFail)
+	if s := r.state(t, 0); s != endpoint.Ejected {
+		t.Fatalf("960 of 1920 failed: %v, want ejected", s)
+	}
+	r.wantEvents(t, "ejected: failure rate 50% (960 of 1920) over 10s at 03:00:06, until 03:00:36")
+}
+
+// TestConcurrentObservationsGiveTheLatencyMedianExactCounts has 8
+// goroutines record fast and slow successes (and failures, which carry no
+// latency) on one endpoint at once: with one success fewer than
+// MinRequests it is not judged, although most of them are slow; the next
+// success, a fast one, makes it judged, with the slow median of the
+// merged histograms.
+func TestConcurrentObservationsGiveTheLatencyMedianExactCounts(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{LatencyFactor: 3, MinRequests: 201, ConsecutiveFailures: 1 << 30})
+	fast := endpoint.Outcome{Status: 200, Latency: time.Millisecond}
+	slow := endpoint.Outcome{Status: 200, Latency: 201 * time.Millisecond}
+	for i := range 3 {
+		lists := make([][]endpoint.Outcome, 8)
+		for g := range lists {
+			for range 30 {
+				lists[g] = append(lists[g], fast)
+			}
+		}
+		r.observeFrom(lists, i)
+	}
+	// Endpoint 3: 99 fast and 101 slow successes, 40 failures, spread
+	// over the goroutines.
+	lists := make([][]endpoint.Outcome, 8)
+	for g := range lists {
+		for j := range 25 {
+			o := slow
+			if g*25+j < 99 {
+				o = fast
+			}
+			lists[g] = append(lists[g], o)
+			if j%5 == 0 {
+				lists[g] = append(lists[g], endpoint.Outcome{Status: 503})
+			}
+		}
+	}
+	r.observeFrom(lists, 3)
+	r.d.Tick(r.clk.Now())
+	if s := r.state(t, 3); s != endpoint.Healthy {
+		t.Fatalf("200 successes, min_requests 201: %v (%v), want not judged", s, r.log())
+	}
+	r.observe(3, 1, fast)
+	r.d.Tick(r.clk.Now())
+	if s := r.state(t, 3); s != endpoint.Ejected {
+		t.Fatalf("201 successes, 101 of them slow: %v, want ejected", s)
+	}
+	r.wantEvents(t, "ejected: median latency 213ms > 3 x pool median 960µs over 10s at 03:00:00, until 03:00:30")
+}
+
+// TestQuietSuccessTakesNoEndpointLock pins the request path's common
+// case: a success of a healthy endpoint with no run of failures records
+// itself without the endpoint's mutex, which failures and decisions take.
+func TestQuietSuccessTakesNoEndpointLock(t *testing.T) {
+	r := newPassiveRig(t, 4, PassiveConfig{FailureRate: 0.5, MinRequests: 1, ConsecutiveFailures: 1 << 30})
+	st := (*r.d.eps.Load())[r.eps[0]]
+	st.mu.Lock()
+	done := make(chan struct{})
+	go func() {
+		r.observe(0, 3, passiveOK)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a success of a quiet endpoint waited for the endpoint's mutex")
+	}
+	st.mu.Unlock()
+	// They counted: one failure of 4 requests is below half, a second
+	// makes half.
+	r.observe(0, 1, passiveFail)
+	if s := r.state(t, 0); s != endpoint.Healthy {
+		t.Fatalf("1 failure of 4: %v, want healthy", s)
+	}
+	r.observe(0, 1, passiveFail)
+	r.wantEvents(t) // 2 of 5 is below half
+	r.observe(0, 1, passiveFail)
+	r.wantEvents(t, "ejected: failure rate 50% (3 of 6) over 10s at 03:00:00, until 03:00:30")
+}
+
+// TestObserveOnTheRealClockDoesNotAllocate is TestObserveDoesNotAllocate
+// for the common case on the real clock, whose time Observe reads as
+// monotonic nanoseconds.
+func TestObserveOnTheRealClockDoesNotAllocate(t *testing.T) {
+	d, err := NewDetector(PassiveConfig{FailureRate: 0.5, LatencyFactor: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := []*endpoint.Endpoint{endpoint.New(endpoint.Spec{Address: "10.0.0.1:80"}), endpoint.New(endpoint.Spec{Address: "10.0.0.2:80"})}
+	d.Update(eps)
+	i := 0
+	if allocs := testing.AllocsPerRun(1000, func() {
+		d.Observe(eps[i&1], passiveOK)
+		i++
+	}); allocs != 0 {
+		t.Fatalf("Observe allocates %v times per success, want 0", allocs)
+	}
+}
+
+// TestWindowTimelineIsUnixNanoseconds pins the offset of the windows'
+// timeline: on a test's clock it is the time's Unix nanoseconds, so
+// buckets start where they did when the window read the wall clock.
+func TestWindowTimelineIsUnixNanoseconds(t *testing.T) {
+	r := newPassiveRig(t, 1, PassiveConfig{})
+	for _, step := range []time.Duration{0, time.Nanosecond, 1500 * time.Millisecond, 48 * time.Hour} {
+		now := r.advance(step)
+		if got, want := r.d.nanos(), now.UnixNano(); got != want {
+			t.Fatalf("at %v: timeline %d, want Unix nanoseconds %d", now, got, want)
+		}
+		if got, want := timeline(now), now.UnixNano(); got != want {
+			t.Fatalf("timeline(%v) = %d, want %d", now, got, want)
+		}
+	}
+	real, err := NewDetector(PassiveConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	got := real.nanos()
+	after := time.Now()
+	if got < timeline(before) || got > timeline(after) {
+		t.Fatalf("real clock: timeline %d not between %d and %d", got, timeline(before), timeline(after))
+	}
+}
+
+// TestOutlierWindowShardsAddUp feeds the same outcomes to a window of one
+// shard and, each into a shard chosen at random, to a window of four, and
+// checks that the sums and the median agree at every step, as buckets
+// fill, age and are reused.
+func TestOutlierWindowShardsAddUp(t *testing.T) {
+	one := newOutlierWindow(time.Second, true, 1)
+	four := newOutlierWindow(time.Second, true, 4)
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := passiveT0.UnixNano()
+	for step := range 5000 {
+		now += rng.Int64N(int64(3 * time.Millisecond))
+		failed := rng.IntN(4) == 0
+		lat := time.Duration(rng.Int64N(int64(5 * time.Millisecond)))
+		one.add(&one.shards[0], now, failed, lat)
+		four.add(&four.shards[rng.IntN(4)], now, failed, lat)
+		r1, f1 := one.sums(now)
+		r4, f4 := four.sums(now)
+		m1, n1 := one.median(now)
+		m4, n4 := four.median(now)
+		if r1 != r4 || f1 != f4 || m1 != m4 || n1 != n4 {
+			t.Fatalf("step %d: one shard: %d requests, %d failed, median %v of %d; four: %d, %d, %v of %d",
+				step, r1, f1, m1, n1, r4, f4, m4, n4)
+		}
+	}
+	if r, _ := one.sums(now); r < 100 {
+		t.Fatalf("only %d requests in the window at the end: the test did not fill it", r)
+	}
+	four.reset()
+	if r, f := four.sums(now); r != 0 || f != 0 {
+		t.Fatalf("after reset: %d requests, %d failed", r, f)
+	}
+	if m, n := four.median(now); n != 0 {
+		t.Fatalf("after reset: median %v of %d", m, n)
+	}
+}
+
+// TestOutlierShardsArePadded pins the layout the Detector's doc prices: a
+// shard is 320 bytes (on 64-bit machines), a cache line pair of which
+// keeps the next shard's mutex and counts off its own.
+func TestOutlierShardsArePadded(t *testing.T) {
+	var s outlierShard
+	data := unsafe.Offsetof(s.lat) + unsafe.Sizeof(s.lat)
+	if size := unsafe.Sizeof(s); size < data+cacheLine {
+		t.Fatalf("a shard is %d bytes, %d of them data: less than %d bytes apart from the next", size, data, cacheLine)
+	}
+	if size := unsafe.Sizeof(s); unsafe.Sizeof(uintptr(0)) == 8 && size != 320 {
+		t.Fatalf("a shard is %d bytes; the Detector's doc says 320", size)
+	}
+}
+
+// BenchmarkDetectorObserveParallel is the request path of the HTTP
+// proxy's event loops, one per CPU: successes on a pool of two healthy
+// endpoints from every P at once, on the real clock. "window" is the
+// default configuration (consecutive failures and the failure-rate window
+// off); "latency" also keeps the latency histograms (latency_factor set).
+func BenchmarkDetectorObserveParallel(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cfg  PassiveConfig
+	}{
+		{"window", PassiveConfig{}},
+		{"latency", PassiveConfig{FailureRate: 0.5, LatencyFactor: 3}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			eps := []*endpoint.Endpoint{
+				endpoint.New(endpoint.Spec{Address: "10.0.0.1:80"}),
+				endpoint.New(endpoint.Spec{Address: "10.0.0.2:80"}),
+			}
+			d, err := NewDetector(c.cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			d.Update(eps)
+			ok := endpoint.Outcome{Status: 200, Latency: 300 * time.Microsecond}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					d.Observe(eps[i&1], ok)
+					i++
+				}
+			})
+			for _, ep := range eps {
+				if s, _ := d.State(ep); s != endpoint.Healthy {
+					b.Fatalf("%s is %v after successes only", ep.Address(), s)
+				}
+			}
+		})
 	}
 }
