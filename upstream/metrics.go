@@ -27,7 +27,7 @@ import (
 type Metrics struct {
 	states        *prometheus.CounterVec
 	latency       *shardhist.HistogramVec
-	responses     *prometheus.CounterVec
+	responses     *shardhist.CounterVec // every attempt counts: sharded
 	checks        *prometheus.CounterVec
 	checkDuration *prometheus.HistogramVec
 	panicMode     *prometheus.GaugeVec
@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from picking the endpoint to its response head, of every attempt the endpoint answered, by upstream and endpoint.",
 			Buckets: httpmetrics.LatencyBuckets(),
 		}, l),
-		responses: prometheus.NewCounterVec(prometheus.CounterOpts{
+		responses: shardhist.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_endpoint_responses_total",
 			Help: "Responses of the endpoint to every attempt, by upstream, endpoint and status class (1xx to 5xx).",
 		}, append(l, "code")),
@@ -123,7 +123,7 @@ type endpointSeries struct {
 	next              endpoint.Observer
 }
 
-type counterBox struct{ c prometheus.Counter }
+type counterBox struct{ c *shardhist.Counter }
 
 func (m *Metrics) endpointSeries(upstream string, ep *endpoint.Endpoint, histograms bool, next endpoint.Observer) *endpointSeries {
 	s := &endpointSeries{m: m, upstream: upstream, address: ep.Address(), next: next}

@@ -18,15 +18,16 @@ import (
 
 // Metrics are the metric vectors. Per-request series are resolved once per
 // route (and per status code on first use) by Route, so that a request
-// costs atomic adds, not label lookups. The per-request histograms are
-// sharded (package shardhist), so that the event loops, one per CPU, do
-// not pass their cache lines back and forth.
+// costs atomic adds, not label lookups. The per-request series (counters,
+// histograms, the in-flight gauge) are sharded (package shardhist), so that
+// the event loops, one per CPU, do not pass their cache lines back and
+// forth.
 type Metrics struct {
-	requests      *prometheus.CounterVec
+	requests      *shardhist.CounterVec
 	duration      *shardhist.HistogramVec
 	inflight      *shardhist.GaugeVec
-	requestBytes  *prometheus.CounterVec
-	responseBytes *prometheus.CounterVec
+	requestBytes  *shardhist.CounterVec
+	responseBytes *shardhist.CounterVec
 	header        *shardhist.HistogramVec
 	coding        codingVecs
 	access        accessVecs
@@ -44,7 +45,7 @@ func LatencyBuckets() []float64 { return append([]float64(nil), latencyBuckets..
 // New creates the metrics and registers them with reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: shardhist.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_http_requests_total",
 			Help: "HTTP requests answered, by listener, route, upstream and status code (route \"\": no route matched).",
 		}, []string{"listener", "route", "upstream", "code"}),
@@ -57,11 +58,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_http_requests_in_flight",
 			Help: "HTTP requests being served, by listener.",
 		}, []string{"listener"}),
-		requestBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		requestBytes: shardhist.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_http_request_bytes_total",
 			Help: "Request body bytes read from clients, by listener and route.",
 		}, []string{"listener", "route"}),
-		responseBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		responseBytes: shardhist.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_http_response_bytes_total",
 			Help: "Response body bytes written to clients, by listener and route.",
 		}, []string{"listener", "route"}),
@@ -134,14 +135,16 @@ type Route struct {
 	listener, route, upstream string
 	duration                  prometheus.Observer // nil for the no-route series
 	inflight                  *shardhist.Gauge    // every request moves it, on any loop: sharded
-	codes                     [600]atomic.Pointer[counterBox]
+	codes                     [600]atomic.Pointer[countBox]
 	access                    routeAccess
 	bytes                     atomic.Pointer[bytesBox]
 }
 
 type counterBox struct{ c prometheus.Counter }
 
-type bytesBox struct{ in, out prometheus.Counter }
+type countBox struct{ c *shardhist.Counter }
+
+type bytesBox struct{ in, out *shardhist.Counter }
 
 // Route returns the series of a route of listener over upstream; route ""
 // is the listener's requests that matched no route, which are counted
@@ -198,7 +201,7 @@ func (r *Route) Count(status int) {
 	}
 	b := r.codes[status].Load()
 	if b == nil {
-		b = &counterBox{r.m.requests.WithLabelValues(r.listener, r.route, r.upstream, strconv.Itoa(status))}
+		b = &countBox{r.m.requests.WithLabelValues(r.listener, r.route, r.upstream, strconv.Itoa(status))}
 		r.codes[status].Store(b)
 	}
 	b.c.Inc()
@@ -217,9 +220,9 @@ func (r *Route) Bytes(in, out int64) {
 		r.bytes.Store(b)
 	}
 	if in > 0 {
-		b.in.Add(float64(in))
+		b.in.Add(uint64(in))
 	}
 	if out > 0 {
-		b.out.Add(float64(out))
+		b.out.Add(uint64(out))
 	}
 }

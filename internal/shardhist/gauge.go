@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/switchboard-dev/switchboard/internal/pshard"
 )
@@ -31,11 +32,20 @@ type GaugeVec struct {
 // NewGaugeVec returns a gauge vector of opts' name, help and constant
 // labels, with labelNames.
 func NewGaugeVec(opts prometheus.GaugeOpts, labelNames []string) *GaugeVec {
+	name, mv := newSumVec(prometheus.Opts(opts), labelNames, func(desc *prometheus.Desc, shards int, lps []*dto.LabelPair) prometheus.Metric {
+		return newGauge(desc, shards, lps)
+	})
+	return &GaugeVec{name: name, MetricVec: mv}
+}
+
+// newSumVec is the MetricVec of a GaugeVec or CounterVec of opts, whose
+// children mk makes with shardsFor's count of shards.
+func newSumVec(opts prometheus.Opts, labelNames []string, mk func(*prometheus.Desc, int, []*dto.LabelPair) prometheus.Metric) (string, *prometheus.MetricVec) {
 	name := prometheus.BuildFQName(opts.Namespace, opts.Subsystem, opts.Name)
 	desc := prometheus.NewDesc(name, opts.Help, labelNames, opts.ConstLabels)
-	return &GaugeVec{name: name, MetricVec: prometheus.NewMetricVec(desc, func(lvs ...string) prometheus.Metric {
-		return newGauge(desc, shardsFor(runtime.GOMAXPROCS(0)), prometheus.MakeLabelPairs(desc, lvs))
-	})}
+	return name, prometheus.NewMetricVec(desc, func(lvs ...string) prometheus.Metric {
+		return mk(desc, shardsFor(runtime.GOMAXPROCS(0)), prometheus.MakeLabelPairs(desc, lvs))
+	})
 }
 
 // GetMetricWithLabelValues returns the child for lvs, made on first use.
@@ -56,10 +66,11 @@ func (v *GaugeVec) WithLabelValues(lvs ...string) *Gauge {
 	return g
 }
 
-// Gauge is one series of a GaugeVec. Its shards are cache-line sized
-// words; the value is their sum (an Inc on one CPU and the Dec on another
-// leave two shards at +1 and -1, which add up to 0).
-type Gauge struct {
+// sum is a whole count kept in shards of cache-line sized words, the
+// value their sum: what a Gauge and a Counter are. Steps on one CPU and
+// the other land in different shards (an Inc on one and the Dec on the
+// other leave +1 and -1, which add up to 0).
+type sum struct {
 	desc       *prometheus.Desc
 	labelPairs []*dto.LabelPair
 	words      []uint64 // one per shard, stride apart (two's complement: a sum of steps)
@@ -67,40 +78,119 @@ type Gauge struct {
 	mask       uint32
 }
 
-func newGauge(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) *Gauge {
+func newSum(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) sum {
 	words, stride := shardWords(shards, 1)
-	return &Gauge{desc: desc, labelPairs: labelPairs, words: words, stride: stride, mask: uint32(shards - 1)}
+	return sum{desc: desc, labelPairs: labelPairs, words: words, stride: stride, mask: uint32(shards - 1)}
+}
+
+// add adds n (two's complement) on the shard of the P the caller runs on.
+func (s *sum) add(n uint64) {
+	t := pshard.Get()
+	atomic.AddUint64(&s.words[int(t.Load()&s.mask)*s.stride], n)
+	pshard.Put(t)
+}
+
+// value is the sum of the shards.
+func (s *sum) value() uint64 {
+	var v uint64
+	for off := 0; off < len(s.words); off += s.stride {
+		v += atomic.LoadUint64(&s.words[off])
+	}
+	return v
+}
+
+// Desc implements prometheus.Metric.
+func (s *sum) Desc() *prometheus.Desc { return s.desc }
+
+// Gauge is one series of a GaugeVec.
+type Gauge struct{ sum }
+
+func newGauge(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) *Gauge {
+	return &Gauge{newSum(desc, shards, labelPairs)}
 }
 
 // Add adds n (negative: takes) to the gauge, on the shard of the P the
 // caller runs on.
-func (g *Gauge) Add(n int64) {
-	t := pshard.Get()
-	atomic.AddUint64(&g.words[int(t.Load()&g.mask)*g.stride], uint64(n))
-	pshard.Put(t)
-}
+func (g *Gauge) Add(n int64) { g.add(uint64(n)) }
 
 // Inc adds one.
-func (g *Gauge) Inc() { g.Add(1) }
+func (g *Gauge) Inc() { g.add(1) }
 
 // Dec takes one.
 func (g *Gauge) Dec() { g.Add(-1) }
 
 // Value is the sum of the shards.
-func (g *Gauge) Value() int64 {
-	var v uint64
-	for off := 0; off < len(g.words); off += g.stride {
-		v += atomic.LoadUint64(&g.words[off])
-	}
-	return int64(v)
-}
-
-// Desc implements prometheus.Metric.
-func (g *Gauge) Desc() *prometheus.Desc { return g.desc }
+func (g *Gauge) Value() int64 { return int64(g.value()) }
 
 // Write implements prometheus.Metric: the gauge client_golang exposes.
 func (g *Gauge) Write(out *dto.Metric) error {
 	out.Label = g.labelPairs
 	out.Gauge = &dto.Gauge{Value: new(float64(g.Value()))}
+	return nil
+}
+
+// CounterVec is a counter vector for counts that goroutines on several
+// CPUs add to at once, such as the requests answered that every event loop
+// counts: as a GaugeVec, each child keeps its count in shards and a scrape
+// sums them. client_golang's counter adds to one word, whose cache line two
+// loops pass back and forth on every request.
+//
+// Only whole amounts are counted (Inc, Add of a uint64). Its exposition is
+// client_golang's counter's.
+type CounterVec struct {
+	*prometheus.MetricVec
+	name string
+}
+
+// NewCounterVec returns a counter vector of opts' name, help and constant
+// labels, with labelNames.
+func NewCounterVec(opts prometheus.CounterOpts, labelNames []string) *CounterVec {
+	name, mv := newSumVec(prometheus.Opts(opts), labelNames, func(desc *prometheus.Desc, shards int, lps []*dto.LabelPair) prometheus.Metric {
+		return newCounter(desc, shards, lps)
+	})
+	return &CounterVec{name: name, MetricVec: mv}
+}
+
+// GetMetricWithLabelValues returns the child for lvs, made on first use.
+func (v *CounterVec) GetMetricWithLabelValues(lvs ...string) (*Counter, error) {
+	m, err := v.MetricVec.GetMetricWithLabelValues(lvs...)
+	if err != nil {
+		return nil, fmt.Errorf("shardhist: counter %q: %w", v.name, err)
+	}
+	return m.(*Counter), nil
+}
+
+// WithLabelValues is GetMetricWithLabelValues that panics on an error.
+func (v *CounterVec) WithLabelValues(lvs ...string) *Counter {
+	c, err := v.GetMetricWithLabelValues(lvs...)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// Counter is one series of a CounterVec.
+type Counter struct {
+	sum
+	created *timestamppb.Timestamp
+}
+
+func newCounter(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) *Counter {
+	return &Counter{sum: newSum(desc, shards, labelPairs), created: timestamppb.Now()}
+}
+
+// Add adds n, on the shard of the P the caller runs on.
+func (c *Counter) Add(n uint64) { c.add(n) }
+
+// Inc adds one.
+func (c *Counter) Inc() { c.add(1) }
+
+// Value is the sum of the shards.
+func (c *Counter) Value() uint64 { return c.value() }
+
+// Write implements prometheus.Metric: the counter client_golang exposes.
+func (c *Counter) Write(out *dto.Metric) error {
+	out.Label = c.labelPairs
+	out.Counter = &dto.Counter{Value: new(float64(c.value())), CreatedTimestamp: c.created}
 	return nil
 }

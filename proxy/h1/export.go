@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -158,6 +159,9 @@ func BodylessResponse(method string, code int) bool {
 // response's Connection field: Connection itself and every field it
 // names, the fields hop-by-hop by definition, and Proxy-Authenticate and
 // Proxy-Authorization, which are for the proxy, not the client.
+//
+// A caller that asks for every field of one response passes conn through
+// ConnectionNames first.
 func HopByHopResponseField(k string, conn []string) bool {
 	switch k {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
@@ -165,4 +169,23 @@ func HopByHopResponseField(k string, conn []string) bool {
 		return true
 	}
 	return len(conn) > 0 && httpguts.HeaderValuesContainsToken(conn, k)
+}
+
+// ConnectionNames returns conn, a response's Connection field, when it
+// names a field other than Keep-Alive, and nil when it names none (as
+// "keep-alive", the usual value, does: Keep-Alive is hop-by-hop anyway).
+// HopByHopResponseField gives the same answers with either, without
+// looking through conn for each field of the response.
+func ConnectionNames(conn []string) []string {
+	for _, v := range conn {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			tok = strings.Trim(tok, " \t")
+			if tok != "" && !strings.EqualFold(tok, "keep-alive") {
+				return conn
+			}
+		}
+	}
+	return nil
 }

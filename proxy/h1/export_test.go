@@ -65,3 +65,32 @@ func TestExportedParsersMatchTheServersAndNetHTTP(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionNamesKeepsOnlyAConnectionThatNamesFields: a Connection
+// that names nothing but Keep-Alive comes back nil, any other name keeps
+// it whole; and HopByHopResponseField answers the same with either.
+func TestConnectionNamesKeepsOnlyAConnectionThatNamesFields(t *testing.T) {
+	for _, tc := range []struct {
+		conn  []string
+		names bool
+	}{
+		{nil, false},
+		{[]string{"keep-alive"}, false},
+		{[]string{"Keep-Alive", " keep-alive ,,\t"}, false},
+		{[]string{""}, false},
+		{[]string{"close"}, true},
+		{[]string{"keep-alive, X-Secret"}, true},
+		{[]string{"keep-alive", "x-secret"}, true},
+		{[]string{"keep-alive-x"}, true},
+	} {
+		got := ConnectionNames(tc.conn)
+		if (got != nil) != tc.names || got != nil && len(got) != len(tc.conn) {
+			t.Errorf("ConnectionNames(%q) = %q, want names %v", tc.conn, got, tc.names)
+		}
+		for _, k := range []string{"X-Secret", "Close", "Keep-Alive", "Keep-Alive-X", "X-Public", "Connection"} {
+			if a, b := HopByHopResponseField(k, tc.conn), HopByHopResponseField(k, got); a != b {
+				t.Errorf("HopByHopResponseField(%q) with Connection %q: %v, with ConnectionNames' %q: %v", k, tc.conn, a, got, b)
+			}
+		}
+	}
+}

@@ -65,6 +65,7 @@ type reqBox struct {
 type fieldPos struct {
 	name, colon, val, end int
 	kind                  fieldKind
+	canonical             bool // the name is in canonical form already
 }
 
 type fieldKind uint8
@@ -95,7 +96,11 @@ func scanFields(head []byte, i int, fs []fieldPos) (_ []fieldPos, ok bool) {
 			return fs, true
 		}
 		colon := bytes.IndexByte(line, ':')
-		if colon <= 0 || !isToken(line[:colon]) || !validValue(line[colon+1:]) {
+		if colon <= 0 {
+			return fs, false
+		}
+		token, canonical := scanName(line[:colon])
+		if !token || !validValue(line[colon+1:]) {
 			return fs, false // includes obs-fold: a line starting with SP or HTAB
 		}
 		v, e := colon+1, len(line)
@@ -105,7 +110,7 @@ func scanFields(head []byte, i int, fs []fieldPos) (_ []fieldPos, ok bool) {
 		for e > v && (line[e-1] == ' ' || line[e-1] == '\t') {
 			e--
 		}
-		fs = append(fs, fieldPos{name: i, colon: i + colon, val: i + v, end: i + e, kind: kindOf(line[:colon])})
+		fs = append(fs, fieldPos{name: i, colon: i + colon, val: i + v, end: i + e, kind: kindOf(line[:colon]), canonical: canonical})
 		i += j + 1
 	}
 }
@@ -154,6 +159,9 @@ func headText(head []byte, fs []fieldPos, buf []byte) string {
 	buf = buf[:len(head)]
 	copy(buf, head)
 	for _, f := range fs {
+		if f.canonical {
+			continue // as most senders write them
+		}
 		upper := true
 		for i := f.name; i < f.colon; i++ {
 			c := buf[i]
@@ -185,16 +193,29 @@ func buildHeader(s string, fs []fieldPos, skip int, vals []string, h http.Header
 	} else {
 		clear(h)
 	}
+	// Names rarely repeat: each field is stored without looking first (one
+	// hash of its name, not two), and a header with fewer names than
+	// fields, where a later field replaced an earlier one's values, is
+	// built again keeping them all.
+	for k, f := range fs {
+		if k != skip {
+			vals[k] = s[f.val:f.end]
+			h[s[f.name:f.colon]] = vals[k : k+1 : k+1]
+		}
+	}
+	if len(h) == n {
+		return h
+	}
+	clear(h)
 	for k, f := range fs {
 		if k == skip {
 			continue
 		}
-		name, v := s[f.name:f.colon], s[f.val:f.end]
+		name := s[f.name:f.colon]
 		if vv, dup := h[name]; dup {
-			h[name] = append(vv, v)
+			h[name] = append(vv, vals[k])
 			continue
 		}
-		vals[k] = v
 		h[name] = vals[k : k+1 : k+1]
 	}
 	return h
@@ -540,6 +561,54 @@ func isToken(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// Classes of a field name's bytes, for scanName.
+const (
+	nameToken = 1 << iota // a tchar (RFC 9110)
+	nameLower             // a to z
+	nameUpper             // A to Z
+	nameDash              // '-'
+)
+
+// nameClass holds the name classes of every byte.
+var nameClass = func() (t [256]uint8) {
+	for c := range 256 {
+		if httpguts.IsTokenRune(rune(c)) {
+			t[c] |= nameToken
+		}
+		switch {
+		case 'a' <= c && c <= 'z':
+			t[c] |= nameLower
+		case 'A' <= c && c <= 'Z':
+			t[c] |= nameUpper
+		case c == '-':
+			t[c] |= nameDash
+		}
+	}
+	return t
+}()
+
+// scanName reports whether b, a field name, is a token, and whether it is
+// in canonical form already (as net/textproto writes it: a capital after
+// the start and each '-', small letters elsewhere), in one pass: headText
+// then rewrites only the names that are not.
+func scanName(b []byte) (token, canonical bool) {
+	if len(b) == 0 {
+		return false, false
+	}
+	var all, wrong uint8 = nameToken, 0
+	want := uint8(nameLower) // the case that would be wrong here
+	for _, c := range b {
+		k := nameClass[c]
+		all &= k
+		wrong |= k & want
+		want = nameUpper
+		if k&nameDash != 0 {
+			want = nameLower
+		}
+	}
+	return all != 0, wrong == 0
 }
 
 // validValue reports whether b holds only field-value bytes: no control

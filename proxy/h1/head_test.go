@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/textproto"
 	"reflect"
 	"strings"
 	"testing"
@@ -317,13 +318,22 @@ func TestLengthBodyEndsLikeNetHTTP(t *testing.T) {
 // BenchmarkReadResponseHead compares the fast path with http.ReadResponse
 // on a small response.
 func BenchmarkReadResponseHead(b *testing.B) {
-	raw := []byte("HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Tue, 01 Dec 2026 23:00:00 GMT\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok")
+	raw := []byte("HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Tue, 01 Dec 2026 23:00:00 GMT\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: keep-alive\r\nX-Backend: b1\r\n\r\nok")
 	req, _ := http.NewRequest(http.MethodGet, "http://e/", nil)
 	end := headEnd(raw)
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, ok := parseResponseHead(raw[:end], req, nil, nil); !ok {
+				b.Fatal("not taken")
+			}
+		}
+	})
+	b.Run("fast-reuse", func(b *testing.B) {
+		b.ReportAllocs()
+		var ru Reuse
+		for b.Loop() {
+			if _, ok := parseResponseHead(raw[:end], req, nil, &ru); !ok {
 				b.Fatal("not taken")
 			}
 		}
@@ -386,5 +396,27 @@ func TestReuseParsesRequestsIntoItsOwnMemory(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { ParseRequestHeadReusing(first, &ru) }); n != 0 {
 		t.Errorf("a request head parsed with a Reuse: %v allocations, want 0", n)
+	}
+}
+
+// TestScanNameAgreesWithTextproto: scanName's token check is isToken's,
+// and a name it calls canonical is one net/textproto leaves as it is.
+func TestScanNameAgreesWithTextproto(t *testing.T) {
+	names := []string{
+		"Host", "host", "HOST", "Content-Length", "content-length", "Content-length", "X-Request-Id",
+		"X-Request-ID", "x-request-id", "X-1a", "X-1A", "X--Y", "X--y", "-X", "-x", "A", "a", "Www-Authenticate",
+		"ETag", "Etag", "X_Y", "X_y", "X.Y", "X.y", "Tk!#$%&'*+.^_`|~z", "", "Bad Name", "Bad:", "Bad\x7f", "B\xe9",
+	}
+	for _, n := range names {
+		token, canonical := scanName([]byte(n))
+		if want := isToken([]byte(n)); token != want {
+			t.Errorf("scanName(%q) token = %v, want %v", n, token, want)
+		}
+		if !token {
+			continue
+		}
+		if want := textproto.CanonicalMIMEHeaderKey(n) == n; canonical != want {
+			t.Errorf("scanName(%q) canonical = %v, want %v (textproto writes %q)", n, canonical, want, textproto.CanonicalMIMEHeaderKey(n))
+		}
 	}
 }

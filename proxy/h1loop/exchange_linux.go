@@ -283,7 +283,7 @@ func (ex *exchange) writeHead(code int, status string, hdr http.Header, length i
 	}
 	b = append(b, "\r\n"...)
 	keepLength := length == -2 && code >= 200 && code != http.StatusNoContent
-	conn := hdr["Connection"]
+	conn := h1.ConnectionNames(hdr["Connection"])
 	for k, vv := range hdr {
 		if k == "Content-Length" && !keepLength || h1.HopByHopResponseField(k, conn) {
 			continue // the loop frames the answer itself

@@ -677,7 +677,7 @@ func newRequestID(b *[32]byte) string {
 // Proxy-Authorization, which are for the proxy, not the client. Values are
 // shared, not copied: the upstream's header is not used again.
 func copyResponseHeader(dst, src http.Header) {
-	conn := src["Connection"]
+	conn := h1.ConnectionNames(src["Connection"])
 	for k, vv := range src {
 		if !h1.HopByHopResponseField(k, conn) {
 			dst[k] = vv

@@ -231,6 +231,7 @@ func TestHopByHopResponseFieldsNeverReachTheClient(t *testing.T) {
 		"/folded": "HTTP/1.1 200 OK\r\nConnection: close,\r\n X-Secret\r\n" + rest,
 		"/long":   "HTTP/1.1 200 OK\r\nX-Pad: " + strings.Repeat("p", 6000) + "\r\nConnection: close, X-Secret\r\n" + rest,
 		"/open":   "HTTP/1.1 200 OK\r\nConnection: X-Secret\r\n" + rest,
+		"/kept":   "HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nConnection: Keep-Alive , X-Secret\r\n" + rest,
 		"/http10": "HTTP/1.0 200 OK\r\nConnection: X-Secret\r\n" + rest,
 	}
 	up, _ := recordingUpstream(t, func(head string) string {
