@@ -36,11 +36,6 @@ type outlierBucket struct {
 // outlierWindow for what a shard costs).
 const maxOutlierShards = 8
 
-// cacheLine is the padding that keeps one shard's counts off the cache
-// lines of the next: 128 bytes, because x86's adjacent-line prefetcher
-// pulls 64-byte lines in pairs.
-const cacheLine = 128
-
 // outlierWindow counts requests, failures and (when latency outliers are
 // on) a latency histogram of successful requests over the last
 // outlierBuckets slices of time. Time is an int64 of nanoseconds on the
@@ -74,7 +69,7 @@ type outlierShard struct {
 	// shard's and the previous one's, and only the bins of latencies
 	// under 4 µs or over half a minute could share a line with another
 	// shard's.
-	_ [cacheLine]byte
+	_ [pshard.CacheLine]byte
 }
 
 type outlierHist [outlierLatBins]uint32

@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/endpoint"
 	"github.com/switchboard-dev/switchboard/internal/clock"
+	"github.com/switchboard-dev/switchboard/internal/pshard"
 )
 
 var passiveT0 = time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)
@@ -849,8 +850,8 @@ func TestOutlierWindowShardsAddUp(t *testing.T) {
 func TestOutlierShardsArePadded(t *testing.T) {
 	var s outlierShard
 	data := unsafe.Offsetof(s.lat) + unsafe.Sizeof(s.lat)
-	if size := unsafe.Sizeof(s); size < data+cacheLine {
-		t.Fatalf("a shard is %d bytes, %d of them data: less than %d bytes apart from the next", size, data, cacheLine)
+	if size := unsafe.Sizeof(s); size < data+pshard.CacheLine {
+		t.Fatalf("a shard is %d bytes, %d of them data: less than %d bytes apart from the next", size, data, pshard.CacheLine)
 	}
 	if size := unsafe.Sizeof(s); unsafe.Sizeof(uintptr(0)) == 8 && size != 320 {
 		t.Fatalf("a shard is %d bytes; the Detector's doc says 320", size)

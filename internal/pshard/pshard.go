@@ -38,6 +38,7 @@ package pshard
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 var tokens = sync.Pool{New: func() any {
@@ -77,4 +78,65 @@ func Count(procs, limit int) int {
 		n *= 2
 	}
 	return n
+}
+
+// CacheLine is the alignment and granularity of a shard: 128 bytes, two
+// 64-byte lines, because x86's adjacent-line prefetcher pulls lines in
+// pairs (false sharing is then between pairs of lines), and 128 is the
+// line size of Apple's and some other arm64 cores.
+const CacheLine = 128
+
+// Words returns the words of shards shards of n words each, every shard
+// starting on a cache line boundary and padded to whole lines, and the
+// stride between shards (in words).
+func Words(shards, n int) (words []uint64, stride int) {
+	const lineWords = CacheLine / 8
+	stride = (n + lineWords - 1) / lineWords * lineWords
+	raw := make([]uint64, shards*stride+lineWords)
+	skip := 0
+	if r := uintptr(unsafe.Pointer(&raw[0])) % CacheLine; r != 0 {
+		skip = int(CacheLine-r) / 8
+	}
+	return raw[skip : skip+shards*stride], stride
+}
+
+// Int is a count that goroutines on several CPUs add to at once, such as
+// the requests a route table is serving, which every event loop adds one
+// to and takes one from per request: each CPU adds to its own shard, and
+// Load sums them. One atomic word would move between the CPUs' caches on
+// every step. Make it with NewInt; an Int is not copied after first use.
+type Int struct {
+	words  []uint64 // one per shard, stride apart (two's complement: a sum of steps)
+	stride int
+	mask   uint32
+}
+
+// NewInt returns an Int of shards shards (a power of two, see Count).
+func NewInt(shards int) Int {
+	words, stride := Words(shards, 1)
+	return Int{words: words, stride: stride, mask: uint32(shards - 1)}
+}
+
+// Add adds n (negative: takes) on the shard of the P the caller runs on.
+func (c *Int) Add(n int64) {
+	t := Get()
+	c.AddAt(int(t.Load()), n)
+	Put(t)
+}
+
+// AddAt adds n on shard i (modulo the shard count): Add's step on a shard
+// of the caller's choosing, for tests that spread steps as several CPUs
+// do.
+func (c *Int) AddAt(i int, n int64) {
+	atomic.AddUint64(&c.words[(uint32(i)&c.mask)*uint32(c.stride)], uint64(n))
+}
+
+// Load returns the sum of the shards. Steps made meanwhile may or may not
+// be in it; each step is whole.
+func (c *Int) Load() int64 {
+	var v uint64
+	for off := 0; off < len(c.words); off += c.stride {
+		v += atomic.LoadUint64(&c.words[off])
+	}
+	return int64(v)
 }

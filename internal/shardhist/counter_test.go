@@ -24,7 +24,7 @@ func TestCounterExpositionMatchesClientGolang(t *testing.T) {
 		c, cc := sv.WithLabelValues(code), cv.WithLabelValues(code)
 		for i, n := range ns {
 			// Spread over the shards, as counts from several CPUs are.
-			c.words[(i%4)*c.stride] += n
+			c.AddAt(i%4, int64(n))
 			cc.Add(float64(n))
 		}
 	}

@@ -3,7 +3,6 @@ package shardhist
 import (
 	"fmt"
 	"runtime"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -66,37 +65,18 @@ func (v *GaugeVec) WithLabelValues(lvs ...string) *Gauge {
 	return g
 }
 
-// sum is a whole count kept in shards of cache-line sized words, the
-// value their sum: what a Gauge and a Counter are. Steps on one CPU and
-// the other land in different shards (an Inc on one and the Dec on the
-// other leave +1 and -1, which add up to 0).
+// sum is a whole count kept in shards (a pshard.Int), with the series'
+// description and labels: what a Gauge and a Counter are. Steps on one
+// CPU and the other land in different shards (an Inc on one and the Dec
+// on the other leave +1 and -1, which add up to 0).
 type sum struct {
 	desc       *prometheus.Desc
 	labelPairs []*dto.LabelPair
-	words      []uint64 // one per shard, stride apart (two's complement: a sum of steps)
-	stride     int
-	mask       uint32
+	pshard.Int
 }
 
 func newSum(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) sum {
-	words, stride := shardWords(shards, 1)
-	return sum{desc: desc, labelPairs: labelPairs, words: words, stride: stride, mask: uint32(shards - 1)}
-}
-
-// add adds n (two's complement) on the shard of the P the caller runs on.
-func (s *sum) add(n uint64) {
-	t := pshard.Get()
-	atomic.AddUint64(&s.words[int(t.Load()&s.mask)*s.stride], n)
-	pshard.Put(t)
-}
-
-// value is the sum of the shards.
-func (s *sum) value() uint64 {
-	var v uint64
-	for off := 0; off < len(s.words); off += s.stride {
-		v += atomic.LoadUint64(&s.words[off])
-	}
-	return v
+	return sum{desc: desc, labelPairs: labelPairs, Int: pshard.NewInt(shards)}
 }
 
 // Desc implements prometheus.Metric.
@@ -111,16 +91,16 @@ func newGauge(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) *G
 
 // Add adds n (negative: takes) to the gauge, on the shard of the P the
 // caller runs on.
-func (g *Gauge) Add(n int64) { g.add(uint64(n)) }
+func (g *Gauge) Add(n int64) { g.Int.Add(n) }
 
 // Inc adds one.
-func (g *Gauge) Inc() { g.add(1) }
+func (g *Gauge) Inc() { g.Int.Add(1) }
 
 // Dec takes one.
 func (g *Gauge) Dec() { g.Add(-1) }
 
 // Value is the sum of the shards.
-func (g *Gauge) Value() int64 { return int64(g.value()) }
+func (g *Gauge) Value() int64 { return g.Load() }
 
 // Write implements prometheus.Metric: the gauge client_golang exposes.
 func (g *Gauge) Write(out *dto.Metric) error {
@@ -180,17 +160,17 @@ func newCounter(desc *prometheus.Desc, shards int, labelPairs []*dto.LabelPair) 
 }
 
 // Add adds n, on the shard of the P the caller runs on.
-func (c *Counter) Add(n uint64) { c.add(n) }
+func (c *Counter) Add(n uint64) { c.Int.Add(int64(n)) }
 
 // Inc adds one.
-func (c *Counter) Inc() { c.add(1) }
+func (c *Counter) Inc() { c.Int.Add(1) }
 
 // Value is the sum of the shards.
-func (c *Counter) Value() uint64 { return c.value() }
+func (c *Counter) Value() uint64 { return uint64(c.Load()) }
 
 // Write implements prometheus.Metric: the counter client_golang exposes.
 func (c *Counter) Write(out *dto.Metric) error {
 	out.Label = c.labelPairs
-	out.Counter = &dto.Counter{Value: new(float64(c.value())), CreatedTimestamp: c.created}
+	out.Counter = &dto.Counter{Value: new(float64(c.Value())), CreatedTimestamp: c.created}
 	return nil
 }

@@ -22,7 +22,7 @@ func TestGaugeExpositionMatchesClientGolang(t *testing.T) {
 		g, c := sv.WithLabelValues(side), cv.WithLabelValues(side)
 		for i, d := range ds {
 			// Spread over the shards, as steps from several CPUs are.
-			g.words[(i%4)*g.stride] += uint64(d)
+			g.AddAt(i%4, d)
 			c.Add(float64(d))
 		}
 	}

@@ -46,7 +46,6 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -59,12 +58,6 @@ import (
 // few cache lines per series, and there is a series per endpoint) buys
 // little, since more CPUs than shards still spread over all of them.
 const maxShards = 16
-
-// cacheLine is the alignment and granularity of a shard: 128 bytes, two
-// 64-byte lines, because x86's adjacent-line prefetcher pulls lines in
-// pairs (false sharing is then between pairs of lines), and 128 is the
-// line size of Apple's and some other arm64 cores.
-const cacheLine = 128
 
 // HistogramVec is a vector of sharded histograms with the same name, help,
 // buckets and label names, differing in their label values. Create it with
@@ -179,7 +172,7 @@ type histogram struct {
 }
 
 func newHistogram(desc *prometheus.Desc, bounds []float64, shards int, labelPairs []*dto.LabelPair) *histogram {
-	words, stride := shardWords(shards, 1+len(bounds)+1) // the sum, the buckets, +Inf
+	words, stride := pshard.Words(shards, 1+len(bounds)+1) // the sum, the buckets, +Inf
 	return &histogram{
 		desc:       desc,
 		bounds:     bounds,
@@ -189,20 +182,6 @@ func newHistogram(desc *prometheus.Desc, bounds []float64, shards int, labelPair
 		stride:     stride,
 		mask:       uint32(shards - 1),
 	}
-}
-
-// shardWords returns the words of shards shards of n words each, every
-// shard starting on a cache line boundary and padded to whole lines, and
-// the stride between shards (in words).
-func shardWords(shards, n int) (words []uint64, stride int) {
-	const lineWords = cacheLine / 8
-	stride = (n + lineWords - 1) / lineWords * lineWords
-	raw := make([]uint64, shards*stride+lineWords)
-	skip := 0
-	if r := uintptr(unsafe.Pointer(&raw[0])) % cacheLine; r != 0 {
-		skip = int(cacheLine-r) / 8
-	}
-	return raw[skip : skip+shards*stride], stride
 }
 
 // Desc implements prometheus.Metric.

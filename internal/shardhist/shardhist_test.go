@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/switchboard-dev/switchboard/internal/pshard"
 )
 
 // latencyBuckets are httpmetrics.LatencyBuckets (httpmetrics imports this
@@ -412,11 +414,11 @@ func TestShardsArePaddedPowersOfTwo(t *testing.T) {
 	if len(h.words) != (int(h.mask)+1)*h.stride {
 		t.Errorf("%d words for %d shards of %d", len(h.words), h.mask+1, h.stride)
 	}
-	if h.stride*8%cacheLine != 0 || h.stride < 2+len(latencyBuckets) {
+	if h.stride*8%pshard.CacheLine != 0 || h.stride < 2+len(latencyBuckets) {
 		t.Errorf("stride %d words: not whole cache lines, or too short for a sum and %d buckets", h.stride, len(latencyBuckets)+1)
 	}
-	if a := uintptr(unsafe.Pointer(&h.words[0])); a%cacheLine != 0 {
-		t.Errorf("shard 0 at %#x, not on a %d-byte boundary", a, cacheLine)
+	if a := uintptr(unsafe.Pointer(&h.words[0])); a%pshard.CacheLine != 0 {
+		t.Errorf("shard 0 at %#x, not on a %d-byte boundary", a, pshard.CacheLine)
 	}
 }
 
