@@ -44,8 +44,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t := h.tbl.Load()
-	t.active.Add(1)
-	defer t.active.Add(-1)
+	t.active.begin()
+	defer t.active.end()
 	start := time.Now()
 	// The request's state, its id (on the response from here on, so that
 	// every answer carries it) and, when the access log or tracing is on,

@@ -100,7 +100,7 @@ func (lh loopHandler) Begin(r *http.Request, now time.Time, prev h1loop.Exchange
 	if t.accessLog && lh.log != nil && lh.log.enabled() {
 		x.log = lh.log
 	}
-	t.active.Add(1)
+	t.active.begin()
 	st := &x.st
 	x.requestID(r.Header)
 	x.tg.metrics.Start()
@@ -217,7 +217,7 @@ func (x *loopExchange) Done(status int, in, out int64, bodyErr error) {
 		}
 		x.access(status, in, out, took)
 	}
-	x.t.active.Add(-1)
+	x.t.active.end()
 }
 
 // access queues the access log line of the exchange.

@@ -3,13 +3,14 @@ package httpproxy
 import (
 	"net/http"
 	"net/netip"
+	"runtime"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/internal/httpmetrics"
+	"github.com/switchboard-dev/switchboard/internal/pshard"
 	"github.com/switchboard-dev/switchboard/pipeline"
 )
 
@@ -27,7 +28,7 @@ type Table struct {
 	// active counts requests being served on this table, so that the
 	// series its requests count on outlive a reload while they run. A
 	// pointer: the record of a replaced table keeps it, not the table.
-	active *atomic.Int64
+	active *activity
 
 	// trusted are the listener's trusted_proxies.
 	trusted []netip.Prefix
@@ -64,7 +65,7 @@ func NewTable(lc *config.Listener, pipes func(route string) *pipeline.Route, m *
 		maxBody:   int64(lc.MaxBodyBytes),
 		idle:      lc.Timeouts.Idle.Std(),
 		noRoute:   m.Route(lc.Name, "", ""),
-		active:    new(atomic.Int64),
+		active:    newActivity(),
 		front:     frontPolicyOf(lc),
 		trusted:   trustedProxies(lc.TrustedProxies),
 	}
@@ -197,4 +198,30 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// activity counts the requests being served on a table. Every request
+// adds to it on whichever CPU serves it, so it keeps its counts per CPU
+// (pshard), as the request metrics do: one shared word would move between
+// the event loops' caches twice a request. The counts are of starts and
+// of ends, each only growing, because a sum of per-CPU steps (+1 on one
+// CPU, -1 on another) read shard by shard while requests start and end
+// could come to 0 with a request still running; idle reads the ends first.
+type activity struct{ started, ended pshard.Int }
+
+func newActivity() *activity {
+	n := pshard.Count(runtime.GOMAXPROCS(0), 16)
+	return &activity{started: pshard.NewInt(n), ended: pshard.NewInt(n)}
+}
+
+func (a *activity) begin() { a.started.Add(1) }
+
+func (a *activity) end() { a.ended.Add(1) }
+
+// idle reports whether no request was being served at some moment during
+// the call: every request that had ended by then (its end counted) had
+// started before, so its start is in the count read after.
+func (a *activity) idle() bool {
+	ended := a.ended.Load()
+	return a.started.Load() == ended
 }

@@ -49,7 +49,7 @@ type Server struct {
 // pipelines and series caches and would be kept until the sweep after next.
 type retiredTable struct {
 	series [][3]string
-	active *atomic.Int64
+	active *activity
 	at     time.Time
 }
 
@@ -105,7 +105,7 @@ func (s *Server) retire(t *Table) {
 // serve no request; s.mu is held.
 func (s *Server) dropRetired() {
 	s.retired = slices.DeleteFunc(s.retired, func(r retiredTable) bool {
-		return r.at.Before(s.since) && r.active.Load() == 0
+		return r.at.Before(s.since) && r.active.idle()
 	})
 }
 

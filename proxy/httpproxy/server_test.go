@@ -82,3 +82,30 @@ upstreams:
 		time.Sleep(10 * time.Millisecond) // polling the collector: there is no event until it runs
 	}
 }
+
+// TestActivityIsIdleOnlyWhenEveryStartedRequestEnded: a table's count of
+// requests being served, whose starts and ends land on the shards of the
+// CPUs that serve them, is idle exactly when as many ended as started.
+func TestActivityIsIdleOnlyWhenEveryStartedRequestEnded(t *testing.T) {
+	a := newActivity()
+	if !a.idle() {
+		t.Fatal("a new table is not idle")
+	}
+	a.started.AddAt(0, 1) // starts on one CPU
+	a.started.AddAt(1, 1)
+	if a.idle() {
+		t.Fatal("idle with two requests running")
+	}
+	a.ended.AddAt(1, 1) // the first ends on another
+	if a.idle() {
+		t.Fatal("idle with one request running")
+	}
+	a.end()
+	if !a.idle() {
+		t.Fatal("not idle once both ended")
+	}
+	a.begin()
+	if a.idle() {
+		t.Fatal("idle with a request begun")
+	}
+}
