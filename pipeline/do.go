@@ -77,12 +77,20 @@ var (
 // the stale fallback step and gives back the concurrency slots. Calls
 // after the first, and a Finish without Do, do nothing.
 func (c *Call) Finish(status int, bodyErr error) {
+	if c.route != nil && !c.finished {
+		c.FinishAt(status, bodyErr, monoNow())
+	}
+}
+
+// FinishAt is Finish at now, a reading of the clock the caller has (an
+// event loop's), which the outcomes' latencies and the breaker take
+// instead of reading it again.
+func (c *Call) FinishAt(status int, bodyErr error, now time.Time) {
 	r := c.route
 	if r == nil || c.finished {
 		return
 	}
 	c.finished = true
-	now := monoNow()
 	if c.pick.Done != nil {
 		// At: latency-aware policies and the endpoint's breaker take this
 		// reading instead of reading the clock again.

@@ -49,9 +49,11 @@ type Exchange interface {
 	// A status of pipeline.StatusClientClosed means no answer is sent.
 	Fail(err error) (status int, header http.Header, body []byte)
 	// Done ends the exchange: the status sent (499 when the client went
-	// first), the body bytes read from the client and written to it, and
-	// the error that cut the response body short, if any.
-	Done(status int, in, out int64, bodyErr error)
+	// first), the body bytes read from the client and written to it, the
+	// error that cut the response body short, if any, and the loop's
+	// clock (as Begin's now: the time the loop last woke), so that the
+	// end of a request costs no reading of the clock.
+	Done(status int, in, out int64, bodyErr error, now time.Time)
 }
 
 // Upstream is how the loop reaches a route's endpoints over HTTP/1.1.

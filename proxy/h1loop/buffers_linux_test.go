@@ -41,7 +41,9 @@ func (x *plainExchange) Respond(resp *http.Response) http.Header { return resp.H
 func (x *plainExchange) Fail(err error) (int, http.Header, []byte) {
 	return 502, http.Header{}, []byte(err.Error())
 }
-func (x *plainExchange) Done(status int, _, _ int64, err error) { x.call.Finish(status, err) }
+func (x *plainExchange) Done(status int, _, _ int64, err error, now time.Time) {
+	x.call.FinishAt(status, err, now)
+}
 
 // plainServer is a Server of one loop with settings st, forwarding every
 // request to a backend that answers "ok"; it returns the server, its

@@ -405,7 +405,7 @@ func (ex *exchange) report() {
 	if ex.gone && (!ex.done || status == 0) {
 		status = pipeline.StatusClientClosed
 	}
-	ex.x.Done(status, ex.req.ContentLength, ex.out, ex.bodyErr)
+	ex.x.Done(status, ex.req.ContentLength, ex.out, ex.bodyErr, ex.now())
 }
 
 // finish ends the exchange: Done, and the connection goes on to its next

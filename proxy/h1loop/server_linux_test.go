@@ -109,7 +109,7 @@ func (x *testExchange) Fail(err error) (int, http.Header, []byte) {
 	return pe.Status, http.Header{"X-Code": {pe.Code}}, []byte(pe.Msg)
 }
 
-func (x *testExchange) Done(status int, in, out int64, bodyErr error) {
+func (x *testExchange) Done(status int, in, out int64, bodyErr error, _ time.Time) {
 	x.call.Finish(status, bodyErr)
 	x.f.served.Add(1)
 	x.f.statusC <- status

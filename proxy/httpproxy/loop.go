@@ -204,10 +204,10 @@ func (x *loopExchange) Fail(err error) (int, http.Header, []byte) {
 
 // Done implements h1loop.Exchange: what serve and ServeHTTP do after the
 // answer.
-func (x *loopExchange) Done(status int, in, out int64, bodyErr error) {
+func (x *loopExchange) Done(status int, in, out int64, bodyErr error, now time.Time) {
 	c := &x.st.call
-	c.Finish(status, bodyErr)
-	took := time.Since(x.start)
+	c.FinishAt(status, bodyErr, now)
+	took := now.Sub(x.start)
 	rm := x.tg.metrics
 	rm.Done(status, took.Seconds())
 	rm.Bytes(in, out)
