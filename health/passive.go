@@ -410,7 +410,7 @@ func (d *Detector) Observe(ep *endpoint.Endpoint, o endpoint.Outcome) {
 	if st == nil {
 		return
 	}
-	now := d.nanos()
+	now := d.outcomeNanos(o)
 	failed := d.failed(o)
 	if !failed && st.hot.Load() == quietHot {
 		// hot is checked again under the shard's lock: a failure stores
@@ -501,6 +501,16 @@ var unixEpoch = clock.Time(0).UnixNano()
 // keeps the buckets on the boundaries the wall clock's Unix nanoseconds
 // gave them, and the timeline positive, for any clock a test sets.
 func (d *Detector) nanos() int64 { return clock.NowNanos(d.clock) + unixEpoch }
+
+// outcomeNanos is o's time on the windows' timeline: its At, the reading
+// of the clock its caller took (endpoint.Nanotime), when the Detector runs
+// on the real clock, so that an outcome costs no second reading; else now.
+func (d *Detector) outcomeNanos(o endpoint.Outcome) int64 {
+	if o.At != 0 && d.clock == clock.Real {
+		return timeline(endpoint.TimeOf(o.At))
+	}
+	return d.nanos()
+}
 
 // timeline is t on the windows' timeline (see nanos).
 func timeline(t time.Time) int64 { return clock.Nanos(t) + unixEpoch }

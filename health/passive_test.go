@@ -898,3 +898,27 @@ func BenchmarkDetectorObserveParallel(b *testing.B) {
 		})
 	}
 }
+
+// TestOutcomeTimeIsItsAtOnTheRealClock: on the real clock an outcome that
+// carries the reading that ended it (At) is placed by that reading, not
+// by a second one; without At, or on a test's clock, the clock is read.
+func TestOutcomeTimeIsItsAtOnTheRealClock(t *testing.T) {
+	real, err := NewDetector(PassiveConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Hour)
+	if got, want := real.outcomeNanos(endpoint.Outcome{At: endpoint.NanotimeOf(at)}), timeline(at); got != want {
+		t.Fatalf("real clock, At an hour ago: timeline %d, want %d (At's)", got, want)
+	}
+	before := time.Now()
+	got := real.outcomeNanos(endpoint.Outcome{})
+	if got < timeline(before) || got > timeline(time.Now()) {
+		t.Fatalf("real clock, no At: timeline %d, want now", got)
+	}
+	r := newPassiveRig(t, 1, PassiveConfig{})
+	now := r.advance(time.Minute)
+	if got, want := r.d.outcomeNanos(endpoint.Outcome{At: endpoint.NanotimeOf(at)}), now.UnixNano(); got != want {
+		t.Fatalf("test clock: timeline %d, want the test clock's %d", got, want)
+	}
+}
