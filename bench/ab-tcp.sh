@@ -10,7 +10,7 @@
 #
 #   git archive BASE_COMMIT | tar -x -C /tmp/base && (cd /tmp/base && go build -o /tmp/sb-base ./cmd/switchboard)
 #   go build -o /tmp/sb-new ./cmd/switchboard
-#   bench/ab-tcp.sh /tmp/sb-base /tmp/sb-new        # ROUNDS=6 DURATION=5s CONNS=64
+#   bench/ab-tcp.sh /tmp/sb-base /tmp/sb-new        # ROUNDS=6 DURATION=5s CONNS=64 SOURCES=16 (see run-tcp.sh)
 #
 # Output: one line per run ("A rate=... us_per_conn=... errors=..."), then
 # the medians and the median of the per-round ratio B/A. Ports: backends
@@ -21,6 +21,7 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-6}
 DURATION=${DURATION:-5s}
 CONNS=${CONNS:-64}
+SOURCES=${SOURCES:-16}
 BENCH_TAG=bench-ab-tcp
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -60,7 +61,7 @@ HZ=$(getconf CLK_TCK)
 run() { # X: one connrate run against X; prints its line, records its µs/conn
 	local x=$1 c0 c1 out conns
 	c0=$(cpu_ticks "${PID[$x]}")
-	out=$("$LOAD" connrate -addr "127.0.0.1:${PORT[$x]}" -c "$CONNS" -d "$DURATION")
+	out=$("$LOAD" connrate -addr "127.0.0.1:${PORT[$x]}" -c "$CONNS" -sources "$SOURCES" -d "$DURATION")
 	c1=$(cpu_ticks "${PID[$x]}")
 	conns=$(sed -n 's/.*conns=\([0-9]*\).*/\1/p' <<<"$out")
 	US[$x]=$(awk -v t=$((c1 - c0)) -v hz="$HZ" -v n="$conns" 'BEGIN {printf "%.1f", t / hz * 1e6 / n}')
@@ -68,7 +69,7 @@ run() { # X: one connrate run against X; prints its line, records its µs/conn
 }
 
 log "load average: $(cut -d' ' -f1-3 /proc/loadavg); warm-up"
-for x in A B; do "$LOAD" connrate -addr "127.0.0.1:${PORT[$x]}" -c "$CONNS" -d 2s >/dev/null; done
+for x in A B; do "$LOAD" connrate -addr "127.0.0.1:${PORT[$x]}" -c "$CONNS" -sources "$SOURCES" -d 2s >/dev/null; done
 declare -A US
 ALL_A="" ALL_B="" RATIOS=""
 for ((r = 1; r <= ROUNDS; r++)); do

@@ -38,6 +38,12 @@
 #   BULK_BYTES=1073741824
 #   DURATION=10s         connrate length per run (s or m suffix)
 #   CONNS=64             connrate concurrent clients
+#   SOURCES=16           connrate source addresses (127.0.0.2 and on): the
+#                        clients' connects spread over them. With 1 (the
+#                        kernel's choice) each connect searches one
+#                        address's ports crowded with TIME_WAIT, which
+#                        bounded every target, no proxy included, at the
+#                        same rate (about 14,000 conn/s here)
 #   TARGETS="switchboard nginx haproxy direct"
 #                        (also: switchboard-loop switchboard-goroutine)
 #   ENGINE=auto          the switchboard target's listener engine: auto (the
@@ -75,6 +81,7 @@ ROUNDS=${ROUNDS:-3}
 BULK_BYTES=${BULK_BYTES:-1073741824}
 DURATION=${DURATION:-10s}
 CONNS=${CONNS:-64}
+SOURCES=${SOURCES:-16}
 TARGETS=${TARGETS:-switchboard nginx haproxy direct}
 NGINX_WORKERS=${NGINX_WORKERS:-1}
 HAPROXY_THREADS=${HAPROXY_THREADS:-2}
@@ -176,7 +183,7 @@ run_bulk() { # TARGET BYTES OUTFILE
 }
 run_connrate() { # TARGET DURATION OUTFILE
 	timeout --kill-after=5 "$(($(dur_seconds "$2") + 60))" \
-		"$LOAD" connrate -addr "127.0.0.1:$(target_port "$1")" -c "$CONNS" -d "$2" >"$3" 2>&1
+		"$LOAD" connrate -addr "127.0.0.1:$(target_port "$1")" -c "$CONNS" -sources "$SOURCES" -d "$2" >"$3" 2>&1
 }
 
 declare -A NOT_MEASURED=()
@@ -390,7 +397,7 @@ for t in $TARGETS; do [[ -z ${NOT_MEASURED[$t]:-} ]] && ACTIVE+=("$t"); done
 	echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //') stream, worker_processes $NGINX_WORKERS, proxy_half_close on"
 	echo "- haproxy: $(haproxy -v 2>&1 | head -n1 | awk '{print $3}'), nbthread $HAPROXY_THREADS$( ((HAPROXY_SPLICE)) && echo ', option splice-auto')"
 	echo "- go: $(go version | awk '{print $3}'); switchboard: $( ((HARNESS)) && echo 'bench/tcpproxy harness (proxy/tcpproxy, round_robin)' || echo "$SB_BIN serve (one tcp listener, round_robin, engine: $ENGINE; switchboard-loop/-goroutine: engine eventloop/goroutine)") at $(git -C "$REPO_ROOT" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO_ROOT" diff --quiet HEAD -- proxy/tcpproxy bench 2>/dev/null || echo ' (uncommitted changes)')"
-	echo "- bulk: $BULK_BYTES bytes on one connection into a sink; connrate: $CONNS clients x $DURATION, connect + 8-byte echo + close"
+	echo "- bulk: $BULK_BYTES bytes on one connection into a sink; connrate: $CONNS clients x $DURATION from $SOURCES source address(es), connect + 8-byte echo + close"
 	echo "- backends: one tcpload process (Go), 127.0.0.1:$B1 and :$B2; $ROUNDS round(s), order rotating"
 } >"$RUN_DIR/machine.md"
 

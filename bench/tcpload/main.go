@@ -169,7 +169,16 @@ func connrate(args []string) error {
 	addr := fs.String("addr", "", "address to connect to")
 	workers := fs.Int("c", 64, "concurrent clients")
 	dur := fs.Duration("d", 10*time.Second, "duration")
+	sources := fs.Int("sources", 1, "source addresses the clients connect from, 127.0.0.2 and on (1: the kernel's choice); more spread the clients' ports, so that connect() does not search one address's ports crowded with TIME_WAIT")
 	fs.Parse(args)
+	dialer := func(w int) *net.Dialer {
+		d := &net.Dialer{Timeout: 5 * time.Second}
+		if *sources > 1 {
+			d.LocalAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+w%*sources))}
+			d.Control = bindAddressNoPort
+		}
+		return d
+	}
 	type result struct {
 		lat       []time.Duration
 		errs      int
@@ -182,12 +191,13 @@ func connrate(args []string) error {
 	for w := range *workers {
 		wg.Go(func() {
 			r := &results[w]
+			d := dialer(w)
 			msg := []byte("E1234567")
 			got := make([]byte, len(msg))
 			for time.Now().Before(deadline) {
 				t0 := time.Now()
 				err := func() error {
-					c, err := net.DialTimeout("tcp", *addr, 5*time.Second)
+					c, err := d.Dial("tcp", *addr)
 					if err != nil {
 						return err
 					}
