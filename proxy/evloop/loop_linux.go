@@ -30,6 +30,10 @@ const (
 	// Edge it is told once, maybe with the last bytes: a handler must
 	// then read on until the end (a read of 0), a short read included.
 	PeerClosed Events = unix.EPOLLRDHUP
+	// Urgent: TCP urgent data is pending. A read stops short at its mark
+	// (a splice stops there for good), so a handler told of it must read
+	// on, a short read included, as after PeerClosed.
+	Urgent Events = unix.EPOLLPRI
 	// Edge asks to be told of changes only (EPOLLET): a handler is called
 	// when bytes come or room frees up, not again while they wait. It
 	// must then read until a read comes back short (or EAGAIN), or

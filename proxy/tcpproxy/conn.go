@@ -58,6 +58,9 @@ func (c *conn) run() {
 		// client (a listener from Listen leaves it off).
 		c.client.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true})
 	}
+	if rc, err := c.client.SyscallConn(); err == nil {
+		inlineUrgent(rc) // see inlineUrgent; the endpoint's side: dialControl
+	}
 	p, ok := c.readPrelude()
 	if !ok {
 		return
@@ -170,7 +173,7 @@ func (c *conn) readPrelude() (p prelude, ok bool) {
 // connection ends; otherwise the client has been turned away.
 func (c *conn) connect(up Upstream, src netip.AddrPort) (balance.Result, time.Duration, bool) {
 	cfg := &c.s.cfg
-	d := net.Dialer{Timeout: cfg.ConnectTimeout}
+	d := net.Dialer{Timeout: cfg.ConnectTimeout, Control: dialControl}
 	if cfg.IdleTimeout > 0 {
 		// The idle timeout finds dead endpoints; TCP keep-alive would cost
 		// four setsockopt calls per connection for nothing more. (nginx's

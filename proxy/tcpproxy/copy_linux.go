@@ -1,6 +1,7 @@
 package tcpproxy
 
 import (
+	"io"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -14,8 +15,35 @@ type rawConn = syscall.RawConn
 // *net.TCPConn, (*net.TCPConn).ReadFrom moves them with splice(2) through a
 // pipe, never through user space (net/splice_linux.go); nothing may wrap
 // either side. count is unused here: the kernel counts (see received).
+//
+// splice stops for good at a TCP urgent mark, which ReadFrom takes for the
+// end: a read after it tells them apart, taking the urgent byte (inline,
+// see inlineUrgent) and what follows, or the end; then splicing resumes.
 func copyConn(dst, src *net.TCPConn, _ *atomic.Uint64) (int64, error) {
-	return dst.ReadFrom(src)
+	var total int64
+	var buf [512]byte
+	for {
+		n, err := dst.ReadFrom(src)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		m, err := src.Read(buf[:])
+		if m > 0 {
+			w, werr := dst.Write(buf[:m])
+			total += int64(w)
+			if werr != nil {
+				return total, werr
+			}
+			continue
+		}
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
 }
 
 // received returns the bytes received so far on the client and the

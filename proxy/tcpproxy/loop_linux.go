@@ -281,6 +281,12 @@ type dir struct {
 	// told), so a short read is not the end of what there is to read: the
 	// end itself is still to come.
 	srcClosed bool
+	// urgent: src's peer sent urgent data (EPOLLPRI), taken inline (see
+	// inlineUrgent). A read stops short at its mark and a splice stops
+	// there for good (EAGAIN, or 0 once the end came too): until a read
+	// finds src empty, short reads do not end the reading, and a bulk
+	// direction whose splice stops reads instead.
+	urgent bool
 	dstFull   bool // dst's buffer was full: wait until it is told Writable
 	eof       bool // src's end was read
 	done      bool // eof, and every byte written
@@ -311,8 +317,8 @@ var pipeSize = 1 << 20
 const spliceMax = 1 << 20
 
 // connEvents: both sockets are registered once, edge-triggered, for
-// bytes, room and hang-ups.
-const connEvents = evloop.Readable | evloop.Writable | evloop.Edge
+// bytes, room, urgent data and hang-ups.
+const connEvents = evloop.Readable | evloop.Writable | evloop.Urgent | evloop.Edge
 
 func (tl *tloop) newConn() *lconn {
 	if n := len(tl.free); n > 0 {
@@ -437,6 +443,7 @@ func (c *lconn) begin() {
 	tl.e.active.Add(1)
 	cfg := &c.s.cfg
 	unix.SetsockoptInt(c.cfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1) // as Go's net does for every TCP socket
+	inlineUrgentFD(c.cfd)
 	if cfg.IdleTimeout <= 0 {
 		setKeepAlive(c.cfd)
 	}
@@ -505,6 +512,7 @@ func (c *lconn) connect() {
 // connection's upstream side.
 func (c *lconn) adopt(fd int) error {
 	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	inlineUrgentFD(fd) // as the goroutine engine's dialControl
 	if c.s.cfg.IdleTimeout <= 0 {
 		setKeepAlive(fd)
 	}
@@ -523,7 +531,7 @@ func (c *lconn) dialSlow(addr string) {
 	// struct (recycle rewrites every field) while the dial runs. Only the
 	// task it posts, which runs on the loop, looks at c.
 	l, ev, gen := c.tl.e.l, c.tl.ev, c.gen
-	d := net.Dialer{Timeout: c.s.cfg.ConnectTimeout}
+	d := net.Dialer{Timeout: c.s.cfg.ConnectTimeout, Control: dialControl}
 	if c.s.cfg.IdleTimeout > 0 {
 		d.KeepAlive = -1
 	}
@@ -677,10 +685,13 @@ type (
 
 func (h *clientSide) OnEvent(_ int, ev evloop.Events) {
 	c := (*lconn)(h)
-	if ev&(evloop.Readable|evloop.Hangup) != 0 {
+	if ev&(evloop.Readable|evloop.Urgent|evloop.Hangup) != 0 {
 		c.dirs[0].srcReady = true
 		if ev&(evloop.PeerClosed|evloop.Hangup) != 0 {
 			c.dirs[0].srcClosed = true
+		}
+		if ev&evloop.Urgent != 0 {
+			c.dirs[0].urgent = true
 		}
 	}
 	if ev&(evloop.Writable|evloop.Hangup) != 0 {
@@ -693,10 +704,13 @@ func (h *clientSide) OnEvent(_ int, ev evloop.Events) {
 
 func (h *upSide) OnEvent(_ int, ev evloop.Events) {
 	c := (*lconn)(h)
-	if ev&(evloop.Readable|evloop.Hangup) != 0 {
+	if ev&(evloop.Readable|evloop.Urgent|evloop.Hangup) != 0 {
 		c.dirs[1].srcReady = true
 		if ev&(evloop.PeerClosed|evloop.Hangup) != 0 {
 			c.dirs[1].srcClosed = true
+		}
+		if ev&evloop.Urgent != 0 {
+			c.dirs[1].urgent = true
 		}
 	}
 	if ev&(evloop.Writable|evloop.Hangup) != 0 {
@@ -834,6 +848,11 @@ func (c *lconn) move(i int, src, dst int) bool {
 		}
 		n, err := evloop.Splice(src, d.p.W, spliceMax)
 		switch {
+		case err == unix.EAGAIN && d.urgent:
+			// Stopped at an urgent mark: a read goes past it.
+			pipes.Put(d.p, true)
+			d.hasPipe = false
+			d.bulk = false
 		case err == unix.EAGAIN:
 			// The pipe is empty, so src is: wait until it is told.
 			d.srcReady = false
@@ -844,9 +863,12 @@ func (c *lconn) move(i int, src, dst int) bool {
 			c.finish(CloseError)
 			return false
 		case n == 0:
-			d.eof = true
+			// The end, or an urgent mark with the end behind it, where
+			// splice stops for good (tcp_read_sock): a read tells them
+			// apart, taking the urgent byte and what follows, or the end.
 			pipes.Put(d.p, true)
 			d.hasPipe = false
+			d.bulk = false
 		default:
 			d.inPipe = n
 			d.n += uint64(n)
@@ -871,7 +893,7 @@ func (c *lconn) read(d *dir, src int) bool {
 	n, err := evloop.Read(src, d.buf)
 	switch {
 	case err == unix.EAGAIN:
-		d.srcReady = false
+		d.srcReady, d.urgent = false, false
 		tl.putBuf(d)
 	case err != nil:
 		c.finish(CloseError)
@@ -885,7 +907,7 @@ func (c *lconn) read(d *dir, src int) bool {
 		c.lastActive = tl.ev.Now()
 		if n == len(d.buf) {
 			d.bulk = true
-		} else if !d.srcClosed {
+		} else if !d.srcClosed && !d.urgent {
 			d.srcReady = false
 		}
 	}
