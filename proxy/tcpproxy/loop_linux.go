@@ -286,11 +286,11 @@ type dir struct {
 	// there for good (EAGAIN, or 0 once the end came too): until a read
 	// finds src empty, short reads do not end the reading, and a bulk
 	// direction whose splice stops reads instead.
-	urgent bool
-	dstFull   bool // dst's buffer was full: wait until it is told Writable
-	eof       bool // src's end was read
-	done      bool // eof, and every byte written
-	n         uint64
+	urgent  bool
+	dstFull bool // dst's buffer was full: wait until it is told Writable
+	eof     bool // src's end was read
+	done    bool // eof, and every byte written
+	n       uint64
 }
 
 // copyBufSize is the loop's buffers' size: nginx stream's default
