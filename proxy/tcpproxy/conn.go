@@ -311,10 +311,10 @@ func (c *conn) pipe(dst, src *net.TCPConn, count *atomic.Uint64) int64 {
 func (c *conn) finish(down, up uint64) {
 	c.stopWatch()
 	if down > c.countDown {
-		c.es.m.rxDown.Add(float64(down - c.countDown))
+		c.es.m.rxDown.Add(down - c.countDown)
 	}
 	if up > c.countUp {
-		c.es.m.rxUp.Add(float64(up - c.countUp))
+		c.es.m.rxUp.Add(up - c.countUp)
 	}
 	c.cause.CompareAndSwap(nil, &causeDone)
 	c.l.lm.closed[*c.cause.Load()].Inc()
@@ -397,11 +397,11 @@ func (c *conn) check() {
 	if ok && (down != c.seenDown || up != c.seenUp) {
 		c.lastActive = now
 		if down > c.countDown {
-			c.es.m.rxDown.Add(float64(down - c.countDown))
+			c.es.m.rxDown.Add(down - c.countDown)
 			c.countDown = down
 		}
 		if up > c.countUp {
-			c.es.m.rxUp.Add(float64(up - c.countUp))
+			c.es.m.rxUp.Add(up - c.countUp)
 			c.countUp = up
 		}
 		c.seenDown, c.seenUp = down, up

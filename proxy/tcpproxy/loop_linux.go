@@ -667,11 +667,11 @@ func (c *lconn) watch() {
 
 func (c *lconn) flushBytes() {
 	if d := c.dirs[0].n - c.counted[0]; d > 0 {
-		c.es.m.rxDown.Add(float64(d))
+		c.es.m.rxDown.Add(d)
 		c.counted[0] = c.dirs[0].n
 	}
 	if d := c.dirs[1].n - c.counted[1]; d > 0 {
-		c.es.m.rxUp.Add(float64(d))
+		c.es.m.rxUp.Add(d)
 		c.counted[1] = c.dirs[1].n
 	}
 }

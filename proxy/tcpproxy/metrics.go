@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchboard-dev/switchboard/internal/seriesref"
+	"github.com/switchboard-dev/switchboard/internal/shardhist"
 )
 
 // The reasons a connection is closed before (or instead of) being
@@ -48,16 +49,20 @@ const (
 // listeners. Series are resolved once per listener and per endpoint and
 // cached, so a connection costs atomic adds, not label lookups, and bytes
 // are counted per connection (and per activity check), never per read.
+// The series every connection moves (accepted, closed, active, total,
+// bytes, the connect histogram) keep per-CPU shards (internal/shardhist),
+// so that the event loops, one per CPU, do not pass their cache lines back
+// and forth.
 type Metrics struct {
-	accepted     *prometheus.CounterVec
+	accepted     *shardhist.CounterVec
 	rejected     *prometheus.CounterVec
 	queued       *prometheus.GaugeVec
-	closed       *prometheus.CounterVec
-	active       *prometheus.GaugeVec
-	total        *prometheus.CounterVec
-	bytes        *prometheus.CounterVec
+	closed       *shardhist.CounterVec
+	active       *shardhist.GaugeVec
+	total        *shardhist.CounterVec
+	bytes        *shardhist.CounterVec
 	connectErrs  *prometheus.CounterVec
-	connectDelay *prometheus.HistogramVec
+	connectDelay *shardhist.HistogramVec
 
 	refs *seriesref.Refs[seriesKey]
 }
@@ -111,7 +116,7 @@ func (m *Metrics) deleteSeries(k seriesKey) {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	ep := []string{"listener", "upstream", "endpoint"}
 	m := &Metrics{
-		accepted: prometheus.NewCounterVec(prometheus.CounterOpts{
+		accepted: shardhist.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_tcp_accepted_total",
 			Help: "TCP connections accepted, by listener.",
 		}, []string{"listener"}),
@@ -123,19 +128,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_tcp_queued_connections",
 			Help: "TCP connections waiting in the listener's queue for a free slot.",
 		}, []string{"listener"}),
-		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+		closed: shardhist.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_tcp_connections_closed_total",
 			Help: "Forwarded TCP connections that ended, by listener and cause (done, idle_timeout, error, shutdown).",
 		}, []string{"listener", "cause"}),
-		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		active: shardhist.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "switchboard_tcp_connections_active",
 			Help: "TCP connections being forwarded, by listener, upstream and endpoint.",
 		}, ep),
-		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+		total: shardhist.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_tcp_connections_total",
 			Help: "TCP connections forwarded (connected to an endpoint), by listener, upstream and endpoint.",
 		}, ep),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+		bytes: shardhist.NewCounterVec(prometheus.CounterOpts{
 			Name: "switchboard_tcp_received_bytes_total",
 			Help: "Bytes received on forwarded TCP connections, by listener, upstream, endpoint and direction (downstream_rx: from clients, upstream_rx: from endpoints).",
 		}, append(ep, "direction")),
@@ -143,7 +148,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "switchboard_tcp_connect_errors_total",
 			Help: "Failed connection attempts to endpoints (refused, unreachable, timed out), by listener, upstream and endpoint.",
 		}, ep),
-		connectDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		connectDelay: shardhist.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "switchboard_tcp_connect_duration_seconds",
 			Help:    "Time to connect to an endpoint, successful attempts only, by listener and upstream.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
@@ -156,10 +161,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // listenerMetrics are one listener's series, resolved once.
 type listenerMetrics struct {
-	accepted prometheus.Counter
+	accepted *shardhist.Counter
 	queued   prometheus.Gauge
 	rejected map[string]prometheus.Counter
-	closed   map[string]prometheus.Counter
+	closed   map[string]*shardhist.Counter
 }
 
 // forListener holds and returns a listener's series; releaseListener
@@ -170,7 +175,7 @@ func (m *Metrics) forListener(name string) *listenerMetrics {
 		accepted: m.accepted.WithLabelValues(name),
 		queued:   m.queued.WithLabelValues(name),
 		rejected: make(map[string]prometheus.Counter, len(rejectReasons)),
-		closed:   make(map[string]prometheus.Counter, len(closeCauses)),
+		closed:   make(map[string]*shardhist.Counter, len(closeCauses)),
 	}
 	for _, r := range rejectReasons {
 		lm.rejected[r] = m.rejected.WithLabelValues(name, r)
@@ -187,9 +192,9 @@ func (m *Metrics) releaseListener(name string) {
 
 // endpointMetrics are one (listener, upstream, endpoint) triple's series.
 type endpointMetrics struct {
-	active       prometheus.Gauge
-	total        prometheus.Counter
-	rxDown, rxUp prometheus.Counter
+	active       *shardhist.Gauge
+	total        *shardhist.Counter
+	rxDown, rxUp *shardhist.Counter
 	connectErrs  prometheus.Counter
 	connectDelay prometheus.Observer
 }
