@@ -185,7 +185,7 @@ func Splice(rfd, wfd, n int) (int, error) {
 // connection holds no pipe and a busy one makes none. Use it on one loop
 // only. The zero Pipes keeps up to DefaultPipes.
 type Pipes struct {
-	free []Pipe
+	free Free[Pipe]
 	// Max bounds the pipes kept (0: DefaultPipes); more are closed.
 	Max int
 	// Size, if not 0, is the capacity asked for new pipes (F_SETPIPE_SZ;
@@ -201,9 +201,7 @@ const DefaultPipes = 128
 
 // Get returns an empty pipe, from the pool or new.
 func (ps *Pipes) Get() (Pipe, error) {
-	if n := len(ps.free); n > 0 {
-		p := ps.free[n-1]
-		ps.free = ps.free[:n-1]
+	if p, ok := ps.free.Take(); ok {
 		return p, nil
 	}
 	p, err := NewPipe()
@@ -220,23 +218,21 @@ func (ps *Pipes) Put(p Pipe, empty bool) {
 	if limit == 0 {
 		limit = DefaultPipes
 	}
-	if !empty || len(ps.free) >= limit {
+	if !empty || !ps.free.Keep(p, limit) {
 		p.Close()
-		return
 	}
-	ps.free = append(ps.free, p)
 }
 
 // Kept is the pipes kept, for a look (a test's: are they empty?); they
 // are still the pool's.
-func (ps *Pipes) Kept() []Pipe { return ps.free }
+func (ps *Pipes) Kept() []Pipe { return ps.free.Kept() }
 
 // Close closes every pipe kept.
 func (ps *Pipes) Close() {
-	for _, p := range ps.free {
+	for _, p := range ps.free.Kept() {
 		p.Close()
 	}
-	ps.free = nil
+	ps.free.Drop()
 }
 
 // Forget stops calling fd's handler without telling epoll: for a

@@ -96,7 +96,7 @@ func TestIdleConnectionsHoldNoReadBuffer(t *testing.T) {
 			for c := range lp.conns {
 				caps = append(caps, cap(c.in))
 			}
-			free = len(lp.free)
+			free = len(lp.free.Kept())
 			close(done)
 		})
 		<-done

@@ -213,7 +213,7 @@ type loop struct {
 	dateSec int64
 	// free holds read buffers of client connections that wait for their
 	// next request: an idle keep-alive connection holds none.
-	free [][]byte
+	free evloop.Free[[]byte]
 }
 
 // maxFreeBuffers bounds the read buffers a loop keeps for later (4 MiB):
@@ -223,10 +223,7 @@ const maxFreeBuffers = 1024
 
 // buffer returns an empty read buffer of clientBuffer bytes' capacity.
 func (lp *loop) buffer() []byte {
-	if n := len(lp.free); n > 0 {
-		b := lp.free[n-1]
-		lp.free[n-1] = nil
-		lp.free = lp.free[:n-1]
+	if b, ok := lp.free.Take(); ok {
 		return b
 	}
 	return make([]byte, 0, clientBuffer)
@@ -234,8 +231,8 @@ func (lp *loop) buffer() []byte {
 
 // release keeps b, a read buffer nothing refers to any more, for later.
 func (lp *loop) release(b []byte) {
-	if cap(b) == clientBuffer && len(lp.free) < maxFreeBuffers {
-		lp.free = append(lp.free, b[:0])
+	if cap(b) == clientBuffer {
+		lp.free.Keep(b[:0], maxFreeBuffers)
 	}
 }
 

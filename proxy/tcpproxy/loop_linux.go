@@ -43,9 +43,9 @@ type tloop struct {
 	e     *loopEngine
 	ev    *evloop.Loop
 	pipes evloop.Pipes
-	bufs  [][]byte // empty copy buffers (copyBufSize), for the next reads
-	conns *lconn   // every connection of the loop, a doubly linked list
-	free  []*lconn // ended connections, for the next ones
+	bufs  evloop.Free[[]byte] // empty copy buffers (copyBufSize), for the next reads
+	conns *lconn              // every connection of the loop, a doubly linked list
+	free  evloop.Free[*lconn] // ended connections, for the next ones
 	acc   evloop.Acceptor
 	// The last client address's text (Info.Key): clients come back, and
 	// the text costs an allocation.
@@ -321,10 +321,7 @@ const spliceMax = 1 << 20
 const connEvents = evloop.Readable | evloop.Writable | evloop.Urgent | evloop.Edge
 
 func (tl *tloop) newConn() *lconn {
-	if n := len(tl.free); n > 0 {
-		c := tl.free[n-1]
-		tl.free[n-1] = nil
-		tl.free = tl.free[:n-1]
+	if c, ok := tl.free.Take(); ok {
 		return c
 	}
 	c := &lconn{tl: tl}
@@ -335,7 +332,7 @@ func (tl *tloop) newConn() *lconn {
 
 // recycle keeps c, ended, for the next connection.
 func (tl *tloop) recycle(c *lconn) {
-	if len(tl.free) >= maxFreeConns {
+	if len(tl.free.Kept()) >= maxFreeConns {
 		return
 	}
 	tried := c.at.info.Tried[:0]
@@ -347,7 +344,7 @@ func (tl *tloop) recycle(c *lconn) {
 	// attempt.
 	*c = lconn{tl: tl, timer: c.timer, grantTask: c.grantTask, grantFn: c.grantFn, pre: c.pre[:0], state: stDone, gen: c.gen}
 	c.at.info.Tried = tried
-	tl.free = append(tl.free, c)
+	tl.free.Keep(c, maxFreeConns)
 }
 
 func (tl *tloop) link(c *lconn) {
@@ -916,10 +913,7 @@ func (c *lconn) read(d *dir, src int) bool {
 
 // getBuf is an empty copy buffer: one the loop kept, or a new one.
 func (tl *tloop) getBuf() []byte {
-	if n := len(tl.bufs); n > 0 {
-		b := tl.bufs[n-1]
-		tl.bufs[n-1] = nil
-		tl.bufs = tl.bufs[:n-1]
+	if b, ok := tl.bufs.Take(); ok {
 		return b
 	}
 	return make([]byte, copyBufSize)
@@ -930,9 +924,7 @@ func (tl *tloop) putBuf(d *dir) {
 	if d.buf == nil {
 		return
 	}
-	if len(tl.bufs) < maxFreeBufs {
-		tl.bufs = append(tl.bufs, d.buf)
-	}
+	tl.bufs.Keep(d.buf, maxFreeBufs)
 	d.buf, d.off, d.end = nil, 0, 0
 }
 
