@@ -775,41 +775,34 @@ func (c *lconn) move(i int, src, dst int) bool {
 	d := &c.dirs[i]
 	pipes := &c.tl.pipes
 	for !d.done {
-		if d.end > d.off {
+		if buffered := d.end > d.off; buffered || d.inPipe > 0 {
+			// Bytes read wait for dst, in the buffer or the pipe.
 			if d.dstFull {
 				return true
 			}
-			n, err := evloop.Write(dst, d.buf[d.off:d.end])
-			if err == unix.EAGAIN {
+			var n int
+			var err error
+			if buffered {
+				n, err = evloop.Write(dst, d.buf[d.off:d.end])
+			} else {
+				n, err = evloop.Splice(d.p.R, dst, d.inPipe)
+			}
+			switch {
+			case err == unix.EAGAIN:
 				d.dstFull = true
 				return true
-			}
-			if err != nil {
+			case err != nil:
 				c.finish(CloseError)
 				return false
-			}
-			if d.off += n; d.off == d.end {
-				c.tl.putBuf(d)
-			}
-			continue
-		}
-		if d.inPipe > 0 {
-			if d.dstFull {
-				return true
-			}
-			n, err := evloop.Splice(d.p.R, dst, d.inPipe)
-			if err == unix.EAGAIN {
-				d.dstFull = true
-				return true
-			}
-			if err != nil {
-				c.finish(CloseError)
-				return false
-			}
-			d.inPipe -= n
-			if d.inPipe == 0 {
-				pipes.Put(d.p, true)
-				d.hasPipe = false
+			case buffered:
+				if d.off += n; d.off == d.end {
+					c.tl.putBuf(d)
+				}
+			default:
+				if d.inPipe -= n; d.inPipe == 0 {
+					pipes.Put(d.p, true)
+					d.hasPipe = false
+				}
 			}
 			continue
 		}
