@@ -144,21 +144,33 @@ func shardsFor(procs int) int { return pshard.Count(procs, maxShards) }
 // valid UTF-8; the error names the histogram. Resolve a series once and keep the Observer: a lookup
 // hashes the values and takes a lock.
 func (v *HistogramVec) GetMetricWithLabelValues(lvs ...string) (prometheus.Observer, error) {
-	m, err := v.MetricVec.GetMetricWithLabelValues(lvs...)
+	return child[prometheus.Observer](v.MetricVec, "histogram", v.name, lvs)
+}
+
+// child returns mv's child for lvs as a T, made on first use, or an error
+// that names the vector (what, name): the vectors' GetMetricWithLabelValues.
+func child[T any](mv *prometheus.MetricVec, what, name string, lvs []string) (T, error) {
+	m, err := mv.GetMetricWithLabelValues(lvs...)
 	if err != nil {
-		return nil, fmt.Errorf("shardhist: histogram %q: %w", v.name, err)
+		var zero T
+		return zero, fmt.Errorf("shardhist: %s %q: %w", what, name, err)
 	}
-	return m.(prometheus.Observer), nil
+	return m.(T), nil
+}
+
+// must is v, or a panic with err: the vectors' WithLabelValues, as
+// client_golang's.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // WithLabelValues is GetMetricWithLabelValues that panics on an error, as
 // prometheus.HistogramVec's does.
 func (v *HistogramVec) WithLabelValues(lvs ...string) prometheus.Observer {
-	o, err := v.GetMetricWithLabelValues(lvs...)
-	if err != nil {
-		panic(err)
-	}
-	return o
+	return must(v.GetMetricWithLabelValues(lvs...))
 }
 
 // histogram is one series. Its counts live in words, one stretch of

@@ -1,7 +1,6 @@
 package shardhist
 
 import (
-	"fmt"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -49,20 +48,12 @@ func newSumVec(opts prometheus.Opts, labelNames []string, mk func(*prometheus.De
 
 // GetMetricWithLabelValues returns the child for lvs, made on first use.
 func (v *GaugeVec) GetMetricWithLabelValues(lvs ...string) (*Gauge, error) {
-	m, err := v.MetricVec.GetMetricWithLabelValues(lvs...)
-	if err != nil {
-		return nil, fmt.Errorf("shardhist: gauge %q: %w", v.name, err)
-	}
-	return m.(*Gauge), nil
+	return child[*Gauge](v.MetricVec, "gauge", v.name, lvs)
 }
 
 // WithLabelValues is GetMetricWithLabelValues that panics on an error.
 func (v *GaugeVec) WithLabelValues(lvs ...string) *Gauge {
-	g, err := v.GetMetricWithLabelValues(lvs...)
-	if err != nil {
-		panic(err)
-	}
-	return g
+	return must(v.GetMetricWithLabelValues(lvs...))
 }
 
 // sum is a whole count kept in shards (a pshard.Int), with the series'
@@ -133,20 +124,12 @@ func NewCounterVec(opts prometheus.CounterOpts, labelNames []string) *CounterVec
 
 // GetMetricWithLabelValues returns the child for lvs, made on first use.
 func (v *CounterVec) GetMetricWithLabelValues(lvs ...string) (*Counter, error) {
-	m, err := v.MetricVec.GetMetricWithLabelValues(lvs...)
-	if err != nil {
-		return nil, fmt.Errorf("shardhist: counter %q: %w", v.name, err)
-	}
-	return m.(*Counter), nil
+	return child[*Counter](v.MetricVec, "counter", v.name, lvs)
 }
 
 // WithLabelValues is GetMetricWithLabelValues that panics on an error.
 func (v *CounterVec) WithLabelValues(lvs ...string) *Counter {
-	c, err := v.GetMetricWithLabelValues(lvs...)
-	if err != nil {
-		panic(err)
-	}
-	return c
+	return must(v.GetMetricWithLabelValues(lvs...))
 }
 
 // Counter is one series of a CounterVec.
