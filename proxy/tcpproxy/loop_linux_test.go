@@ -75,6 +75,17 @@ func loopState(t *testing.T, p *proxy) (conns []loopConn, pooled []int) {
 	return conns, pooled
 }
 
+// checkPooledPipesEmpty reports every pooled pipe (loopState's bytes in
+// each) that holds bytes.
+func checkPooledPipesEmpty(t *testing.T, pooled []int) {
+	t.Helper()
+	for i, n := range pooled {
+		if n != 0 {
+			t.Errorf("pooled pipe %d holds %d bytes, want every pooled pipe empty", i, n)
+		}
+	}
+}
+
 // TestLoopBackpressureHoldsAtMostAPipe: an endpoint that does not read
 // stops the proxy reading its client: the loop holds at most one pipe's
 // worth of the stream (the rest waits in the kernel's socket buffers, where
@@ -218,11 +229,7 @@ func TestLoopPipeWithBytesIsNotReused(t *testing.T) {
 	once.Do(func() { close(kill) })
 	testutil.WaitFor(t, 5*time.Second, "the connection to end with an error", func() bool { return p.closed(CloseError) == 1 })
 	_, pooled := loopState(t, p)
-	for i, n := range pooled {
-		if n != 0 {
-			t.Errorf("pooled pipe %d holds %d bytes, want every pooled pipe empty", i, n)
-		}
-	}
+	checkPooledPipesEmpty(t, pooled)
 
 	// The next connections, to an echo endpoint, get their own bytes
 	// only; they take their pipes from the pool (each message is bulk:
@@ -243,11 +250,7 @@ func TestLoopPipeWithBytesIsNotReused(t *testing.T) {
 	if len(pooled) == 0 {
 		t.Error("the loop keeps no pipe after connections that moved bytes, want it to pool them")
 	}
-	for i, n := range pooled {
-		if n != 0 {
-			t.Errorf("pooled pipe %d holds %d bytes, want every pooled pipe empty", i, n)
-		}
-	}
+	checkPooledPipesEmpty(t, pooled)
 }
 
 // TestServerMovesListenerToNewEngine: a reload that changes a tcp
@@ -600,11 +603,7 @@ func TestLoopCopiesSmallExchangesAndSplicesBulk(t *testing.T) {
 	if len(pooled) == 0 {
 		t.Error("after a 1 MiB echo the loop pools no pipe, want the bulk's pipes given back")
 	}
-	for i, n := range pooled {
-		if n != 0 {
-			t.Errorf("pooled pipe %d holds %d bytes, want every pooled pipe empty", i, n)
-		}
-	}
+	checkPooledPipesEmpty(t, pooled)
 }
 
 // TestLoopPassesTheEndAfterAShortMessage: a client that writes a few
