@@ -135,21 +135,36 @@ func (b *outlierBucket) live(e int64) bool {
 	return b.epoch <= e && b.epoch > e-outlierBuckets
 }
 
-// sums returns the requests and failures within the window ending at now,
-// over all shards.
-func (w *outlierWindow) sums(now int64) (req, fail uint64) {
-	e := now / w.width
+// eachShard calls fn with every shard, under the shard's lock.
+func (w *outlierWindow) eachShard(fn func(s *outlierShard)) {
 	for k := range w.shards {
 		s := &w.shards[k]
 		s.mu.Lock()
-		for i := range s.b {
-			if s.b[i].live(e) {
-				req += uint64(s.b[i].req)
-				fail += uint64(s.b[i].fail)
-			}
-		}
+		fn(s)
 		s.mu.Unlock()
 	}
+}
+
+// eachLive calls fn with every bucket i of every shard s that holds a
+// slice inside the window ending at now.
+func (w *outlierWindow) eachLive(now int64, fn func(s *outlierShard, i int)) {
+	e := now / w.width
+	w.eachShard(func(s *outlierShard) {
+		for i := range s.b {
+			if s.b[i].live(e) {
+				fn(s, i)
+			}
+		}
+	})
+}
+
+// sums returns the requests and failures within the window ending at now,
+// over all shards.
+func (w *outlierWindow) sums(now int64) (req, fail uint64) {
+	w.eachLive(now, func(s *outlierShard, i int) {
+		req += uint64(s.b[i].req)
+		fail += uint64(s.b[i].fail)
+	})
 	return req, fail
 }
 
@@ -159,23 +174,14 @@ func (w *outlierWindow) median(now int64) (time.Duration, uint64) {
 	if w.shards[0].lat == nil {
 		return 0, 0
 	}
-	e := now / w.width
 	var sum outlierHist
 	var n uint64
-	for k := range w.shards {
-		s := &w.shards[k]
-		s.mu.Lock()
-		for i := range s.b {
-			if !s.b[i].live(e) {
-				continue
-			}
-			for j, c := range s.lat[i] {
-				sum[j] += c
-				n += uint64(c)
-			}
+	w.eachLive(now, func(s *outlierShard, i int) {
+		for j, c := range s.lat[i] {
+			sum[j] += c
+			n += uint64(c)
 		}
-		s.mu.Unlock()
-	}
+	})
 	if n == 0 {
 		return 0, 0
 	}
@@ -192,15 +198,10 @@ func (w *outlierWindow) median(now int64) (time.Duration, uint64) {
 
 // reset empties every shard.
 func (w *outlierWindow) reset() {
-	for k := range w.shards {
-		s := &w.shards[k]
-		s.mu.Lock()
+	w.eachShard(func(s *outlierShard) {
 		s.b = [outlierBuckets]outlierBucket{}
-		for i := range s.lat {
-			s.lat[i] = outlierHist{}
-		}
-		s.mu.Unlock()
-	}
+		clear(s.lat)
+	})
 }
 
 // outlierLatBin maps a latency to its histogram bin: values below 4 µs get a bin
