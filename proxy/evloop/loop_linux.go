@@ -109,7 +109,7 @@ func New() (*Loop, error) {
 // triggered: a handler that stops before EAGAIN is called again).
 func (l *Loop) Add(fd int, ev Events, h Handler) error {
 	e := unix.EpollEvent{Events: uint32(ev), Fd: int32(fd)}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &e); err != nil {
+	if err := epollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &e); err != nil {
 		return fmt.Errorf("evloop: watching fd %d: %w", fd, err)
 	}
 	for fd >= len(l.handlers) {
@@ -127,7 +127,7 @@ func (l *Loop) Remove(fd int) error {
 	if fd < len(l.handlers) {
 		l.handlers[fd] = nil
 	}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil); err != nil {
+	if err := epollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil); err != nil {
 		return fmt.Errorf("evloop: forgetting fd %d: %w", fd, err)
 	}
 	return nil

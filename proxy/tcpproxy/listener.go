@@ -32,9 +32,13 @@ type Upstream interface {
 // Unlike net.Listen it leaves TCP keep-alive off on accepted connections,
 // saving four setsockopt calls per connection: the idle timeout finds dead
 // clients, and a Listener turns keep-alive on for its connections itself
-// when its idle timeout is off.
+// when its idle timeout is off. It sets on the socket, before it listens,
+// the options the event-loop engine wants on every connection (TCP_NODELAY,
+// SO_OOBINLINE), which Linux copies into each one it accepts: two
+// setsockopt calls less per connection (Linux refuses SO_OOBINLINE on a
+// socket that listens already).
 func Listen(ctx context.Context, addr string) (*net.TCPListener, error) {
-	lc := net.ListenConfig{KeepAlive: -1}
+	lc := net.ListenConfig{KeepAlive: -1, Control: presetControl}
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
@@ -45,7 +49,13 @@ func Listen(ctx context.Context, addr string) (*net.TCPListener, error) {
 // Listener accepts TCP connections on one socket and forwards each to an
 // endpoint of an upstream.
 type Listener struct {
+	// ln is the socket while the goroutine engine accepts from it (or no
+	// engine has started). The loop engine takes the socket (a duplicate
+	// of its descriptor, loopEngine.lnfd) and closes ln, under cmu: the
+	// runtime's poller watched ln, and each connection that came woke it
+	// (a thread's wake-up and sleep for nothing; bench/run-tcp.sh).
 	ln        *net.TCPListener
+	addr      net.Addr
 	name      string
 	upstreams func(name string) Upstream
 	lm        *listenerMetrics
@@ -128,6 +138,7 @@ func NewListener(ln *net.TCPListener, cfg Config, upstreams func(name string) Up
 	}
 	l := &Listener{
 		ln:        ln,
+		addr:      ln.Addr(),
 		name:      cfg.Name,
 		upstreams: upstreams,
 		m:         m,
@@ -147,7 +158,7 @@ func NewListener(ln *net.TCPListener, cfg Config, upstreams func(name string) Up
 }
 
 // Addr is the address the listener accepts on.
-func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+func (l *Listener) Addr() net.Addr { return l.addr }
 
 // Serve accepts connections until Shutdown, then returns nil. It returns
 // an error if the socket fails for another reason (established connections
@@ -173,7 +184,7 @@ func (l *Listener) Serve() error {
 	l.wg.Add(1)
 	l.cmu.Unlock()
 	defer l.wg.Done()
-	l.log.Info("tcp listener serving", "listener", l.name, "addr", l.ln.Addr().String(), "engine", l.Engine())
+	l.log.Info("tcp listener serving", "listener", l.name, "addr", l.addr.String(), "engine", l.Engine())
 	if l.lp != nil {
 		if err := l.lp.wait(); err != nil {
 			return fmt.Errorf("tcp listener %q: an event loop stopped: %w", l.name, err)
@@ -443,10 +454,13 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	l.cmu.Lock()
 	first := !l.shut
 	l.shut = true
+	ln := l.ln
 	l.cmu.Unlock()
 	if first {
 		close(l.shutCh)
-		l.ln.Close()
+		if ln != nil {
+			ln.Close()
+		}
 		if l.lp != nil {
 			l.lp.stopAccepting()
 		}
@@ -496,6 +510,21 @@ func (l *Listener) stopLoops() {
 	if l.lp != nil {
 		l.lp.stop()
 	}
+}
+
+// dupSocket is a new listener on l's socket, through a duplicate of its
+// descriptor: it accepts from the same queue, and stays open when l is
+// shut down (a change of engine hands the socket on with it).
+func (l *Listener) dupSocket() (*net.TCPListener, error) {
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
+	if l.ln != nil {
+		return dupListener(l.ln)
+	}
+	if l.lp != nil && !l.shut {
+		return l.lp.dupSocket()
+	}
+	return nil, fmt.Errorf("tcp listener %q is shut down", l.name)
 }
 
 // Engine is the engine serving the listener: EngineEventLoop or

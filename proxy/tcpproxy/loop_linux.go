@@ -4,6 +4,7 @@ package tcpproxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +33,7 @@ const loopAvailable = true
 type loopEngine struct {
 	l       *Listener
 	lnfd    int          // a non-blocking duplicate of the listener's descriptor
+	preset  bool         // socketOpts are set on the listening socket (presetAccepted)
 	loops   []*tloop     // set by start, under l.cmu
 	active  atomic.Int64 // connections admitted and not yet ended (Stats.Active)
 	errs    chan error   // a loop's Run failed
@@ -47,6 +50,10 @@ type tloop struct {
 	conns *lconn              // every connection of the loop, a doubly linked list
 	free  evloop.Free[*lconn] // ended connections, for the next ones
 	acc   evloop.Acceptor
+	// preset: the connections accepted come with socketOpts set, copied
+	// from the listening socket; checked on the loop's first connection
+	// (checked), and from then on not set again.
+	preset, checked bool
 	// The last client address's text (Info.Key): clients come back, and
 	// the text costs an allocation.
 	lastAddr netip.Addr
@@ -86,8 +93,10 @@ func (e *loopEngine) start() error {
 	unix.CloseOnExec(e.lnfd)
 	if err := unix.SetNonblock(e.lnfd, true); err != nil {
 		unix.Close(e.lnfd)
+		e.lnfd = -1
 		return err
 	}
+	e.preset = presetAccepted(e.lnfd)
 	n := evloop.DefaultLoops()
 	for range n {
 		el, err := evloop.New()
@@ -108,8 +117,13 @@ func (e *loopEngine) start() error {
 		}
 		e.loops = nil
 		unix.Close(e.lnfd)
+		e.lnfd = -1
 		return err
 	}
+	// The loops have the socket: the runtime's poller lets go of it (see
+	// Listener.ln).
+	e.l.ln.Close()
+	e.l.ln = nil
 	// The engine holds a count in wg until it accepts no more, so that a
 	// loop's wg.Add for a new connection never races Shutdown's Wait.
 	e.l.wg.Add(1)
@@ -168,7 +182,10 @@ func (e *loopEngine) stopAccepting() {
 		}
 	})
 	if started {
+		e.l.cmu.Lock()
 		unix.Close(e.lnfd)
+		e.lnfd = -1
+		e.l.cmu.Unlock()
 		e.l.wg.Done()
 	}
 }
@@ -212,6 +229,25 @@ func (e *loopEngine) stop() {
 }
 
 func (e *loopEngine) activeConns() int { return int(e.active.Load()) }
+
+// dupSocket is a listener on the loops' socket (Listener.dupSocket);
+// under l.cmu.
+func (e *loopEngine) dupSocket() (*net.TCPListener, error) {
+	if e.lnfd < 0 {
+		return nil, errors.New("the event loops' socket is closed")
+	}
+	fd, err := unix.FcntlInt(uintptr(e.lnfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "tcp listener")
+	defer f.Close()
+	nl, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	return nl.(*net.TCPListener), nil
+}
 
 // connState is where a connection is.
 type connState uint8
@@ -377,6 +413,10 @@ func (tl *tloop) accept(cfd int, src netip.AddrPort) {
 	// for nothing when the socket lives on (a change of engine hands it to
 	// another Listener, whose accept it raced).
 	l.wg.Add(1) // the engine's own count is held: no race with Shutdown's Wait
+	if !tl.checked {
+		tl.checked = true
+		tl.preset = tl.e.preset && allOn(cfd, socketOpts)
+	}
 	c := tl.newConn()
 	c.s, c.cfd, c.ufd, c.src = l.set.Load(), cfd, -1, src
 	tl.link(c)
@@ -439,8 +479,9 @@ func (c *lconn) begin() {
 	tl, l := c.tl, c.tl.e.l
 	tl.e.active.Add(1)
 	cfg := &c.s.cfg
-	unix.SetsockoptInt(c.cfd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1) // as Go's net does for every TCP socket
-	inlineUrgentFD(c.cfd)
+	if !tl.preset {
+		setAll(c.cfd, socketOpts)
+	}
 	if cfg.IdleTimeout <= 0 {
 		setKeepAlive(c.cfd)
 	}
@@ -459,12 +500,74 @@ func (c *lconn) begin() {
 	c.connect()
 }
 
-// setKeepAlive turns TCP keep-alive on with Go's defaults (15s idle, 15s
+// socketOpts are set on both sockets of every connection: no Nagle delay,
+// as Go's net does for every TCP socket, and urgent data inline (see
+// inlineUrgent). A listener's connections get them from the listening
+// socket (see presetAccepted).
+var socketOpts = []evloop.SockOpt{
+	{Level: unix.IPPROTO_TCP, Name: unix.TCP_NODELAY, Value: 1},
+	{Level: unix.SOL_SOCKET, Name: unix.SO_OOBINLINE, Value: 1},
+}
+
+// keepAliveOpts turn TCP keep-alive on with Go's defaults (15s idle, 15s
 // between probes): what guards a connection without an idle timeout.
-func setKeepAlive(fd int) {
-	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 15)
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 15)
+var keepAliveOpts = []evloop.SockOpt{
+	{Level: unix.SOL_SOCKET, Name: unix.SO_KEEPALIVE, Value: 1},
+	{Level: unix.IPPROTO_TCP, Name: unix.TCP_KEEPIDLE, Value: 15},
+	{Level: unix.IPPROTO_TCP, Name: unix.TCP_KEEPINTVL, Value: 15},
+}
+
+func setKeepAlive(fd int) { setAll(fd, keepAliveOpts) }
+
+// allOn reports whether fd has every one of opts.
+func allOn(fd int, opts []evloop.SockOpt) bool {
+	for _, o := range opts {
+		if !o.On(fd) {
+			return false
+		}
+	}
+	return true
+}
+
+// setAll sets opts on fd. A failure is not the connection's end: the
+// options make it better, not possible (as the goroutine engine, which
+// leaves the net package's own failures to set them unreported).
+func setAll(fd int, opts []evloop.SockOpt) {
+	for _, o := range opts {
+		o.Set(fd)
+	}
+}
+
+// presetAccepted reports whether the listening socket lnfd has
+// socketOpts, which Linux copies into every connection it accepts: two
+// system calls less per connection. Listen sets them before the socket
+// listens; those missing are set here if Linux lets them be (it refuses
+// SO_OOBINLINE once a socket listens). Each loop still checks its first
+// connection (see tloop.accept) before it relies on them.
+func presetAccepted(lnfd int) bool {
+	for _, o := range socketOpts {
+		if !o.On(lnfd) && o.Set(lnfd) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// presetControl is Listen's Control: socketOpts, before the socket
+// listens.
+func presetControl(_, _ string, c syscall.RawConn) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		for _, o := range socketOpts {
+			if serr == nil {
+				serr = o.Set(int(fd))
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return serr
 }
 
 // connect picks the next endpoint and starts connecting to it, skipping
@@ -508,13 +611,12 @@ func (c *lconn) connect() {
 // adopt makes fd, connecting or connected to c.es's endpoint, the
 // connection's upstream side.
 func (c *lconn) adopt(fd int) error {
-	unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	inlineUrgentFD(fd) // as the goroutine engine's dialControl
+	setAll(fd, socketOpts) // inlineUrgent, as the goroutine engine's dialControl
 	if c.s.cfg.IdleTimeout <= 0 {
 		setKeepAlive(fd)
 	}
 	if err := c.tl.ev.Add(fd, connEvents, (*upSide)(c)); err != nil {
-		unix.Close(fd)
+		evloop.Close(fd)
 		return err
 	}
 	c.ufd = fd
@@ -540,7 +642,7 @@ func (c *lconn) dialSlow(addr string) {
 				// follows the cancel, ends the connection and counts it
 				// as cut (ended here as a failed attempt, it was missed).
 				if fd >= 0 {
-					unix.Close(fd)
+					evloop.Close(fd)
 				}
 				return
 			}
@@ -555,7 +657,7 @@ func (c *lconn) dialSlow(addr string) {
 			}
 		}, func() { // the loops stopped first
 			if fd >= 0 {
-				unix.Close(fd)
+				evloop.Close(fd)
 			}
 		})
 	}()
@@ -569,7 +671,7 @@ func (c *lconn) attemptFailed(err error, canceled bool) bool {
 	latency := time.Since(c.t0)
 	if c.ufd >= 0 {
 		c.tl.ev.Forget(c.ufd)
-		unix.Close(c.ufd)
+		evloop.Close(c.ufd)
 		c.ufd = -1
 	}
 	es, res := c.es, c.res
@@ -811,7 +913,7 @@ func (c *lconn) move(i int, src, dst int) bool {
 			// Pass the end on (half-close); the direction that ends
 			// second leaves it to the close, which sends the FIN anyway.
 			if !c.dirs[1-i].done {
-				if err := unix.Shutdown(dst, unix.SHUT_WR); err != nil {
+				if err := evloop.Shutdown(dst, unix.SHUT_WR); err != nil {
 					c.finish(CloseError)
 					return false
 				}
@@ -958,10 +1060,10 @@ func (c *lconn) closeSockets() {
 	if c.registered {
 		c.tl.ev.Forget(c.cfd)
 	}
-	unix.Close(c.cfd)
+	evloop.Close(c.cfd)
 	if c.ufd >= 0 {
 		c.tl.ev.Forget(c.ufd)
-		unix.Close(c.ufd)
+		evloop.Close(c.ufd)
 	}
 }
 

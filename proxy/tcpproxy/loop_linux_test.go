@@ -37,6 +37,8 @@ type loopConn struct {
 	buffered     [2]int // bytes held in the loop's copy buffer
 	hasBuf       [2]bool
 	bulk         [2]bool
+	opts         [2]bool // the client's and the endpoint's socket have socketOpts
+	preset       bool    // the loop relies on the listening socket's options
 }
 
 // loopState looks at p's loop connections (on their loops) and at the
@@ -62,6 +64,8 @@ func loopState(t *testing.T, p *proxy) (conns []loopConn, pooled []int) {
 				}
 			}
 			lc.clientQueued, _ = unix.IoctlGetInt(c.cfd, unix.SIOCINQ)
+			lc.opts = [2]bool{allOn(c.cfd, socketOpts), c.ufd >= 0 && allOn(c.ufd, socketOpts)}
+			lc.preset = tl.preset
 			conns = append(conns, lc)
 		}
 		for _, pp := range tl.pipes.Kept() {
@@ -256,7 +260,8 @@ func TestLoopPipeWithBytesIsNotReused(t *testing.T) {
 // TestServerMovesListenerToNewEngine: a reload that changes a tcp
 // listener's engine (same address) keeps its socket: a connection
 // established before goes on, on the old engine, and new connections are
-// served by the new one.
+// served by the new one; and back, from the loops' own descriptor of the
+// socket (the loops close the listener the runtime's poller watched).
 func TestServerMovesListenerToNewEngine(t *testing.T) {
 	b := startServer(t, echo)
 	up := newUpstream(t, "app", rr(), b.addr)
@@ -305,6 +310,36 @@ func TestServerMovesListenerToNewEngine(t *testing.T) {
 	defer fresh.Close()
 	roundTrip(t, fresh, "after, on the loop")
 	roundTrip(t, old, "the old connection goes on")
+	s.mu.Lock()
+	onLoops := s.listeners["t"].l
+	s.mu.Unlock()
+	onLoops.cmu.Lock()
+	goLn := onLoops.ln
+	onLoops.cmu.Unlock()
+	if goLn != nil {
+		t.Fatal("the loops serve the socket and the runtime's poller still watches it (Listener.ln is open)")
+	}
+
+	// And back: the goroutine engine gets the socket from the loops'
+	// descriptor.
+	back := spec(EngineGoroutine)
+	back[0].Listen = listen
+	ch, err = s.Prepare(back, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.Commit()
+	if got := s.Addr("t"); got != addr {
+		t.Fatalf("after the change back the listener is at %s, want %s (the same socket)", got, addr)
+	}
+	third, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	roundTrip(t, third, "back on goroutines")
+	roundTrip(t, fresh, "the loop's connection goes on")
+	roundTrip(t, old, "the first connection goes on")
 }
 
 // TestConfigEngine: an unknown engine, and the event loop with a feature
@@ -636,5 +671,30 @@ func TestLoopPassesTheEndAfterAShortMessage(t *testing.T) {
 			t.Fatalf("connection %d: read %q, %v; want %q and the end", i, got, err, "got:"+msg)
 		}
 		c.Close()
+	}
+}
+
+// TestLoopSocketsHaveNoDelayAndUrgentInline: both sockets of a connection
+// on the loops have TCP_NODELAY and SO_OOBINLINE, the client's copied from
+// the listening socket (no setsockopt per connection).
+func TestLoopSocketsHaveNoDelayAndUrgentInline(t *testing.T) {
+	b := startServer(t, echo)
+	p := startProxy(t, Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), b.addr))
+	for i := range 3 {
+		c := p.dial(t)
+		defer c.Close()
+		roundTrip(t, c, fmt.Sprintf("conn %d", i))
+	}
+	conns, _ := loopState(t, p)
+	if len(conns) != 3 {
+		t.Fatalf("%d connections on the loops, want 3", len(conns))
+	}
+	for i, c := range conns {
+		if !c.opts[0] || !c.opts[1] {
+			t.Errorf("connection %d: client socket has the options: %v, endpoint socket: %v; want both", i, c.opts[0], c.opts[1])
+		}
+		if !c.preset {
+			t.Errorf("connection %d: its loop sets the options on each client socket; Linux copies them from the listening socket", i)
+		}
 	}
 }

@@ -2,6 +2,16 @@
 
 package tcpproxy
 
+import (
+	"errors"
+	"net"
+	"syscall"
+)
+
+// presetControl is Listen's Control: nothing here (the goroutine engine
+// sets each connection's options).
+var presetControl func(network, address string, c syscall.RawConn) error
+
 // loopAvailable: there is no event-loop engine on this system (Linux
 // only); every listener runs on the goroutine engine.
 const loopAvailable = false
@@ -17,3 +27,5 @@ func (*loopEngine) stopAccepting()        {}
 func (*loopEngine) cutAll() int           { return 0 }
 func (*loopEngine) stop()                 {}
 func (*loopEngine) activeConns() int      { return 0 }
+
+func (*loopEngine) dupSocket() (*net.TCPListener, error) { return nil, errors.New("no event loops") }

@@ -90,7 +90,7 @@ func (s *Server) Prepare(specs []Spec, drain time.Duration) (*Change, error) {
 			// duplicate of its descriptor), so that no connection waiting
 			// to be accepted is lost; the old one drains as a removed
 			// listener does.
-			if ln, err = dupListener(old.l.ln); err != nil {
+			if ln, err = old.l.dupSocket(); err != nil {
 				err = fmt.Errorf("engine: %w", err)
 			}
 		} else {

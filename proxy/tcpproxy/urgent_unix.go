@@ -11,18 +11,19 @@ import "syscall"
 // lost, and the bytes after it were held back until more came, or, once
 // spliced, dropped at the end with a reset (nginx's stream module drops
 // the byte; RFC 6093 asks those that must take urgent data to take it
-// inline). Each connected socket is told: Linux refuses the option on a
-// listening socket, which would have passed it on.
+// inline). Listen sets it on the listening socket, from which Linux
+// copies it into each accepted connection: the event-loop engine relies
+// on that (presetAccepted); the goroutine engine tells each connected
+// socket.
 func inlineUrgent(c syscall.RawConn) error {
 	var serr error
-	if err := c.Control(func(fd uintptr) { serr = inlineUrgentFD(int(fd)) }); err != nil {
+	err := c.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_OOBINLINE, 1)
+	})
+	if err != nil {
 		return err
 	}
 	return serr
-}
-
-func inlineUrgentFD(fd int) error {
-	return syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_OOBINLINE, 1)
 }
 
 // dialControl is the net.Dialer Control of connections to endpoints.
