@@ -21,6 +21,7 @@ import (
 
 	"github.com/switchboard-dev/switchboard/config"
 	"github.com/switchboard-dev/switchboard/endpoint"
+	"github.com/switchboard-dev/switchboard/internal/testutil"
 	"github.com/switchboard-dev/switchboard/pipeline"
 	"github.com/switchboard-dev/switchboard/upstream"
 )
@@ -190,15 +191,5 @@ func listeningSocketInode(t *testing.T, addr string) string {
 // inode ino.
 func socketDescriptors(t *testing.T, ino string) int {
 	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, fd := range fds {
-		if link, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && link == "socket:["+ino+"]" {
-			n++
-		}
-	}
-	return n
+	return testutil.OpenFiles(t, func(target string) bool { return target == "socket:["+ino+"]" })
 }
