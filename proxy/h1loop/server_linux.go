@@ -134,7 +134,7 @@ func (s *Server) Listener() (*net.TCPListener, error) {
 		return nil, fmt.Errorf("h1loop: dup: %w", err)
 	}
 	// net.FileListener takes a descriptor of its own (another dup) and
-	// registers it with the runtime's poller; f's closes here.
+	// registers it with the runtime's poller; f, ours, is closed here.
 	f := os.NewFile(uintptr(fd), "h1loop listener")
 	defer f.Close()
 	ln, err := net.FileListener(f)
