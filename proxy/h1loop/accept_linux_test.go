@@ -4,6 +4,8 @@ package h1loop_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -132,5 +134,66 @@ func TestBurstOfConnectionsIsSpreadOverTheLoops(t *testing.T) {
 		if resp, body := readResponse(t, bufio.NewReader(c), "GET"); resp.StatusCode != 200 || body != fmt.Sprintf("path=/c/%d", i) {
 			t.Fatalf("connection %d: %d %q", i, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestNewTakesTheSocketAndListenerHandsItBack: New closes the listener it
+// is given (the runtime's poller watched it, and each new connection woke
+// one of the runtime's threads for nothing) and the loops serve the
+// socket from a descriptor of their own; Listener gives a listener on the
+// same socket back, which takes the connections that come once the loops
+// have stopped accepting, and there is none to give after that.
+func TestNewTakesTheSocketAndListenerHandsItBack(t *testing.T) {
+	f := newFront(t, http.HandlerFunc(echoPath), h1loop.Settings{}, h1loop.Upstream{MaxIdlePerEndpoint: 4})
+	given := f.ln.(*net.TCPListener)
+	given.SetDeadline(time.Now()) // an Accept on a listener left open times out at once
+	if c, err := given.Accept(); !errors.Is(err, net.ErrClosed) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("Accept on the listener given to New: %v; want net.ErrClosed (New closes it)", err)
+	}
+	c, br := f.dial()
+	fmt.Fprintf(c, "GET /on-the-loops HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp, body := readResponse(t, br, "GET"); resp.StatusCode != 200 || body != "path=/on-the-loops" {
+		t.Fatalf("on the loops: %d %q", resp.StatusCode, body)
+	}
+	if n := f.served.Load(); n != 1 {
+		t.Fatalf("the loops served %d requests, want 1", n)
+	}
+
+	back, err := f.srv.Listener()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if got := back.Addr().String(); got != f.addr {
+		t.Fatalf("Listener is on %s, want %s", got, f.addr)
+	}
+	c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if ln, err := f.srv.Listener(); err == nil {
+		ln.Close()
+		t.Fatal("Listener after Shutdown returned a listener; want an error (the loops' descriptor is closed)")
+	}
+
+	// The loops' descriptor is closed; the socket lives on in back.
+	nc, err := net.DialTimeout("tcp", f.addr, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial once the loops stopped: %v", err)
+	}
+	defer nc.Close()
+	back.SetDeadline(time.Now().Add(10 * time.Second))
+	ac, err := back.Accept()
+	if err != nil {
+		t.Fatalf("Accept on Listener's listener once the loops stopped: %v", err)
+	}
+	defer ac.Close()
+	if ac.RemoteAddr().String() != nc.LocalAddr().String() {
+		t.Fatalf("Listener's listener accepted %s, want the connection from %s", ac.RemoteAddr(), nc.LocalAddr())
 	}
 }

@@ -72,9 +72,9 @@ func plainServerTo(t *testing.T, st Settings, backend string) (s *Server, addr s
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
 	s, err = New(ln, plainHandler{route}, func(nc net.Conn) { nc.Close() }, st, 1)
 	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })

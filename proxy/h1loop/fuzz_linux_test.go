@@ -127,7 +127,6 @@ func startLoopFront(f *testing.F, st h1loop.Settings) string {
 		defer cancel()
 		srv.Shutdown(ctx)
 		srv.Close()
-		ln.Close()
 	})
 	return ln.Addr().String()
 }

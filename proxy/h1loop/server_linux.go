@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,10 +21,14 @@ import (
 
 // Server serves one listening socket on event loops of its own.
 type Server struct {
-	h        Handler
-	handoff  func(net.Conn)
-	ln       net.Listener
-	lnfd     int // a duplicate of ln's descriptor, non-blocking, watched by every loop
+	h       Handler
+	handoff func(net.Conn)
+	// lnfd is the listening socket's descriptor, non-blocking, watched by
+	// every loop: the socket's only one that the Server holds (New closes
+	// the listener it came from); -1 once stopAccepting closed it. Under
+	// lnmu, which Listener and stopAccepting take.
+	lnfd     int
+	lnmu     sync.Mutex
 	loops    []*loop
 	settings atomic.Pointer[Settings]
 
@@ -45,10 +50,19 @@ const (
 	clientBuffer = 4 << 10
 )
 
-// New serves ln (a TCP listener; the caller keeps it, and closes it after
-// Shutdown or Close) on loops event loops (0: evloop.DefaultLoops()), each accepting
-// from it. Requests the loops do not serve themselves go, with their
-// connection, to handoff, which must not block (it runs on a loop).
+// New serves ln (a *net.TCPListener) on loops event loops (0:
+// evloop.DefaultLoops()), each accepting from its socket. Requests the
+// loops do not serve themselves go, with their connection, to handoff,
+// which must not block (it runs on a loop).
+//
+// On success the Server owns the socket: New closes ln, keeping a
+// descriptor of its own, and Shutdown or Close closes that. ln is closed
+// because the runtime's poller watches it, and each connection that
+// comes would wake one of the runtime's threads for nothing (the loops
+// accept it); a goroutine blocked in ln.Accept gets net.ErrClosed, so
+// stop accepting from ln before New. Listener gives a net.Listener on the
+// socket back, for the goroutine engine to take it over. When New fails,
+// ln is left open, the caller's as before.
 func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops int) (*Server, error) {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
@@ -60,13 +74,12 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 	}
 	lnfd := -1
 	var derr error
-	if err := rc.Control(func(fd uintptr) { lnfd, derr = unix.Dup(int(fd)) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { lnfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
 		return nil, err
 	}
 	if derr != nil {
 		return nil, fmt.Errorf("h1loop: dup: %w", derr)
 	}
-	unix.CloseOnExec(lnfd)
 	if err := unix.SetNonblock(lnfd, true); err != nil {
 		unix.Close(lnfd)
 		return nil, err
@@ -74,7 +87,7 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 	if loops <= 0 {
 		loops = evloop.DefaultLoops()
 	}
-	s := &Server{h: h, handoff: handoff, ln: ln, lnfd: lnfd, idleDone: make(chan struct{})}
+	s := &Server{h: h, handoff: handoff, lnfd: lnfd, idleDone: make(chan struct{})}
 	s.SetSettings(st)
 	for i := 0; i < loops; i++ {
 		el, err := evloop.New()
@@ -95,10 +108,40 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 		}
 		s.loops = append(s.loops, lp)
 	}
+	// The loops have the socket: the runtime's poller lets go of it.
+	tl.Close()
 	for _, lp := range s.loops {
 		go lp.l.Run()
 	}
 	return s, nil
+}
+
+// Listener returns a new listener on the socket the loops serve, made
+// from a duplicate of their descriptor: it accepts from the same queue,
+// so the goroutine engine can take the socket over without losing a
+// connection waiting in it (accept from the listener, then Shutdown the
+// loops: a connection either side took is served). The listener is the
+// caller's, open after Shutdown and Close. It fails once the loops have
+// stopped accepting (Shutdown, Close): their descriptor is closed.
+func (s *Server) Listener() (*net.TCPListener, error) {
+	s.lnmu.Lock()
+	defer s.lnmu.Unlock()
+	if s.lnfd < 0 {
+		return nil, errors.New("h1loop: the loops have stopped accepting; their socket is closed")
+	}
+	fd, err := unix.FcntlInt(uintptr(s.lnfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("h1loop: dup: %w", err)
+	}
+	// net.FileListener takes a descriptor of its own (another dup) and
+	// registers it with the runtime's poller; f, ours, is closed here.
+	f := os.NewFile(uintptr(fd), "h1loop listener")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("h1loop: %w", err)
+	}
+	return ln.(*net.TCPListener), nil
 }
 
 // SetSettings changes the client-side limits; each connection takes them
@@ -172,7 +215,10 @@ func (s *Server) stopAccepting() {
 		for _, lp := range s.loops {
 			lp.l.Hand(lp.acc.Stop, func() {})
 		}
+		s.lnmu.Lock()
 		unix.Close(s.lnfd)
+		s.lnfd = -1
+		s.lnmu.Unlock()
 		if s.conns.Load() == 0 {
 			s.idleOnce.Do(func() { close(s.idleDone) })
 		}

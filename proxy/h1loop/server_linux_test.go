@@ -28,6 +28,7 @@ import (
 type front struct {
 	t       *testing.T
 	addr    string
+	ln      net.Listener // the listener given to New, which closes it
 	srv     *h1loop.Server
 	route   atomic.Pointer[pipeline.Route]
 	up      h1loop.Upstream
@@ -54,7 +55,7 @@ func newFront(t *testing.T, backend http.Handler, st h1loop.Settings, up h1loop.
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &front{t: t, addr: ln.Addr().String(), up: up, statusC: make(chan int, 100), handed: make(chan net.Conn, 10)}
+	f := &front{t: t, addr: ln.Addr().String(), ln: ln, up: up, statusC: make(chan int, 100), handed: make(chan net.Conn, 10)}
 	f.route.Store(route)
 	f.srv, err = h1loop.New(ln, f, func(nc net.Conn) { f.handed <- nc }, st, 2)
 	if err != nil {
@@ -66,7 +67,6 @@ func newFront(t *testing.T, backend http.Handler, st h1loop.Settings, up h1loop.
 		defer cancel()
 		f.srv.Shutdown(ctx)
 		f.srv.Close()
-		ln.Close()
 	})
 	return f
 }

@@ -17,6 +17,9 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 	return nil, evloop.ErrUnavailable
 }
 
+// Listener reports evloop.ErrUnavailable.
+func (s *Server) Listener() (*net.TCPListener, error) { return nil, evloop.ErrUnavailable }
+
 // SetSettings does nothing.
 func (s *Server) SetSettings(st Settings) {}
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -268,6 +269,9 @@ type eventLoop interface {
 	SetSettings(h1loop.Settings)
 	Shutdown(context.Context) error
 	Close() error
+	// Listener is a listener on the loops' socket for the goroutine
+	// engine (h1loop.Server.Listener).
+	Listener() (*net.TCPListener, error)
 }
 
 // loopSettings are the event-loop engine's client-side limits on a's
@@ -283,15 +287,19 @@ func (a *acceptLoop) loopSettings(st serverSettings) h1loop.Settings {
 // acceptFailed logs an accept that failed for want of a resource and how
 // long the engine waits before it accepts again (either engine's).
 func (a *acceptLoop) acceptFailed(err error, retry time.Duration) {
-	a.log.Warn("accept failed, retrying", "listen", a.ln.Addr().String(), "error", err, "retry_in", retry)
+	a.log.Warn("accept failed, retrying", "listen", a.addr.String(), "error", err, "retry_in", retry)
 }
 
 // startEventLoop serves listener l's socket on event loops; the
 // connections they hand over go to the listener's server, as accepted
-// ones do. It returns nil (the goroutine engine then accepts) when the
-// loops cannot start.
+// ones do. It pauses the goroutine engine's accept goroutine, and the
+// loops take the socket: h1loop.New closes the accept loop's listener
+// (a.ln is nil from then on; Listener gives one back). It returns nil,
+// the listener left open for the caller to start the goroutine engine
+// on, when the loops cannot start.
 func startEventLoop(l *listener, st serverSettings, log *slog.Logger, m *Metrics) eventLoop {
 	a := l.loop
+	a.pause() // nothing accepts from the listener New closes
 	q := startAccessQueue(l.name, l.handler.log, l.handler.out, accessQueueSize, accessFlushEvery)
 	q.counter = m.AccessLogDropped(l.name)
 	ev, err := h1loop.New(a.ln, loopHandler{h: l.handler, log: q}, a.deliver, a.loopSettings(st), 0)
@@ -300,6 +308,7 @@ func startEventLoop(l *listener, st serverSettings, log *slog.Logger, m *Metrics
 		log.Error("event-loop engine unavailable, serving on the goroutine engine", "listener", l.name, "error", err)
 		return nil
 	}
+	a.ln = nil
 	e := &loopEngine{Server: ev, log: q}
 	loopEngines.add(e)
 	return e

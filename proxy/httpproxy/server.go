@@ -64,7 +64,7 @@ func (s *Server) Addr(name string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l := s.listeners[name]; l != nil {
-		return l.loop.ln.Addr().String()
+		return l.loop.addr.String()
 	}
 	return ""
 }
@@ -126,6 +126,11 @@ type plan struct {
 	tls   *listenerTLS // nil on a cleartext listener
 	acme  *acmeEntry   // tls.acme's manager, or nil
 	table *Table
+	// back is the goroutine engine's listener on the socket of kept
+	// listener l, made from the event loops' descriptor, when the change
+	// moves l off the loops (nil otherwise): made in Prepare, so that a
+	// failure (out of descriptors) changes nothing.
+	back net.Listener
 }
 
 // SetAccessLog has the server write its listeners' access log lines with
@@ -207,6 +212,15 @@ func (s *Server) Prepare(cfg *config.Config, pipes func(route string) *pipeline.
 			}
 			p.tls = lt
 		}
+		if p.l != nil && p.l.ev != nil && !wantsEventLoop(p) {
+			ln, err := p.l.ev.Listener()
+			if err != nil {
+				p.tls.discard()
+				failed()
+				return nil, fmt.Errorf("listener %q: engine: %w", lc.Name, err)
+			}
+			p.back = ln
+		}
 		if p.l == nil {
 			ln, err := net.Listen("tcp", lc.Listen)
 			if err != nil {
@@ -230,6 +244,9 @@ func (c *Change) Discard() {
 	for _, p := range c.plans {
 		if p.loop != nil {
 			p.loop.stop()
+		}
+		if p.back != nil {
+			p.back.Close()
 		}
 		p.tls.discard()
 	}
@@ -295,7 +312,10 @@ func (c *Change) Commit() {
 				p.loop.start()
 			}
 		} else if wantsEventLoop(p) != (l.ev != nil) {
-			s.switchEngine(l, settings, c.drain)
+			s.switchEngine(l, settings, c.drain, p.back)
+		}
+		if p.back != nil && l.loop.ln != p.back {
+			p.back.Close() // not taken (no switch off the loops after all)
 		}
 		l.tls.Swap(p.tls).replaced(p.tls)
 		if p.tls == nil || p.tls.files == nil {
@@ -318,7 +338,7 @@ func (c *Change) Commit() {
 			s.log.Info("listener removed, draining", "listener", name, "listen", l.addr)
 			l.loop.stop() // refuse new connections now; drain the rest below
 			if l.ev != nil {
-				stopAccepting(l.ev) // its duplicate of the socket too
+				stopAccepting(l.ev) // the loops' descriptor of the socket
 			}
 			s.draining.Add(1)
 			go func() {
@@ -349,27 +369,41 @@ func wantsEventLoop(p plan) bool {
 }
 
 // switchEngine moves kept listener l to the other engine without closing
-// its socket; s.mu is held. Nothing is refused: for a moment both
-// engines accept from the socket, then the old one stops. The old
-// engine's connections are served to their end: the goroutine engine's
-// stay on the listener's server, which both engines share; the event
-// loops drain in the background (their idle keep-alive connections
-// close at once, the others after the response under way), up to drain,
-// and Shutdown waits for them. When the event loops cannot start, the
-// goroutine engine goes on accepting (startEventLoop logs why).
-func (s *Server) switchEngine(l *listener, st serverSettings, drain time.Duration) {
+// its socket; s.mu is held. Nothing is refused: connections that come
+// meanwhile wait in the socket's queue for the new engine. To the event
+// loops, the goroutine engine's accept loop pauses and the loops take
+// the socket (h1loop.New closes the goroutine engine's listener); back,
+// the goroutine engine accepts from back, a listener made from the
+// loops' descriptor (Prepare), before the loops stop accepting: for a
+// moment both take connections. The old engine's connections are served
+// to their end: the goroutine engine's stay on the listener's server,
+// which both engines share; the event loops drain in the background
+// (their idle keep-alive connections close at once, the others after
+// the response under way), up to drain, and Shutdown waits for them.
+// When the event loops cannot start, the goroutine engine goes on
+// accepting (startEventLoop logs why); when there is no listener back
+// and none can be made, the loops go on serving.
+func (s *Server) switchEngine(l *listener, st serverSettings, drain time.Duration, back net.Listener) {
 	if l.ev == nil {
 		ev := startEventLoop(l, st, s.log, s.metrics)
 		if ev == nil {
+			l.loop.start()
 			return
 		}
 		l.ev = ev
-		l.loop.pause()
 		s.log.Info("listener engine changed", "listener", l.name, "from", config.EngineGoroutine, "to", config.EngineEventLoop)
 		return
 	}
 	old := l.ev
+	if back == nil {
+		var err error
+		if back, err = old.Listener(); err != nil {
+			s.log.Error("engine change failed, serving on the event loops", "listener", l.name, "error", err)
+			return
+		}
+	}
 	l.ev = nil
+	l.loop.ln = back
 	l.loop.start()
 	// Once the change is committed, no new connection reaches the old
 	// loops (the drain below starts on its own goroutine).
@@ -543,7 +577,7 @@ func (l *listener) serve(st serverSettings, log *slog.Logger) {
 // server.
 func (l *listener) shutdown(timeout time.Duration, log *slog.Logger) {
 	l.loop.stop()
-	// The event loops' duplicate of the socket closes as their drain
+	// The event loops' descriptor of the socket closes as their drain
 	// begins: from then on connections are refused.
 	if l.ev != nil && !shutdownEventLoop(l.ev, timeout) {
 		log.Warn("shutdown timeout reached, closed remaining event-loop connections", "listener", l.name, "timeout", timeout)
@@ -577,7 +611,14 @@ func shutdownServer(srv server, timeout time.Duration) bool {
 // over; the event-loop engine's connections that it does not serve
 // itself come through the same channel.
 type acceptLoop struct {
+	// ln is the socket while the goroutine engine accepts from it, or
+	// before an engine starts; nil while the event loops hold it
+	// (startEventLoop): the loops accept from a descriptor of their own,
+	// and h1loop.New closes ln, which the runtime's poller watched (each
+	// new connection woke one of its threads for nothing). Set under the
+	// server's mu, as start and pause are called.
 	ln    net.Listener
+	addr  net.Addr // the socket's, whoever holds it
 	log   *slog.Logger
 	conns chan net.Conn
 	done  chan struct{} // closed with the socket (stop)
@@ -598,26 +639,27 @@ type acceptLoop struct {
 
 // acceptRun is one run of the accept goroutine.
 type acceptRun struct {
+	ln    net.Listener  // the listener it accepts from
 	pause chan struct{} // closed to make it return, the socket left open
 	ended chan struct{} // closed once it has returned
 }
 
 func newAcceptLoop(ln net.Listener, log *slog.Logger) *acceptLoop {
-	return &acceptLoop{ln: ln, log: log, conns: make(chan net.Conn), done: make(chan struct{}), closed: make(chan struct{})}
+	return &acceptLoop{ln: ln, addr: ln.Addr(), log: log, conns: make(chan net.Conn), done: make(chan struct{}), closed: make(chan struct{})}
 }
 
-// start runs the accept goroutine, unless it runs already.
+// start runs the accept goroutine on a.ln, unless it runs already.
 func (a *acceptLoop) start() {
 	if a.cur != nil {
 		return
 	}
-	r := &acceptRun{pause: make(chan struct{}), ended: make(chan struct{})}
+	r := &acceptRun{ln: a.ln, pause: make(chan struct{}), ended: make(chan struct{})}
 	a.cur = r
 	a.delivering.Add(1)
 	go func() {
 		defer a.delivering.Done()
 		defer close(r.ended)
-		a.run(r.pause)
+		a.run(r.ln, r.pause)
 	}()
 }
 
@@ -633,9 +675,8 @@ func (a *acceptLoop) pause() {
 	a.cur = nil
 	close(r.pause)
 	// A deadline in the past wakes an Accept blocked on the socket (net's
-	// listeners all take one; h1loop.New, the only other acceptor, needs
-	// a *net.TCPListener).
-	d, ok := a.ln.(interface{ SetDeadline(time.Time) error })
+	// listeners all take one).
+	d, ok := r.ln.(interface{ SetDeadline(time.Time) error })
 	if ok {
 		d.SetDeadline(time.Now())
 	}
@@ -645,10 +686,10 @@ func (a *acceptLoop) pause() {
 	}
 }
 
-func (a *acceptLoop) run(pause <-chan struct{}) {
+func (a *acceptLoop) run(ln net.Listener, pause <-chan struct{}) {
 	var backoff time.Duration
 	for {
-		c, err := a.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			select {
 			case <-a.done:
@@ -686,12 +727,16 @@ func (a *acceptLoop) run(pause <-chan struct{}) {
 	}
 }
 
-// stop closes the socket: from then on connections are refused. The
-// connections accepted before go on to the servers until finish.
+// stop closes the goroutine engine's listener, if it holds the socket
+// (the event loops close theirs as they stop accepting): from then on
+// connections are refused. The connections accepted before go on to the
+// servers until finish.
 func (a *acceptLoop) stop() {
 	a.once.Do(func() {
 		close(a.done)
-		a.ln.Close()
+		if a.ln != nil {
+			a.ln.Close()
+		}
 	})
 }
 
@@ -719,7 +764,7 @@ func (a *acceptLoop) finish() {
 }
 
 func (a *acceptLoop) handoff() *handoff {
-	return newHandoff(a.conns, a.closed, a.ln.Addr())
+	return newHandoff(a.conns, a.closed, a.addr)
 }
 
 // handoff is the net.Listener one server sees of connections that several

@@ -63,7 +63,7 @@ func newConnServer(l *listener, st serverSettings, log *slog.Logger) *connServer
 		name:    l.name,
 		log:     log,
 		h:       l.handler,
-		addr:    l.loop.ln.Addr(),
+		addr:    l.loop.addr,
 		h1:      &h1.Server{Handler: l.handler, Log: log},
 		h2conns: make(chan net.Conn),
 	}

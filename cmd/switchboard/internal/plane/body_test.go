@@ -60,18 +60,9 @@ func newSinkBackend(t *testing.T, status func() int) *sinkBackend {
 // and unlinked: the bodies buffer_requests keeps on disk.
 func spilledFiles(t *testing.T, dir string) int {
 	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, fd := range fds {
-		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
-		if err == nil && strings.HasPrefix(target, filepath.Join(dir, "switchboard-body-")) && strings.HasSuffix(target, " (deleted)") {
-			n++
-		}
-	}
-	return n
+	return testutil.OpenFiles(t, func(target string) bool {
+		return strings.HasPrefix(target, filepath.Join(dir, "switchboard-body-")) && strings.HasSuffix(target, " (deleted)")
+	})
 }
 
 func bufferYAML(b *backend, listenerExtra, routeExtra string) string {
