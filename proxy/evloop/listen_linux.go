@@ -5,6 +5,7 @@ package evloop
 import (
 	"fmt"
 	"net"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -64,4 +65,54 @@ func LocalAddr(fd int) (*net.TCPAddr, error) {
 		return &net.TCPAddr{IP: net.IP(a.Addr[:]), Port: a.Port}, nil
 	}
 	return nil, fmt.Errorf("evloop: fd %d is not a TCP socket", fd)
+}
+
+// DupListener is a descriptor of ln's socket for loops to accept from: a
+// duplicate, non-blocking and close-on-exec. The engines close ln once
+// their loops run (the runtime's poller watches it, and each connection
+// that came would wake one of the runtime's threads for nothing), and
+// make a net.Listener again with FileListener when the goroutine engine
+// takes the socket back.
+func DupListener(ln *net.TCPListener) (int, error) {
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("evloop: dup: %w", derr)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("evloop: %w", err)
+	}
+	return fd, nil
+}
+
+// FileListener is a new listener on fd's socket, through a duplicate of
+// fd: it accepts from the same queue, and is the caller's (fd stays the
+// loops').
+func FileListener(fd int) (*net.TCPListener, error) {
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("evloop: dup: %w", err)
+	}
+	// net.FileListener takes a descriptor of its own (another dup) and
+	// registers it with the runtime's poller; f, ours, is closed here.
+	f := os.NewFile(uintptr(nfd), "listener")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("evloop: %w", err)
+	}
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		ln.Close()
+		return nil, fmt.Errorf("evloop: fd %d is not a TCP socket", fd)
+	}
+	return tl, nil
 }

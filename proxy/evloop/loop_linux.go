@@ -76,8 +76,9 @@ type Loop struct {
 	now     time.Time // the loop's clock, read once per iteration
 
 	mu       sync.Mutex
-	tasks    []func() // posted, not yet run
-	running  []func() // the batch being run (swapped with tasks)
+	tasks    []task // posted, not yet run
+	running  []task // the batch being run (swapped with tasks)
+	stopped  bool   // under mu: released; a task posted now never runs
 	sleeping atomic.Bool
 	closed   atomic.Bool
 	done     chan struct{} // closed when Run has returned
@@ -164,12 +165,30 @@ func (l *Loop) drainSoon() {
 	l.soon = l.soon[:0]
 }
 
+// task is a posted function, and what runs instead if the loop stops
+// before it (PostOr).
+type task struct{ fn, lost func() }
+
 // Post has fn run on the loop, after the events of the current iteration.
 // It may be called from any goroutine; it wakes the loop if it is blocked.
 // Tasks posted after Close never run.
-func (l *Loop) Post(fn func()) {
+func (l *Loop) Post(fn func()) { l.PostOr(fn, nil) }
+
+// PostOr has fn run on the loop, as Post does, or lost instead if the loop
+// stops without running it: on the goroutine that stops it, or at once on
+// the caller's when it has stopped already. It does not wait. It is for
+// bringing the loop something only fn would release (a descriptor): when
+// the loop is gone, lost (if not nil) releases it.
+func (l *Loop) PostOr(fn, lost func()) {
 	l.mu.Lock()
-	l.tasks = append(l.tasks, fn)
+	if l.stopped {
+		l.mu.Unlock()
+		if lost != nil {
+			lost()
+		}
+		return
+	}
+	l.tasks = append(l.tasks, task{fn, lost})
 	l.mu.Unlock()
 	// The loop sets sleeping before its last look at tasks (runTasks
 	// under mu): either it sees fn there or we see it sleeping.
@@ -178,30 +197,18 @@ func (l *Loop) Post(fn func()) {
 	}
 }
 
-// Hand has fn run on the loop, as Post does, and waits until it has run;
-// if the loop stops first without running it, lost runs instead, on the
-// calling goroutine. It is for a goroutine that brings the loop something
-// only fn would release (a descriptor it dialed off the loop): when the
-// loop is gone, lost releases it. It reports whether fn ran.
+// Hand has fn run on the loop, as PostOr does, and waits until it has
+// run, or until lost has run instead. It reports whether fn ran.
 func (l *Loop) Hand(fn, lost func()) bool {
-	ran := make(chan struct{})
-	l.Post(func() {
+	ran := make(chan bool, 1)
+	l.PostOr(func() {
 		fn()
-		close(ran)
+		ran <- true
+	}, func() {
+		lost()
+		ran <- false
 	})
-	select {
-	case <-ran:
-		return true
-	case <-l.done:
-		// Run has returned: fn ran before it did, or never will.
-		select {
-		case <-ran:
-			return true
-		default:
-			lost()
-			return false
-		}
-	}
+	return <-ran
 }
 
 // wake ends a blocking wait of the loop. Under mu, so that it never
@@ -310,9 +317,9 @@ func (l *Loop) runTasks() {
 	l.mu.Lock()
 	l.tasks, l.running = l.running[:0], l.tasks
 	l.mu.Unlock()
-	for i, fn := range l.running {
-		fn()
-		l.running[i] = nil
+	for i, t := range l.running {
+		t.fn()
+		l.running[i] = task{}
 		if len(l.soon) > 0 {
 			l.drainSoon()
 		}
@@ -342,10 +349,20 @@ func (l *Loop) Close() error {
 // Done is closed once the loop has stopped.
 func (l *Loop) Done() <-chan struct{} { return l.done }
 
+// release closes the loop's descriptors and runs the lost of each task
+// left (PostOr): from here on none runs.
 func (l *Loop) release() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	unix.Close(l.wakefd)
 	unix.Close(l.epfd)
 	l.wakefd, l.epfd = -1, -1
+	l.stopped = true
+	left := l.tasks
+	l.tasks = nil
+	l.mu.Unlock()
+	for _, t := range left {
+		if t.lost != nil {
+			t.lost()
+		}
+	}
 }

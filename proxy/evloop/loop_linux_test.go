@@ -461,3 +461,49 @@ func TestHandRunsLostWhenTheLoopStopsFirst(t *testing.T) {
 		t.Fatalf("on a stopped loop: ran %v, lost %v; want lost called instead of the task", onLoop, lostCalled)
 	}
 }
+
+// TestPostOrRunsLostForEveryTaskTheLoopNeverRan: a task PostOr queued on
+// a loop that stops before running it never runs, and its lost does
+// (before Done is closed); once the loop has stopped, lost runs at once on
+// the caller. A loop that runs the task does not call its lost.
+func TestPostOrRunsLostForEveryTaskTheLoopNeverRan(t *testing.T) {
+	var ran, lost atomic.Int32
+	fn, gone := func() { ran.Add(1) }, func() { lost.Add(1) }
+
+	// Queued on a loop that never runs.
+	l, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		l.PostOr(fn, gone)
+	}
+	l.Close()
+	if ran.Load() != 0 || lost.Load() != 3 {
+		t.Fatalf("closed before Run: %d ran, %d lost; want 0 and 3", ran.Load(), lost.Load())
+	}
+	l.PostOr(fn, gone)
+	if ran.Load() != 0 || lost.Load() != 4 {
+		t.Fatalf("posted after Close: %d ran, %d lost; want 0 and 4", ran.Load(), lost.Load())
+	}
+
+	// Queued behind a task that holds a running loop while it is closed.
+	ran.Store(0)
+	lost.Store(0)
+	l = start(t)
+	l.PostOr(fn, gone)
+	testutil.WaitFor(t, 5*time.Second, "the first task to run", func() bool { return ran.Load() == 1 })
+	hold, holding := make(chan struct{}), make(chan struct{})
+	l.Post(func() {
+		close(holding)
+		<-hold
+	})
+	<-holding
+	l.PostOr(fn, gone) // queued: the loop is inside the holding task
+	l.Close()
+	close(hold)
+	<-l.Done()
+	if ran.Load() != 1 || lost.Load() != 1 {
+		t.Fatalf("closed while running: %d ran, %d lost; want 1 (the first) and 1 (the one queued at Close)", ran.Load(), lost.Load())
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,21 +67,9 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 	if !ok {
 		return nil, fmt.Errorf("h1loop: %T is not a TCP listener", ln)
 	}
-	rc, err := tl.SyscallConn()
+	lnfd, err := evloop.DupListener(tl)
 	if err != nil {
-		return nil, err
-	}
-	lnfd := -1
-	var derr error
-	if err := rc.Control(func(fd uintptr) { lnfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return nil, fmt.Errorf("h1loop: dup: %w", derr)
-	}
-	if err := unix.SetNonblock(lnfd, true); err != nil {
-		unix.Close(lnfd)
-		return nil, err
+		return nil, fmt.Errorf("h1loop: %w", err)
 	}
 	if loops <= 0 {
 		loops = evloop.DefaultLoops()
@@ -129,19 +116,11 @@ func (s *Server) Listener() (*net.TCPListener, error) {
 	if s.lnfd < 0 {
 		return nil, errors.New("h1loop: the loops have stopped accepting; their socket is closed")
 	}
-	fd, err := unix.FcntlInt(uintptr(s.lnfd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("h1loop: dup: %w", err)
-	}
-	// net.FileListener takes a descriptor of its own (another dup) and
-	// registers it with the runtime's poller; f, ours, is closed here.
-	f := os.NewFile(uintptr(fd), "h1loop listener")
-	defer f.Close()
-	ln, err := net.FileListener(f)
+	ln, err := evloop.FileListener(s.lnfd)
 	if err != nil {
 		return nil, fmt.Errorf("h1loop: %w", err)
 	}
-	return ln.(*net.TCPListener), nil
+	return ln, nil
 }
 
 // SetSettings changes the client-side limits; each connection takes them
@@ -312,9 +291,11 @@ func (lp *loop) accept(nfd int, remote netip.AddrPort) {
 	s.conns.Add(1) // from here on, Shutdown waits for it
 	if t := s.lighter(lp); t != nil {
 		t.n.Add(1)
-		// Hand on a goroutine: this loop does not wait for the other,
-		// and a descriptor the stopped loop never took is closed.
-		go t.l.Hand(func() { t.adopt(nfd, remote) }, func() {
+		// PostOr: this loop does not wait for the other, and a
+		// descriptor the stopped loop never took is closed. (A goroutine
+		// per move, waiting in Hand, cost a thread's wake-up per
+		// connection.)
+		t.l.PostOr(func() { t.adopt(nfd, remote) }, func() {
 			t.n.Add(-1)
 			unix.Close(nfd)
 			s.connGone()

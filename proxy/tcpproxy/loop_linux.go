@@ -79,23 +79,11 @@ func newLoopEngine(l *Listener) *loopEngine {
 // start makes the loops (GOMAXPROCS-1, at least 1, as proxy/h1loop) and
 // runs them; under l.cmu, from Serve.
 func (e *loopEngine) start() error {
-	rc, err := e.l.ln.SyscallConn()
+	fd, err := evloop.DupListener(e.l.ln)
 	if err != nil {
 		return err
 	}
-	var derr error
-	if err := rc.Control(func(fd uintptr) { e.lnfd, derr = unix.Dup(int(fd)) }); err != nil {
-		return err
-	}
-	if derr != nil {
-		return fmt.Errorf("dup: %w", derr)
-	}
-	unix.CloseOnExec(e.lnfd)
-	if err := unix.SetNonblock(e.lnfd, true); err != nil {
-		unix.Close(e.lnfd)
-		e.lnfd = -1
-		return err
-	}
+	e.lnfd = fd
 	e.preset = presetAccepted(e.lnfd)
 	n := evloop.DefaultLoops()
 	for range n {
@@ -236,17 +224,7 @@ func (e *loopEngine) dupSocket() (*net.TCPListener, error) {
 	if e.lnfd < 0 {
 		return nil, errors.New("the event loops' socket is closed")
 	}
-	fd, err := unix.FcntlInt(uintptr(e.lnfd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("dup: %w", err)
-	}
-	f := os.NewFile(uintptr(fd), "tcp listener")
-	defer f.Close()
-	nl, err := net.FileListener(f)
-	if err != nil {
-		return nil, err
-	}
-	return nl.(*net.TCPListener), nil
+	return evloop.FileListener(e.lnfd)
 }
 
 // connState is where a connection is.
