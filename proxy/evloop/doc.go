@@ -50,8 +50,20 @@
 // ConnectResult (a non-blocking connect), Splice and Pipes (bytes moved
 // socket -> pipe -> socket, pipes pooled per loop and never reused with
 // bytes in them), LocalAddrPort, and Forget (for a descriptor about to be
-// closed: its close takes it out of epoll). On systems other than Linux
-// New reports ErrUnavailable.
+// closed: its close takes it out of epoll). Close, Shutdown and SockOpt
+// are the other calls a loop makes per connection, through RawSyscall as
+// Read and Write.
+//
+// Both engines take their listening socket with DupListener and close
+// the *net.TCPListener they were given: the runtime's poller watches that
+// one, and every connection that came woke one of the runtime's threads
+// for nothing (tcp listeners: 2.6 context switches per connection, 1.55
+// without). FileListener makes a listener from the loops' descriptor when
+// the goroutine engine takes the socket back. PostOr hands a loop work
+// from another loop or goroutine without waiting, with what to do instead
+// if the loop stops first (a connection moved to a lighter loop is closed
+// then); Hand is PostOr and a wait. On systems other than Linux New
+// reports ErrUnavailable.
 package evloop
 
 import "errors"
