@@ -340,9 +340,10 @@ func (l *Loop) Close() error {
 		l.wake()
 		return nil
 	}
-	// Run never ran and now never will.
-	close(l.done)
+	// Run never ran and now never will. As in Run, release (the lost of
+	// each task left) before Done.
 	l.release()
+	close(l.done)
 	return nil
 }
 
