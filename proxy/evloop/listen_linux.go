@@ -103,6 +103,11 @@ func FileListener(fd int) (*net.TCPListener, error) {
 	}
 	// net.FileListener takes a descriptor of its own (another dup) and
 	// registers it with the runtime's poller; f, ours, is closed here.
+	// os.NewFile, not a net.Listener's File: net.FileListener calls f.Fd,
+	// which on a File from net puts the socket (every descriptor of it,
+	// the loops' included) in blocking mode until net makes its own
+	// duplicate non-blocking, and a loop's accept4 (RawSyscall) in
+	// between would block its thread until the next connection.
 	f := os.NewFile(uintptr(nfd), "listener")
 	defer f.Close()
 	ln, err := net.FileListener(f)

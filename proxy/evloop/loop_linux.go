@@ -50,9 +50,10 @@ type Handler interface {
 	OnEvent(fd int, ev Events)
 }
 
-// Loop is one event loop. Its methods other than Post, Close and Done must
-// be called on the loop itself (from a Handler, a Timer's Fire or a posted
-// task), or before Run.
+// Loop is one event loop. Its methods other than Post, PostOr, Hand, Close
+// and Done must be called on the loop itself (from a Handler, a Timer's
+// Fire or a posted task), or before Run. Hand must not be called on the
+// loop itself: it would wait for a task that only its own loop runs.
 type Loop struct {
 	epfd   int
 	wakefd int // an eventfd: Post and Close write it to end a blocking wait
@@ -171,7 +172,8 @@ type task struct{ fn, lost func() }
 
 // Post has fn run on the loop, after the events of the current iteration.
 // It may be called from any goroutine; it wakes the loop if it is blocked.
-// Tasks posted after Close never run.
+// A task posted once the loop has stopped never runs (one posted after
+// Close may still run, in the iteration under way).
 func (l *Loop) Post(fn func()) { l.PostOr(fn, nil) }
 
 // PostOr has fn run on the loop, as Post does, or lost instead if the loop
@@ -328,9 +330,10 @@ func (l *Loop) runTasks() {
 
 // Close stops the loop: Run returns once its current iteration is over,
 // and closes the loop's epoll and eventfd descriptors (not those of the
-// connections registered with it, which are their owners'). It may be
-// called from any goroutine, more than once, and does not wait: Done is
-// closed once the loop has stopped.
+// connections registered with it, which are their owners'), and runs the
+// lost of each task left (PostOr). It may be called from any goroutine,
+// more than once, and does not wait: Done is closed once the loop has
+// stopped. On a loop that never ran, it does all that at once.
 func (l *Loop) Close() error {
 	if l.closed.Swap(true) {
 		return nil
@@ -340,9 +343,10 @@ func (l *Loop) Close() error {
 		l.wake()
 		return nil
 	}
-	// Run never ran and now never will.
-	close(l.done)
+	// Run never ran and now never will. As in Run, release (the lost of
+	// each task left) before Done.
 	l.release()
+	close(l.done)
 	return nil
 }
 

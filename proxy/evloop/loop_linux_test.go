@@ -507,3 +507,55 @@ func TestPostOrRunsLostForEveryTaskTheLoopNeverRan(t *testing.T) {
 		t.Fatalf("closed while running: %d ran, %d lost; want 1 (the first) and 1 (the one queued at Close)", ran.Load(), lost.Load())
 	}
 }
+
+// TestLostRunsBeforeDoneIsClosed: the lost of a task a loop never ran
+// (PostOr) has run by the time Done is closed, whether the loop was
+// closed while running or before Run: a goroutine that waits on Done may
+// count on what lost releases being released.
+func TestLostRunsBeforeDoneIsClosed(t *testing.T) {
+	// lostSees is a lost that records whether Done was closed already.
+	lostSees := func(l **Loop, doneFirst *atomic.Bool, lost *atomic.Int32) func() {
+		return func() {
+			select {
+			case <-(*l).Done():
+				doneFirst.Store(true)
+			default:
+			}
+			lost.Add(1)
+		}
+	}
+
+	t.Run("closed before Run", func(t *testing.T) {
+		var doneFirst atomic.Bool
+		var lost atomic.Int32
+		l, err := New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.PostOr(func() { t.Error("a task ran on a loop that never ran") }, lostSees(&l, &doneFirst, &lost))
+		l.Close()
+		<-l.Done()
+		if lost.Load() != 1 || doneFirst.Load() {
+			t.Fatalf("lost ran %d times, Done closed before it: %v; want once, before Done", lost.Load(), doneFirst.Load())
+		}
+	})
+
+	t.Run("closed while running", func(t *testing.T) {
+		var doneFirst atomic.Bool
+		var lost atomic.Int32
+		l := start(t)
+		hold, holding := make(chan struct{}), make(chan struct{})
+		l.Post(func() {
+			close(holding)
+			<-hold
+		})
+		<-holding
+		l.PostOr(func() { t.Error("a task queued at Close ran") }, lostSees(&l, &doneFirst, &lost))
+		l.Close()
+		close(hold)
+		<-l.Done()
+		if lost.Load() != 1 || doneFirst.Load() {
+			t.Fatalf("lost ran %d times, Done closed before it: %v; want once, before Done", lost.Load(), doneFirst.Load())
+		}
+	})
+}

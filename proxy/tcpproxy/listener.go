@@ -119,6 +119,11 @@ type waiter struct {
 // upstreams reach new connections); it returns nil for an unknown name. A
 // nil m gets metrics of the listener's own, registered nowhere; a nil log
 // logs to slog.Default(). Serve starts accepting.
+//
+// The Listener owns ln: Shutdown closes it, and on the event-loop engine
+// Serve closes it as soon as the loops hold the socket through a
+// descriptor of their own (Accept, File or SetDeadline on ln fail from
+// then on; Addr still answers).
 func NewListener(ln *net.TCPListener, cfg Config, upstreams func(name string) Upstream, m *Metrics, log *slog.Logger) (*Listener, error) {
 	if ln == nil {
 		return nil, errors.New("tcpproxy: nil listener")

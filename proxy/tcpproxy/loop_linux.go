@@ -227,6 +227,23 @@ func (e *loopEngine) dupSocket() (*net.TCPListener, error) {
 	return evloop.FileListener(e.lnfd)
 }
 
+// dupListener is a listener on ln's socket, through a duplicate of its
+// descriptor: it accepts from the same queue, and stays open when ln is
+// closed (an engine change, from the goroutine engine). It is made from
+// a descriptor as the loops' own (evloop's DupListener and FileListener),
+// not from ln.File: net.FileListener of that file puts the socket, which
+// ln shares, in blocking mode for a moment (os.File.Fd), and an Accept
+// of ln's that started then blocked in the kernel until the next
+// connection came, with ln.Close (Shutdown) waiting for it.
+func dupListener(ln *net.TCPListener) (*net.TCPListener, error) {
+	fd, err := evloop.DupListener(ln)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return evloop.FileListener(fd)
+}
+
 // connState is where a connection is.
 type connState uint8
 

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -696,5 +697,68 @@ func TestLoopSocketsHaveNoDelayAndUrgentInline(t *testing.T) {
 		if !c.preset {
 			t.Errorf("connection %d: its loop sets the options on each client socket; Linux copies them from the listening socket", i)
 		}
+	}
+}
+
+// TestDupListenerLeavesTheSocketNonBlocking: the listener an engine
+// change makes on a goroutine-engine listener's socket (dupListener)
+// never puts the socket, which both share, in blocking mode, not even for
+// a moment. net.FileListener of ln.File's file did (os.File.Fd sets
+// blocking mode on the file description, then net set non-blocking mode
+// again on its own duplicate): an AcceptTCP of the running listener that
+// started in between blocked in the kernel until the next connection
+// came, and its Shutdown's ln.Close waited for it, maybe for ever. A
+// goroutine reads the socket's flags while the listeners are made.
+func TestDupListenerLeavesTheSocketNonBlocking(t *testing.T) {
+	ln, err := Listen(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var looks atomic.Int64
+	blocking := make(chan struct{}, 1)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for !stop.Load() {
+			rc.Control(func(fd uintptr) {
+				if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil && fl&unix.O_NONBLOCK == 0 {
+					select {
+					case blocking <- struct{}{}:
+					default:
+					}
+				}
+			})
+			looks.Add(1)
+		}
+	}()
+	// Until the watcher has looked a good many times while listeners
+	// were made (it may wait for a processor on a loaded machine).
+	made := 0
+	for made < 2000 || looks.Load() < 2000 {
+		nl, err := dupListener(ln)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nl.Close()
+		made++
+		if made > 200000 {
+			break
+		}
+	}
+	stop.Store(true)
+	<-watched
+	select {
+	case <-blocking:
+		t.Fatalf("the listening socket was in blocking mode while dupListener ran (%d listeners made, %d looks)", made, looks.Load())
+	default:
+	}
+	if looks.Load() < 2000 {
+		t.Fatalf("the watcher looked at the socket's flags %d times, want at least 2000", looks.Load())
 	}
 }

@@ -113,22 +113,6 @@ func (s *Server) Prepare(specs []Spec, drain time.Duration) (*Change, error) {
 	return c, nil
 }
 
-// dupListener is a listener on ln's socket, through a duplicate of its
-// descriptor: it accepts from the same queue, and stays open when ln is
-// closed.
-func dupListener(ln *net.TCPListener) (*net.TCPListener, error) {
-	f, err := ln.File()
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	nl, err := net.FileListener(f)
-	if err != nil {
-		return nil, err
-	}
-	return nl.(*net.TCPListener), nil
-}
-
 // Discard closes what the change bound.
 func (c *Change) Discard() {
 	for _, p := range c.plans {
