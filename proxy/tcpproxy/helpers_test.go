@@ -176,6 +176,12 @@ func startProxy(t testing.TB, cfg Config, ups ...*testUpstream) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startProxyOn(t, ln, cfg, ups...)
+}
+
+// startProxyOn is startProxy on a listening socket of the test's.
+func startProxyOn(t testing.TB, ln *net.TCPListener, cfg Config, ups ...*testUpstream) *proxy {
+	t.Helper()
 	byName := map[string]*testUpstream{}
 	for _, u := range ups {
 		byName[u.name] = u

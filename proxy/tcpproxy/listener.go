@@ -35,10 +35,15 @@ type Upstream interface {
 // when its idle timeout is off. It sets on the socket, before it listens,
 // the options the event-loop engine wants on every connection (TCP_NODELAY,
 // SO_OOBINLINE), which Linux copies into each one it accepts: two
-// setsockopt calls less per connection (Linux refuses SO_OOBINLINE on a
-// socket that listens already).
+// setsockopt calls less per connection. The socket is plain TCP, never
+// MPTCP (Go's default where the kernel has it), which refuses SO_OOBINLINE.
 func Listen(ctx context.Context, addr string) (*net.TCPListener, error) {
 	lc := net.ListenConfig{KeepAlive: -1, Control: presetControl}
+	// Plain TCP, not Go's default MPTCP where the kernel has it: an MPTCP
+	// socket refuses SO_OOBINLINE (EOPNOTSUPP), so urgent data could not
+	// be taken inline on it, and the loops' accept path would go through
+	// MPTCP's for every plain-TCP client.
+	lc.SetMultipathTCP(false)
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

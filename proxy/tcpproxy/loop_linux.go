@@ -31,9 +31,13 @@ const loopAvailable = true
 // both ways (copying small exchanges, splicing bulk), every connection's
 // work on the loop that accepted it.
 type loopEngine struct {
-	l       *Listener
-	lnfd    int          // a non-blocking duplicate of the listener's descriptor
-	preset  bool         // socketOpts are set on the listening socket (presetAccepted)
+	l      *Listener
+	lnfd   int  // a non-blocking duplicate of the listener's descriptor
+	preset bool // socketOpts are set on the listening socket (presetAccepted)
+	// lingers: the listening socket has SO_LINGER with a timeout, which
+	// accepted sockets inherit and which would make a loop's close wait:
+	// each client socket's linger is turned off.
+	lingers bool
 	loops   []*tloop     // set by start, under l.cmu
 	active  atomic.Int64 // connections admitted and not yet ended (Stats.Active)
 	errs    chan error   // a loop's Run failed
@@ -85,6 +89,9 @@ func (e *loopEngine) start() error {
 	}
 	e.lnfd = fd
 	e.preset = presetAccepted(e.lnfd)
+	if lg, err := unix.GetsockoptLinger(e.lnfd, unix.SOL_SOCKET, unix.SO_LINGER); err == nil && lg.Onoff != 0 && lg.Linger > 0 {
+		e.lingers = true
+	}
 	n := evloop.DefaultLoops()
 	for range n {
 		el, err := evloop.New()
@@ -477,6 +484,9 @@ func (c *lconn) begin() {
 	if !tl.preset {
 		setAll(c.cfd, socketOpts)
 	}
+	if tl.e.lingers {
+		unix.SetsockoptLinger(c.cfd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
+	}
 	if cfg.IdleTimeout <= 0 {
 		setKeepAlive(c.cfd)
 	}
@@ -536,9 +546,10 @@ func setAll(fd int, opts []evloop.SockOpt) {
 // presetAccepted reports whether the listening socket lnfd has
 // socketOpts, which Linux copies into every connection it accepts: two
 // system calls less per connection. Listen sets them before the socket
-// listens; those missing are set here if Linux lets them be (it refuses
-// SO_OOBINLINE once a socket listens). Each loop still checks its first
-// connection (see tloop.accept) before it relies on them.
+// listens; those missing are set here if the socket takes them (an MPTCP
+// listener, net.Listen's default where the kernel has MPTCP, refuses
+// SO_OOBINLINE). Each loop still checks its first connection (see
+// tloop.accept) before it relies on them.
 func presetAccepted(lnfd int) bool {
 	for _, o := range socketOpts {
 		if !o.On(lnfd) && o.Set(lnfd) != nil {
@@ -549,20 +560,11 @@ func presetAccepted(lnfd int) bool {
 }
 
 // presetControl is Listen's Control: socketOpts, before the socket
-// listens.
+// listens. A failure to set them fails nothing: they make a connection
+// better, not possible, and without them each loop sets them on every
+// connection (presetAccepted, tloop.accept).
 func presetControl(_, _ string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		for _, o := range socketOpts {
-			if serr == nil {
-				serr = o.Set(int(fd))
-			}
-		}
-	})
-	if err != nil {
-		return err
-	}
-	return serr
+	return c.Control(func(fd uintptr) { setAll(int(fd), socketOpts) })
 }
 
 // connect picks the next endpoint and starts connecting to it, skipping

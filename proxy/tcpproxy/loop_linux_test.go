@@ -39,6 +39,7 @@ type loopConn struct {
 	hasBuf       [2]bool
 	bulk         [2]bool
 	opts         [2]bool // the client's and the endpoint's socket have socketOpts
+	lingerOff    bool    // the client's socket has no SO_LINGER timeout
 	preset       bool    // the loop relies on the listening socket's options
 }
 
@@ -67,6 +68,9 @@ func loopState(t *testing.T, p *proxy) (conns []loopConn, pooled []int) {
 			lc.clientQueued, _ = unix.IoctlGetInt(c.cfd, unix.SIOCINQ)
 			lc.opts = [2]bool{allOn(c.cfd, socketOpts), c.ufd >= 0 && allOn(c.ufd, socketOpts)}
 			lc.preset = tl.preset
+			if lg, err := unix.GetsockoptLinger(c.cfd, unix.SOL_SOCKET, unix.SO_LINGER); err == nil {
+				lc.lingerOff = lg.Onoff == 0
+			}
 			conns = append(conns, lc)
 		}
 		for _, pp := range tl.pipes.Kept() {
@@ -760,5 +764,40 @@ func TestDupListenerLeavesTheSocketNonBlocking(t *testing.T) {
 	}
 	if looks.Load() < 2000 {
 		t.Fatalf("the watcher looked at the socket's flags %d times, want at least 2000", looks.Load())
+	}
+}
+
+// TestLoopTurnsOffAListenersLingerOnItsConnections: accepted sockets
+// inherit the listening socket's SO_LINGER, and a loop's close of a
+// socket with a linger timeout would wait (up to it, the loop stalled);
+// a listener of the caller's with one (here from net.ListenConfig, so
+// without the preset options either) has its connections' linger turned
+// off, and they get TCP_NODELAY and SO_OOBINLINE all the same.
+func TestLoopTurnsOffAListenersLingerOnItsConnections(t *testing.T) {
+	b := startServer(t, echo)
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptLinger(int(fd), unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 5})
+		})
+		return serr
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxyOn(t, ln.(*net.TCPListener), Config{Name: "t", Upstream: "app", Engine: EngineEventLoop}, newUpstream(t, "app", rr(), b.addr))
+	c := p.dial(t)
+	defer c.Close()
+	roundTrip(t, c, "lingering listener")
+	conns, _ := loopState(t, p)
+	if len(conns) != 1 {
+		t.Fatalf("%d connections on the loops, want 1", len(conns))
+	}
+	if !conns[0].lingerOff {
+		t.Error("the client socket kept the listener's linger timeout: the loop's close of it would wait")
+	}
+	if !conns[0].opts[0] || !conns[0].opts[1] {
+		t.Errorf("options on the client socket: %v, on the endpoint's: %v; want both", conns[0].opts[0], conns[0].opts[1])
 	}
 }
