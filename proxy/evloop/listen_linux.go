@@ -3,9 +3,11 @@
 package evloop
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -120,4 +122,54 @@ func FileListener(fd int) (*net.TCPListener, error) {
 		return nil, fmt.Errorf("evloop: fd %d is not a TCP socket", fd)
 	}
 	return tl, nil
+}
+
+// Socket is a listening socket as loops hold it (TakeSocket): a
+// descriptor of their own that they accept from (FD), from which
+// Listener makes a listener for the goroutine engine, and which Close
+// closes once, after which Listener fails (the number may belong to
+// another file by then). Its methods may be called from any goroutine.
+type Socket struct {
+	mu sync.Mutex
+	fd int // -1 once closed
+}
+
+// TakeSocket is ln's socket for loops (DupListener); the caller closes ln
+// once the loops accept (see DupListener for why).
+func TakeSocket(ln *net.TCPListener) (*Socket, error) {
+	fd, err := DupListener(ln)
+	if err != nil {
+		return nil, err
+	}
+	return &Socket{fd: fd}, nil
+}
+
+// FD is the descriptor, for the loops to watch and accept from; -1 once
+// closed.
+func (s *Socket) FD() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fd
+}
+
+// Listener is a new listener on the socket (FileListener), the caller's;
+// it fails once the socket is closed.
+func (s *Socket) Listener() (*net.TCPListener, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd < 0 {
+		return nil, errors.New("evloop: the loops' listening socket is closed")
+	}
+	return FileListener(s.fd)
+}
+
+// Close closes the descriptor, once (the loops have stopped accepting
+// from it); later calls do nothing.
+func (s *Socket) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
 }

@@ -255,3 +255,46 @@ func TestStaleEventOfAReusedNumberIsNotDelivered(t *testing.T) {
 		l.Remove(b.R)
 	})
 }
+
+// TestSocketGivesListenersUntilClosed: a Socket taken from a listener
+// gives listeners on the same address that accept from its queue; once
+// closed (twice is fine) it gives none.
+func TestSocketGivesListenersUntilClosed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, err := TakeSocket(ln.(*net.TCPListener))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.Close()
+	back, err := sock.Listener()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if back.Addr().String() != ln.Addr().String() {
+		t.Fatalf("listener at %s, want %s", back.Addr(), ln.Addr())
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	back.SetDeadline(time.Now().Add(5 * time.Second))
+	a, err := back.Accept()
+	if err != nil {
+		t.Fatalf("accept on the listener made from the socket: %v", err)
+	}
+	a.Close()
+	sock.Close()
+	sock.Close()
+	if sock.FD() != -1 {
+		t.Errorf("FD after Close = %d, want -1", sock.FD())
+	}
+	if l, err := sock.Listener(); err == nil {
+		l.Close()
+		t.Fatal("Listener after Close succeeded")
+	}
+}

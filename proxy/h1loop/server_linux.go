@@ -22,12 +22,10 @@ import (
 type Server struct {
 	h       Handler
 	handoff func(net.Conn)
-	// lnfd is the listening socket's descriptor, non-blocking, watched by
-	// every loop: the socket's only one that the Server holds (New closes
-	// the listener it came from); -1 once stopAccepting closed it. Under
-	// lnmu, which Listener and stopAccepting take.
-	lnfd     int
-	lnmu     sync.Mutex
+	// sock is the listening socket, watched by every loop: the Server's
+	// only descriptor of it (New closes the listener it came from);
+	// stopAccepting closes it.
+	sock     *evloop.Socket
 	loops    []*loop
 	settings atomic.Pointer[Settings]
 
@@ -67,30 +65,30 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 	if !ok {
 		return nil, fmt.Errorf("h1loop: %T is not a TCP listener", ln)
 	}
-	lnfd, err := evloop.DupListener(tl)
+	sock, err := evloop.TakeSocket(tl)
 	if err != nil {
 		return nil, fmt.Errorf("h1loop: %w", err)
 	}
 	if loops <= 0 {
 		loops = evloop.DefaultLoops()
 	}
-	s := &Server{h: h, handoff: handoff, lnfd: lnfd, idleDone: make(chan struct{})}
+	s := &Server{h: h, handoff: handoff, sock: sock, idleDone: make(chan struct{})}
 	s.SetSettings(st)
 	for i := 0; i < loops; i++ {
 		el, err := evloop.New()
 		if err != nil {
 			s.stopLoops()
-			unix.Close(lnfd)
+			sock.Close()
 			return nil, err
 		}
 		lp := &loop{s: s, l: el, pool: map[string][]*upConn{}, conns: map[*conn]struct{}{}}
 		lp.acc.Take = lp.accept
 		lp.acc.Failed = lp.acceptFailed
 		lp.acc.Batch = evloop.AcceptBatch(loops)
-		if err := lp.acc.Watch(el, lnfd); err != nil {
+		if err := lp.acc.Watch(el, sock.FD()); err != nil {
 			el.Close()
 			s.stopLoops()
-			unix.Close(lnfd)
+			sock.Close()
 			return nil, err
 		}
 		s.loops = append(s.loops, lp)
@@ -111,12 +109,7 @@ func New(ln net.Listener, h Handler, handoff func(net.Conn), st Settings, loops 
 // caller's, open after Shutdown and Close. It fails once the loops have
 // stopped accepting (Shutdown, Close): their descriptor is closed.
 func (s *Server) Listener() (*net.TCPListener, error) {
-	s.lnmu.Lock()
-	defer s.lnmu.Unlock()
-	if s.lnfd < 0 {
-		return nil, errors.New("h1loop: the loops have stopped accepting; their socket is closed")
-	}
-	ln, err := evloop.FileListener(s.lnfd)
+	ln, err := s.sock.Listener()
 	if err != nil {
 		return nil, fmt.Errorf("h1loop: %w", err)
 	}
@@ -194,10 +187,7 @@ func (s *Server) stopAccepting() {
 		for _, lp := range s.loops {
 			lp.l.Hand(lp.acc.Stop, func() {})
 		}
-		s.lnmu.Lock()
-		unix.Close(s.lnfd)
-		s.lnfd = -1
-		s.lnmu.Unlock()
+		s.sock.Close()
 		if s.conns.Load() == 0 {
 			s.idleOnce.Do(func() { close(s.idleDone) })
 		}

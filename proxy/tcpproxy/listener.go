@@ -56,7 +56,7 @@ func Listen(ctx context.Context, addr string) (*net.TCPListener, error) {
 type Listener struct {
 	// ln is the socket while the goroutine engine accepts from it (or no
 	// engine has started). The loop engine takes the socket (a duplicate
-	// of its descriptor, loopEngine.lnfd) and closes ln, under cmu: the
+	// of its descriptor, loopEngine.sock) and closes ln, under cmu: the
 	// runtime's poller watched ln, and each connection that came woke it
 	// (a thread's wake-up and sleep for nothing; bench/run-tcp.sh).
 	ln        *net.TCPListener

@@ -32,8 +32,8 @@ const loopAvailable = true
 // work on the loop that accepted it.
 type loopEngine struct {
 	l      *Listener
-	lnfd   int  // a non-blocking duplicate of the listener's descriptor
-	preset bool // socketOpts are set on the listening socket (presetAccepted)
+	sock   *evloop.Socket // the listening socket, the loops' own descriptor of it; set by start, under l.cmu
+	preset bool           // socketOpts are set on the listening socket (presetAccepted)
 	// lingers: the listening socket has SO_LINGER with a timeout, which
 	// accepted sockets inherit and which would make a loop's close wait:
 	// each client socket's linger is turned off.
@@ -77,19 +77,19 @@ func (tl *tloop) key(a netip.Addr) string {
 const maxFreeConns = 1024
 
 func newLoopEngine(l *Listener) *loopEngine {
-	return &loopEngine{l: l, lnfd: -1, errs: make(chan error, 1)}
+	return &loopEngine{l: l, errs: make(chan error, 1)}
 }
 
 // start makes the loops (GOMAXPROCS-1, at least 1, as proxy/h1loop) and
 // runs them; under l.cmu, from Serve.
 func (e *loopEngine) start() error {
-	fd, err := evloop.DupListener(e.l.ln)
+	sock, err := evloop.TakeSocket(e.l.ln)
 	if err != nil {
 		return err
 	}
-	e.lnfd = fd
-	e.preset = presetAccepted(e.lnfd)
-	if lg, err := unix.GetsockoptLinger(e.lnfd, unix.SOL_SOCKET, unix.SO_LINGER); err == nil && lg.Onoff != 0 && lg.Linger > 0 {
+	fd := sock.FD()
+	e.preset = presetAccepted(fd)
+	if lg, err := unix.GetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER); err == nil && lg.Onoff != 0 && lg.Linger > 0 {
 		e.lingers = true
 	}
 	n := evloop.DefaultLoops()
@@ -101,7 +101,7 @@ func (e *loopEngine) start() error {
 			tl.acc.Take = tl.accept
 			tl.acc.Failed = e.l.acceptFailed
 			tl.acc.Batch = evloop.AcceptBatch(n)
-			if err = tl.acc.Watch(el, e.lnfd); err == nil {
+			if err = tl.acc.Watch(el, fd); err == nil {
 				e.loops = append(e.loops, tl)
 				continue
 			}
@@ -111,10 +111,10 @@ func (e *loopEngine) start() error {
 			tl.ev.Close()
 		}
 		e.loops = nil
-		unix.Close(e.lnfd)
-		e.lnfd = -1
+		sock.Close()
 		return err
 	}
+	e.sock = sock
 	// The loops have the socket: the runtime's poller lets go of it (see
 	// Listener.ln).
 	e.l.ln.Close()
@@ -177,10 +177,7 @@ func (e *loopEngine) stopAccepting() {
 		}
 	})
 	if started {
-		e.l.cmu.Lock()
-		unix.Close(e.lnfd)
-		e.lnfd = -1
-		e.l.cmu.Unlock()
+		e.sock.Close()
 		e.l.wg.Done()
 	}
 }
@@ -226,12 +223,12 @@ func (e *loopEngine) stop() {
 func (e *loopEngine) activeConns() int { return int(e.active.Load()) }
 
 // dupSocket is a listener on the loops' socket (Listener.dupSocket);
-// under l.cmu.
+// under l.cmu, which guards e.sock.
 func (e *loopEngine) dupSocket() (*net.TCPListener, error) {
-	if e.lnfd < 0 {
-		return nil, errors.New("the event loops' socket is closed")
+	if e.sock == nil {
+		return nil, errors.New("the event loops have not started")
 	}
-	return evloop.FileListener(e.lnfd)
+	return e.sock.Listener()
 }
 
 // dupListener is a listener on ln's socket, through a duplicate of its
