@@ -54,12 +54,13 @@
 // are the other calls a loop makes per connection, through RawSyscall as
 // Read and Write.
 //
-// Both engines take their listening socket with DupListener and close
+// Both engines take their listening socket with TakeSocket (a Socket:
+// DupListener's descriptor, closed once) and close
 // the *net.TCPListener they were given: the runtime's poller watches that
 // one, and every connection that came woke one of the runtime's threads
 // for nothing (tcp listeners: 2.6 context switches per connection, 1.55
-// without). FileListener makes a listener from the loops' descriptor when
-// the goroutine engine takes the socket back. PostOr hands a loop work
+// without). Socket.Listener (FileListener) makes a listener from the
+// loops' descriptor when the goroutine engine takes the socket back. PostOr hands a loop work
 // from another loop or goroutine without waiting, with what to do instead
 // if the loop stops first (a connection moved to a lighter loop is closed
 // then); Hand is PostOr and a wait. On systems other than Linux New
